@@ -1,0 +1,561 @@
+//! The `MySQLCluster` resource: a replicated MySQL or MariaDB server with its storage, services,
+//! scheduled backups and the way it is first populated.
+//!
+//! Validation that the API server can do alone lives in the schema as CEL rules
+//! (`x-kubernetes-validations`): immutable fields, one-of choices and references between fields.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference, SecretKeyReference};
+
+/// Desired state of a MySQL or MariaDB cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.bulwark.dev",
+    version = "v1alpha1",
+    kind = "MySQLCluster",
+    plural = "mysqlclusters",
+    singular = "mysqlcluster",
+    namespaced,
+    status = "MySQLClusterStatus",
+    shortname = "myc",
+    category = "bulwark",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".spec.engine"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
+    printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.currentPrimary"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.version) || has(self.image)")
+        .message("one of version or image must be set"),
+    validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap)")
+        .message("bootstrap cannot be added or removed after creation"),
+    validation = Rule::new(
+        "!has(self.bootstrap) || !has(self.bootstrap.fromBackup) || !has(self.bootstrap.fromBackup.storage) || (has(self.backup) && self.backup.storages.exists(s, s.name == self.bootstrap.fromBackup.storage))"
+    )
+    .message("bootstrap.fromBackup.storage must name an entry of backup.storages")
+    .field_path(".bootstrap.fromBackup.storage")
+)]
+pub struct MySQLClusterSpec {
+    /// Database engine: `mysql` or `mariadb`. Cannot be changed after creation.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("engine is immutable"))]
+    pub engine: Engine,
+
+    /// Server version to run, such as `8.4` or `11.4`; selects the default image of the
+    /// engine. One of version or image must be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub version: Option<String>,
+
+    /// Container image of the server; overrides the image chosen from `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+
+    /// Number of server instances: one primary, the rest replicas.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 9))]
+    pub replicas: i32,
+
+    /// Persistent volume of each instance. Cannot be changed after creation.
+    #[x_kube(validation = Rule::new("self == oldSelf")
+        .message("storage is immutable: storageClassName and size cannot be changed"))]
+    pub storage: StorageSpec,
+
+    /// CPU and memory requests and limits of the server container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Server options added to the `[mysqld]` section of the configuration file, such as
+    /// `innodb_buffer_pool_size: 1G`. Options the operator manages (server_id, datadir, socket,
+    /// port) cannot be set here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 256))]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, !(k.replace('-', '_') in ['server_id', 'datadir', 'socket', 'port']))"
+    )
+    .message("server_id, datadir, socket and port are managed by the operator and cannot be set in mysqldConfig"))]
+    pub mysqld_config: Option<BTreeMap<String, String>>,
+
+    /// Secrets holding the passwords of the accounts the operator uses. A Secret that is not
+    /// named here is generated when the cluster is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSpec>,
+
+    /// Services that expose the primary (writes) and the replicas (reads).
+    #[serde(default)]
+    pub service: ServiceSpec,
+
+    /// Prometheus metrics exporter running next to each server.
+    #[serde(default)]
+    pub metrics: MetricsSpec,
+
+    /// Scheduling constraints of the server pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Tolerations of the server pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Node labels a node must carry to run a server pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// PodDisruptionBudget protecting the server pods from voluntary evictions.
+    #[serde(default)]
+    pub pod_disruption_budget: DisruptionBudgetSpec,
+
+    /// Backup storages, encryption and schedules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+
+    /// How the cluster is populated when it is created. Cannot be changed after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("bootstrap is immutable"))]
+    pub bootstrap: Option<BootstrapSpec>,
+}
+
+fn default_replicas() -> i32 {
+    3
+}
+
+/// Database engine of a cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Engine {
+    /// Oracle MySQL.
+    #[serde(rename = "mysql")]
+    MySql,
+    /// MariaDB.
+    #[serde(rename = "mariadb")]
+    MariaDb,
+}
+
+/// Persistent volume of each server instance.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// StorageClass of the volumes; the cluster's default StorageClass when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+    /// Size of each volume, such as `20Gi`.
+    pub size: Quantity,
+}
+
+/// Secrets holding the passwords of the accounts the operator uses.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSpec {
+    /// Password of the `root` account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<SecretKeyReference>,
+    /// Password of the account replicas use to connect to the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<SecretKeyReference>,
+    /// Password of the account backups connect with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<SecretKeyReference>,
+    /// Password of the account the metrics exporter connects with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<SecretKeyReference>,
+}
+
+/// Kind of the Services that expose the cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ServiceType {
+    /// Reachable inside the Kubernetes cluster only.
+    #[default]
+    ClusterIP,
+    /// Also reachable on a port of every node (see `nodePorts`).
+    NodePort,
+    /// Also reachable through a cloud load balancer.
+    LoadBalancer,
+}
+
+/// Services that expose the primary (writes) and the replicas (reads).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.nodePorts) || self.type == 'NodePort'")
+    .message("nodePorts can only be set when service type is NodePort")
+    .field_path(".nodePorts"))]
+pub struct ServiceSpec {
+    /// Kind of the Services: `ClusterIP` (default), `NodePort` or `LoadBalancer`.
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Node ports of the write and read Services when `type` is `NodePort`; 30306 and 30307 when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ports: Option<NodePorts>,
+    /// Annotations added to both Services, for instance to configure a load balancer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Node ports of the write and read Services.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.write != self.read")
+    .message("write and read node ports must differ"))]
+pub struct NodePorts {
+    /// Node port of the Service that routes to the primary.
+    #[serde(default = "default_write_node_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub write: i32,
+    /// Node port of the Service that routes to the replicas.
+    #[serde(default = "default_read_node_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub read: i32,
+}
+
+impl Default for NodePorts {
+    fn default() -> Self {
+        Self {
+            write: default_write_node_port(),
+            read: default_read_node_port(),
+        }
+    }
+}
+
+fn default_write_node_port() -> i32 {
+    30306
+}
+
+fn default_read_node_port() -> i32 {
+    30307
+}
+
+/// Prometheus metrics exporter.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSpec {
+    /// Runs the exporter next to each server and exposes its metrics port.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// PodDisruptionBudget of the server pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionBudgetSpec {
+    /// Number or percentage of server pods that may be unavailable during voluntary
+    /// disruptions such as node drains.
+    #[serde(default = "default_max_unavailable")]
+    pub max_unavailable: IntOrString,
+}
+
+impl Default for DisruptionBudgetSpec {
+    fn default() -> Self {
+        Self {
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(1)
+}
+
+/// Backup storages, encryption and schedules of a cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "self.schedules.all(sc, self.storages.exists(st, st.name == sc.storage))"
+)
+.message("every schedule's storage must name an entry of backup.storages")
+.field_path(".schedules"))]
+pub struct BackupSpec {
+    /// Places backups are written to, each with a name that schedules and backups refer to.
+    #[schemars(length(min = 1, max = 8))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub storages: Vec<BackupStorage>,
+
+    /// Client-side encryption of the backup data. Backups are stored unencrypted when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
+
+    /// Backups taken on a schedule.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub schedules: Vec<BackupSchedule>,
+
+    /// What happens to the data of scheduled backups when their MySQLBackup objects are deleted
+    /// (by retention or by deleting the cluster): `Retain` (default) or `Delete`.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// A named place backups are written to. Exactly one of `s3`, `pvc` or `nfs` is set.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "(has(self.s3) ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.nfs) ? 1 : 0) == 1"
+)
+.message("exactly one of s3, pvc or nfs must be set in a backup storage"))]
+pub struct BackupStorage {
+    /// Name that schedules and MySQLBackup objects use to refer to this storage.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// An S3 or S3-compatible bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Storage>,
+    /// A PersistentVolumeClaim in the cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcStorage>,
+    /// A directory exported by an NFS server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsStorage>,
+}
+
+/// An S3 or S3-compatible bucket.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Storage {
+    /// Name of the bucket.
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// Key prefix under which the backups of this cluster are stored, such as `prod/orders`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub prefix: Option<String>,
+    /// Endpoint URL of an S3-compatible service; AWS S3 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("isURL(self) && (url(self).getScheme() == 'https' || url(self).getScheme() == 'http')")
+        .message("endpoint must be an http or https URL"))]
+    pub endpoint: Option<String>,
+    /// Region of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub region: Option<String>,
+    /// Addresses the bucket as `endpoint/bucket` instead of `bucket.endpoint` (needed by most
+    /// S3-compatible services).
+    #[serde(default)]
+    pub force_path_style: bool,
+    /// Secret with the keys `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and optionally
+    /// `AWS_SESSION_TOKEN`). The pod's ambient credentials are used when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<LocalObjectReference>,
+}
+
+/// A PersistentVolumeClaim in the cluster's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcStorage {
+    /// Name of the PersistentVolumeClaim.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// Directory inside the volume, relative to its root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(p, p == '..')")
+        .message("subPath must be a relative path without '..'"))]
+    pub sub_path: Option<String>,
+}
+
+/// A directory exported by an NFS server.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NfsStorage {
+    /// Host name or IP address of the NFS server.
+    #[schemars(length(min = 1, max = 253))]
+    pub server: String,
+    /// Exported directory, an absolute path.
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message("nfs path must be absolute"))]
+    pub path: String,
+}
+
+/// Client-side encryption of backup data.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupEncryption {
+    /// Secret key holding the passphrase the backup data keys are derived from. Losing it makes
+    /// the backups unreadable.
+    pub key_secret_ref: SecretKeyReference,
+}
+
+/// A backup taken on a schedule.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSchedule {
+    /// Name of the schedule, unique within the cluster; part of the names of its backups.
+    #[schemars(
+        length(min = 1, max = 40),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// When to take a backup, in cron syntax (`minute hour day-of-month month day-of-week`,
+    /// or a macro such as `@daily`).
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(
+            pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})$"
+        )
+    )]
+    pub schedule: String,
+    /// IANA time zone the schedule is interpreted in, such as `Europe/Berlin`; UTC when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+    /// Backup method: `physical` (default) or `logical`.
+    #[serde(default)]
+    pub method: BackupMethod,
+    /// Name of the entry of `backup.storages` the backups are written to.
+    #[schemars(length(min = 1, max = 63))]
+    pub storage: String,
+    /// Which backups of this schedule are kept; all are kept when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionPolicy>,
+    /// Stops taking new backups while true; existing backups are kept.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+/// Which backups of a schedule are kept. A backup is kept when any rule keeps it; the others
+/// are deleted (as their deletion policy says).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.keepLast) || has(self.keepHourly) || has(self.keepDaily) || has(self.keepWeekly) || has(self.keepMonthly) || has(self.keepYearly) || has(self.keepWithin)"
+)
+.message("retention must set at least one keep rule"))]
+pub struct RetentionPolicy {
+    /// Keeps the latest N successful backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepLast must be zero or positive"))]
+    pub keep_last: Option<i32>,
+    /// Keeps the latest backup of each of the last N hours that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepHourly must be zero or positive"))]
+    pub keep_hourly: Option<i32>,
+    /// Keeps the latest backup of each of the last N days that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepDaily must be zero or positive"))]
+    pub keep_daily: Option<i32>,
+    /// Keeps the latest backup of each of the last N weeks that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepWeekly must be zero or positive"))]
+    pub keep_weekly: Option<i32>,
+    /// Keeps the latest backup of each of the last N months that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepMonthly must be zero or positive"))]
+    pub keep_monthly: Option<i32>,
+    /// Keeps the latest backup of each of the last N years that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("keepYearly must be zero or positive"))]
+    pub keep_yearly: Option<i32>,
+    /// Keeps every backup younger than this duration, written as years, months, days and
+    /// hours, such as `1y6m`, `14d` or `36h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 32),
+        regex(pattern = r"^([0-9]+y)?([0-9]+m)?([0-9]+d)?([0-9]+h)?$")
+    )]
+    pub keep_within: Option<String>,
+}
+
+/// How a cluster is populated when it is created.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restores a backup into the new cluster.
+    pub from_backup: BootstrapFromBackup,
+}
+
+/// The backup a new cluster is restored from: a MySQLBackup object, or a backup id in one of
+/// the cluster's storages (for backups of clusters that no longer exist).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.backupRef) ? !has(self.storage) && !has(self.backupId) : has(self.storage) && has(self.backupId)"
+)
+.message("fromBackup needs either backupRef, or both storage and backupId"))]
+pub struct BootstrapFromBackup {
+    /// MySQLBackup object, in the cluster's namespace, to restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_ref: Option<LocalObjectReference>,
+    /// Entry of `backup.storages` that holds the backup named by `backupId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub storage: Option<String>,
+    /// Identifier of the backup inside `storage`, as reported in a MySQLBackup's
+    /// `status.backupId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub backup_id: Option<String>,
+}
+
+/// Observed state of a MySQL or MariaDB cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLClusterStatus {
+    /// Standard conditions: `Available`, `Progressing` and `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of server instances that are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Name of the pod that currently runs the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// The latest backup of the cluster that succeeded, of any schedule or taken on demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_backup: Option<BackupRecord>,
+    /// State of each backup schedule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub schedules: Vec<ScheduleStatus>,
+}
+
+/// A successful backup, as recorded in a cluster's status.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    /// Name of the MySQLBackup object.
+    pub name: String,
+    /// Identifier of the backup inside its storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    /// When the backup completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}
+
+/// State of one backup schedule.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    /// Name of the schedule in `spec.backup.schedules`.
+    pub name: String,
+    /// When the schedule last started a backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// When the schedule starts its next backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// The latest backup of this schedule that succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_backup: Option<BackupRecord>,
+}
