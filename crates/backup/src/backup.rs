@@ -1,0 +1,205 @@
+//! Taking a backup: probe the server, run the tool, stream its output into the repository, check
+//! the tool's exit and completion line, and only then commit the manifest.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::crypto::{DataKey, MasterKey};
+use crate::error::{Error, Result};
+use crate::format::{
+    self, Chunking, EncryptionInfo, Flavor, Manifest, Method, PlaintextInfo, SourceInfo,
+};
+use crate::progress::Progress;
+use crate::repo::Repository;
+use crate::source::{self, Connection, DefaultsFile, ToolJob};
+use crate::writer::{self, WriteOptions};
+
+/// Everything a backup needs besides the repository.
+#[derive(Debug)]
+pub struct BackupRequest {
+    /// Physical or logical.
+    pub method: Method,
+    /// Server connection.
+    pub connection: Connection,
+    /// Tool to run instead of the detected one.
+    pub tool: Option<String>,
+    /// Datadir as seen from this host, when it differs from the server's `@@datadir`.
+    pub datadir: Option<String>,
+    /// Extra arguments appended to the tool's command line.
+    pub extra_args: Vec<String>,
+    /// Pipeline tuning.
+    pub write: WriteOptions,
+    /// Master key; `None` stores chunks unencrypted.
+    pub key: Option<MasterKey>,
+}
+
+/// A committed backup.
+#[derive(Debug, Clone)]
+pub struct BackupOutcome {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Hex SHA-256 of the stored manifest.
+    pub manifest_sha256: String,
+}
+
+/// Runs a backup end to end. On any failure the data written so far is deleted and nothing is
+/// committed.
+pub async fn run(
+    repo: &Repository,
+    req: BackupRequest,
+    progress: Arc<Progress>,
+    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) -> Result<BackupOutcome> {
+    let server = source::probe(&req.connection).await?;
+    tracing::info!(flavor = %server.flavor, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
+    progress
+        .total_hint
+        .store(server.data_bytes, Ordering::Relaxed);
+    let tool_path = source::find_tool(
+        server.flavor,
+        ToolJob::from(req.method),
+        req.tool.as_deref(),
+    )?;
+    let tool_version = source::tool_version(&tool_path).await;
+    let defaults = DefaultsFile::create(&req.connection)?;
+    let work_dir = tempfile::Builder::new()
+        .prefix("mysql-backup-work-")
+        .tempdir()
+        .map_err(|source| Error::LocalIo {
+            action: "create work directory in",
+            path: std::env::temp_dir().display().to_string(),
+            source,
+        })?;
+    let mut args: Vec<String> = defaults.iter().map(DefaultsFile::arg).collect();
+    args.extend(match req.method {
+        Method::Physical => source::physical_args(
+            &req.connection,
+            work_dir.path(),
+            req.datadir.as_deref(),
+            &req.extra_args,
+        ),
+        Method::Logical => source::logical_args(
+            &req.connection,
+            server.flavor,
+            &server.version,
+            server.log_bin,
+            &req.extra_args,
+        ),
+    });
+
+    let started_at = Utc::now();
+    let id = format::new_backup_id(started_at);
+    let data_key = req.key.as_ref().map(|_| Arc::new(DataKey::generate()));
+    let mut tool = source::spawn(&tool_path, &args, source::ToolIo::ReadStdout)?;
+    let tool_name = tool.name.clone();
+    tracing::info!(backup_id = %id, tool = %tool_name, tool_version = %tool_version, "backup started");
+    let stdout = tool.take_stdout();
+    let store = repo.store().clone();
+
+    let stream = writer::write_stream(
+        &store,
+        &id,
+        stdout,
+        &tool_name,
+        &req.write,
+        data_key.clone(),
+        progress,
+    );
+    let written = tokio::select! {
+        w = stream => w,
+        _ = shutdown => Err(Error::Interrupted),
+    };
+    let written = match written {
+        Ok(w) => w,
+        Err(e) => {
+            let report = tool.kill().await;
+            tracing::debug!(stderr = %report.summary(), "tool stopped after pipeline failure");
+            writer::discard(&store, &id).await;
+            return Err(e);
+        }
+    };
+    let completion = match req.method {
+        Method::Physical => Some(source::PHYSICAL_COMPLETION),
+        Method::Logical => None,
+    };
+    let report = match tool.finish(completion).await {
+        Ok(r) => r,
+        Err(e) => {
+            writer::discard(&store, &id).await;
+            return Err(e);
+        }
+    };
+    let consistent_point = match req.method {
+        Method::Physical => report.point.clone().unwrap_or_default(),
+        Method::Logical => {
+            if !String::from_utf8_lossy(&written.tail).contains(source::DUMP_COMPLETION) {
+                writer::discard(&store, &id).await;
+                return Err(Error::ToolIncomplete {
+                    tool: tool_name,
+                    expected: source::DUMP_COMPLETION.to_string(),
+                    stderr_tail: report.summary(),
+                });
+            }
+            source::parse_dump_head(&written.head)
+        }
+    };
+    if req.method == Method::Physical
+        && server.flavor == Flavor::Mariadb
+        && server.log_bin
+        && consistent_point.binlog_file.is_none()
+    {
+        tracing::warn!(backup_id = %id, "binary logging is on but the tool reported no binlog position");
+    }
+
+    let encryption = match (&req.key, &data_key) {
+        (Some(master), Some(dk)) => Some(EncryptionInfo {
+            algorithm: "AES-256-GCM".into(),
+            key_id: master.id().to_string(),
+            wrapped_data_key: master.wrap(&id, dk),
+        }),
+        _ => None,
+    };
+    let manifest = Manifest {
+        format: format::FORMAT_NAME.into(),
+        format_version: format::FORMAT_VERSION,
+        id: id.clone(),
+        method: req.method,
+        started_at,
+        finished_at: Utc::now(),
+        source: SourceInfo {
+            host: server.hostname.clone(),
+            flavor: server.flavor,
+            server_version: server.version.clone(),
+            tool: tool_name,
+            tool_version,
+        },
+        consistent_point,
+        chunking: Chunking {
+            chunk_size: req.write.chunk_size as u64,
+            compression: "zstd".into(),
+            compression_level: req.write.level,
+        },
+        encryption,
+        plaintext: PlaintextInfo {
+            bytes: written.plaintext_bytes,
+            chunks: written.chunks,
+            sha256: written.plaintext_sha256,
+        },
+        stored_bytes: written.stored_bytes,
+        segments: written.segments,
+    };
+    let manifest_sha256 = match repo.commit(&manifest).await {
+        Ok(d) => d,
+        Err(e) => {
+            writer::discard(&store, &id).await;
+            return Err(e);
+        }
+    };
+    tracing::info!(backup_id = %id, plaintext_bytes = manifest.plaintext.bytes, stored_bytes = manifest.stored_bytes, "backup committed");
+    Ok(BackupOutcome {
+        manifest,
+        manifest_sha256,
+    })
+}

@@ -1,0 +1,151 @@
+//! The crate's error type: one variant per action that can fail, with a retryable/permanent
+//! classification, plus a helper that renders a whole cause chain on one line.
+
+use crate::crypto::KeyError;
+use crate::store::StoreError;
+
+/// Errors of backup, restore, verify and prune.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to open repository")]
+    OpenRepository(#[source] StoreError),
+    #[error("failed to list repository")]
+    ListRepository(#[source] StoreError),
+    #[error("failed to read the manifest of backup {id}")]
+    ReadManifest {
+        id: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("manifest of backup {id} is damaged: {reason}")]
+    DamagedManifest { id: String, reason: String },
+    #[error("backup {0} does not exist (no manifest); `list --all` shows incomplete backups")]
+    NoSuchBackup(String),
+    #[error("the repository holds no complete backup")]
+    NoBackups,
+    #[error(
+        "backup {id} uses format version {version}, newer than this build reads ({supported})"
+    )]
+    UnsupportedFormat {
+        id: String,
+        version: u32,
+        supported: u32,
+    },
+    #[error("failed to use encryption key")]
+    Key(#[from] KeyError),
+    #[error("backup {id} is encrypted; pass --encryption-key-file")]
+    KeyRequired { id: String },
+    #[error("failed to connect to the MySQL server at {target}")]
+    ConnectServer {
+        target: String,
+        #[source]
+        source: mysql_async::Error,
+    },
+    #[error("failed to query the MySQL server")]
+    QueryServer(#[source] mysql_async::Error),
+    #[error("failed to find {wanted} on PATH; install it or name it with --tool")]
+    ToolNotFound { wanted: String },
+    #[error("failed to start {tool}")]
+    StartTool {
+        tool: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read the output of {tool}")]
+    ReadSource {
+        tool: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{tool} failed ({status}): {stderr_tail}")]
+    ToolFailed {
+        tool: String,
+        status: String,
+        stderr_tail: String,
+    },
+    #[error("{tool} exited without its completion line ({expected:?}): {stderr_tail}")]
+    ToolIncomplete {
+        tool: String,
+        expected: String,
+        stderr_tail: String,
+    },
+    #[error("failed to write segment {segment} of backup {id}")]
+    WriteSegment {
+        id: String,
+        segment: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("failed to write the manifest of backup {id}")]
+    WriteManifest {
+        id: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("failed to read segment {segment} of backup {id}")]
+    ReadSegment {
+        id: String,
+        segment: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("backup {id} is corrupt: {detail}")]
+    Corrupt { id: String, detail: String },
+    #[error("failed to extract the xbstream of backup {id}: {detail}")]
+    Extract { id: String, detail: String },
+    #[error("failed to restore into {target}: {reason}")]
+    RestoreTarget { target: String, reason: String },
+    #[error("failed to {action} {path}")]
+    LocalIo {
+        action: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to delete {key}")]
+    Delete {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("interrupted by signal")]
+    Interrupted,
+}
+
+impl Error {
+    /// Whether running the same command again may succeed without changing anything.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::OpenRepository(s)
+            | Error::ListRepository(s)
+            | Error::ReadManifest { source: s, .. }
+            | Error::WriteSegment { source: s, .. }
+            | Error::WriteManifest { source: s, .. }
+            | Error::ReadSegment { source: s, .. }
+            | Error::Delete { source: s, .. } => {
+                s.is_retryable() || matches!(s, StoreError::Remote { .. })
+            }
+            Error::ConnectServer { .. } | Error::QueryServer(_) | Error::Interrupted => true,
+            _ => false,
+        }
+    }
+}
+
+/// Renders an error and its sources as `outer: cause: root cause`, skipping repeats.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !parts.last().is_some_and(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = e.source();
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,19 @@
+//! `mysql-backup`: streaming, compressed, encrypted, verifiable MySQL and MariaDB backups to a
+//! filesystem or S3 repository. The library is driven by the CLI and by the operator's Jobs.
+
+pub mod backup;
+pub mod codec;
+pub mod crypto;
+pub mod error;
+pub mod format;
+pub mod progress;
+pub mod reader;
+pub mod repo;
+pub mod restore;
+pub mod retention;
+pub mod source;
+pub mod store;
+pub mod writer;
+pub mod xbstream;
+
+pub use error::{Error, Result};

@@ -1,0 +1,141 @@
+//! Progress of a running backup or restore: shared counters, shown as a bar on a terminal and as
+//! periodic structured log lines otherwise.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Counters updated by the pipelines.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Plaintext bytes processed.
+    pub plain_bytes: AtomicU64,
+    /// Stored bytes written or read.
+    pub stored_bytes: AtomicU64,
+    /// Expected plaintext total, 0 when unknown.
+    pub total_hint: AtomicU64,
+}
+
+impl Progress {
+    /// New shared counters.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// A bar on stderr.
+    Bar,
+    /// A log line every `interval`.
+    Log(Duration),
+    /// Nothing.
+    Quiet,
+}
+
+impl Display {
+    /// A bar when stderr is a terminal, log lines otherwise.
+    pub fn auto(interval: Duration) -> Self {
+        if std::io::stderr().is_terminal() {
+            Display::Bar
+        } else {
+            Display::Log(interval)
+        }
+    }
+}
+
+/// Stops the display when dropped.
+pub struct Reporter {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Reporter {
+    /// Starts showing `progress` for an operation called `what`.
+    pub fn start(progress: Arc<Progress>, what: &'static str, display: Display) -> Self {
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let task = match display {
+            Display::Quiet => None,
+            Display::Bar => Some(tokio::spawn(async move {
+                let bar = indicatif::ProgressBar::with_draw_target(
+                    None,
+                    indicatif::ProgressDrawTarget::stderr(),
+                );
+                let with_total = "{prefix} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}";
+                let without_total =
+                    "{prefix} [{elapsed_precise}] {spinner} {bytes} {binary_bytes_per_sec}";
+                bar.set_prefix(what);
+                let mut has_total = None;
+                loop {
+                    let total = progress.total_hint.load(Ordering::Relaxed);
+                    let done = progress.plain_bytes.load(Ordering::Relaxed);
+                    if has_total != Some(total > 0) {
+                        has_total = Some(total > 0);
+                        let template = if total > 0 { with_total } else { without_total };
+                        bar.set_style(
+                            indicatif::ProgressStyle::with_template(template)
+                                .expect("valid template"),
+                        );
+                    }
+                    if total > 0 {
+                        bar.set_length(total.max(done));
+                    }
+                    bar.set_position(done);
+                    tokio::select! {
+                        _ = &mut rx => break,
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                }
+                bar.finish_and_clear();
+            })),
+            Display::Log(interval) => Some(tokio::spawn(async move {
+                let start = Instant::now();
+                loop {
+                    tokio::select! {
+                        _ = &mut rx => break,
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                    let done = progress.plain_bytes.load(Ordering::Relaxed);
+                    let stored = progress.stored_bytes.load(Ordering::Relaxed);
+                    let total = progress.total_hint.load(Ordering::Relaxed);
+                    let secs = start.elapsed().as_secs_f64().max(0.001);
+                    let rate = (done as f64 / secs) as u64;
+                    let eta = (total > done && rate > 0).then(|| (total - done) / rate);
+                    tracing::info!(
+                        operation = what,
+                        bytes_done = done,
+                        stored_bytes = stored,
+                        total_bytes_estimate = total,
+                        bytes_per_second = rate,
+                        eta_seconds = eta,
+                        "progress"
+                    );
+                }
+            })),
+        };
+        Self {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Stops the display and waits until it has cleared.
+    pub async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

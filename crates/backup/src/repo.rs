@@ -1,0 +1,267 @@
+//! The repository catalogue: which backups are complete (have a readable manifest), damaged
+//! (manifest present but unreadable) or orphaned (data without a manifest).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::format::{self, Manifest};
+use crate::store::{ObjectInfo, Store, StoreError};
+
+/// A backup with a valid manifest.
+#[derive(Debug, Clone)]
+pub struct CompleteBackup {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Hex SHA-256 of the manifest object as stored.
+    pub manifest_sha256: String,
+}
+
+/// Objects under a backup id that are not a complete backup.
+#[derive(Debug, Clone)]
+pub struct IncompleteBackup {
+    /// Backup id (directory name).
+    pub id: String,
+    /// Objects found.
+    pub objects: Vec<ObjectInfo>,
+    /// Why it is not complete.
+    pub state: IncompleteState,
+}
+
+/// Kinds of incomplete backups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IncompleteState {
+    /// No manifest: an interrupted or running backup.
+    Orphan,
+    /// A manifest exists but cannot be used.
+    Damaged(String),
+}
+
+impl IncompleteBackup {
+    /// Total size of the objects.
+    pub fn bytes(&self) -> u64 {
+        self.objects.iter().map(|o| o.size).sum()
+    }
+
+    /// The most recent modification among the objects.
+    pub fn newest(&self) -> Option<DateTime<Utc>> {
+        self.objects.iter().map(|o| o.last_modified).max()
+    }
+}
+
+/// Everything in a repository.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// Complete backups, oldest first.
+    pub complete: Vec<CompleteBackup>,
+    /// Orphaned and damaged backups, oldest first.
+    pub incomplete: Vec<IncompleteBackup>,
+    /// All objects by backup id (for deletion).
+    pub objects: BTreeMap<String, Vec<ObjectInfo>>,
+}
+
+/// A repository of backups on some store.
+#[derive(Clone)]
+pub struct Repository {
+    store: Arc<dyn Store>,
+}
+
+impl Repository {
+    /// Wraps an opened store.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Loads and checks one manifest.
+    pub async fn load_manifest(&self, id: &str) -> Result<CompleteBackup> {
+        if !format::is_backup_id(id) {
+            return Err(Error::NoSuchBackup(id.to_string()));
+        }
+        let raw = match self
+            .store
+            .get(&format::object_key(id, format::MANIFEST_NAME))
+            .await
+        {
+            Ok(raw) => raw,
+            Err(StoreError::NotFound { .. }) => return Err(Error::NoSuchBackup(id.to_string())),
+            Err(source) => {
+                return Err(Error::ReadManifest {
+                    id: id.to_string(),
+                    source,
+                })
+            }
+        };
+        parse_manifest(id, &raw)
+    }
+
+    /// Lists every backup and loads the manifests.
+    pub async fn catalog(&self) -> Result<Catalog> {
+        let objects = self
+            .store
+            .list(format::BACKUPS_PREFIX)
+            .await
+            .map_err(Error::ListRepository)?;
+        let mut by_id: BTreeMap<String, Vec<ObjectInfo>> = BTreeMap::new();
+        for o in objects {
+            let rest = &o.key[format::BACKUPS_PREFIX.len()..];
+            if let Some((id, _)) = rest.split_once('/') {
+                by_id.entry(id.to_string()).or_default().push(o);
+            }
+        }
+        let manifest_key = |id: &str| format::object_key(id, format::MANIFEST_NAME);
+        let with_manifest: Vec<String> = by_id
+            .iter()
+            .filter(|(id, objs)| objs.iter().any(|o| o.key == manifest_key(id)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let loaded: Vec<(String, Result<CompleteBackup>)> = futures::stream::iter(with_manifest)
+            .map(|id| async move {
+                let r = self.load_manifest(&id).await;
+                (id, r)
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        let mut catalog = Catalog::default();
+        let mut loaded: BTreeMap<String, Result<CompleteBackup>> = loaded.into_iter().collect();
+        for (id, objs) in &by_id {
+            match loaded.remove(id) {
+                Some(Ok(b)) => catalog.complete.push(b),
+                Some(Err(e @ (Error::ReadManifest { .. } | Error::ListRepository(_))))
+                    if e.is_retryable() =>
+                {
+                    return Err(e)
+                }
+                Some(Err(e)) => catalog.incomplete.push(IncompleteBackup {
+                    id: id.clone(),
+                    objects: objs.clone(),
+                    state: IncompleteState::Damaged(crate::error::chain(&e)),
+                }),
+                None => catalog.incomplete.push(IncompleteBackup {
+                    id: id.clone(),
+                    objects: objs.clone(),
+                    state: IncompleteState::Orphan,
+                }),
+            }
+        }
+        catalog.complete.sort_by(|a, b| {
+            (a.manifest.finished_at, &a.manifest.id).cmp(&(b.manifest.finished_at, &b.manifest.id))
+        });
+        catalog.objects = by_id;
+        Ok(catalog)
+    }
+
+    /// Resolves `latest` or an id to a complete backup.
+    pub async fn resolve(&self, id: &str) -> Result<CompleteBackup> {
+        if id == "latest" {
+            return self.catalog().await?.complete.pop().ok_or(Error::NoBackups);
+        }
+        self.load_manifest(id).await
+    }
+
+    /// Stores a manifest: the commit point of a backup.
+    pub async fn commit(&self, manifest: &Manifest) -> Result<String> {
+        let body = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
+        let digest = hex::encode(Sha256::digest(&body));
+        self.store
+            .put(
+                &format::object_key(&manifest.id, format::MANIFEST_NAME),
+                Bytes::from(body),
+            )
+            .await
+            .map_err(|source| Error::WriteManifest {
+                id: manifest.id.clone(),
+                source,
+            })?;
+        Ok(digest)
+    }
+
+    /// Deletes a backup's objects, manifest first, so an interrupted deletion leaves an orphan
+    /// rather than a manifest pointing at missing data.
+    pub async fn delete_backup(&self, id: &str, objects: &[ObjectInfo]) -> Result<()> {
+        let manifest = format::object_key(id, format::MANIFEST_NAME);
+        self.store
+            .delete(&manifest)
+            .await
+            .map_err(|source| Error::Delete {
+                key: manifest.clone(),
+                source,
+            })?;
+        futures::stream::iter(objects.iter().filter(|o| o.key != manifest))
+            .map(|o| async move {
+                self.store
+                    .delete(&o.key)
+                    .await
+                    .map_err(|source| Error::Delete {
+                        key: o.key.clone(),
+                        source,
+                    })
+            })
+            .buffer_unordered(8)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+}
+
+/// Parses and sanity-checks a manifest's bytes.
+pub fn parse_manifest(id: &str, raw: &[u8]) -> Result<CompleteBackup> {
+    let damaged = |reason: String| Error::DamagedManifest {
+        id: id.to_string(),
+        reason,
+    };
+    let manifest: Manifest =
+        serde_json::from_slice(raw).map_err(|e| damaged(format!("not valid JSON ({e})")))?;
+    if manifest.format != format::FORMAT_NAME {
+        return Err(damaged(format!(
+            "format is {:?}, not {:?}",
+            manifest.format,
+            format::FORMAT_NAME
+        )));
+    }
+    if manifest.format_version > format::FORMAT_VERSION {
+        return Err(Error::UnsupportedFormat {
+            id: id.to_string(),
+            version: manifest.format_version,
+            supported: format::FORMAT_VERSION,
+        });
+    }
+    if manifest.id != id {
+        return Err(damaged(format!("it names backup {}", manifest.id)));
+    }
+    let mut next = 0u64;
+    for s in &manifest.segments {
+        if s.first_chunk != next || s.index_offset + s.index_length != s.size {
+            return Err(damaged(format!(
+                "segment {} is inconsistent with its neighbours",
+                s.name
+            )));
+        }
+        next += s.chunks;
+    }
+    if next != manifest.plaintext.chunks {
+        return Err(damaged(format!(
+            "segments hold {next} chunks, plaintext says {}",
+            manifest.plaintext.chunks
+        )));
+    }
+    if manifest.segments.iter().map(|s| s.size).sum::<u64>() != manifest.stored_bytes {
+        return Err(damaged(
+            "segment sizes do not add up to stored_bytes".into(),
+        ));
+    }
+    Ok(CompleteBackup {
+        manifest,
+        manifest_sha256: hex::encode(Sha256::digest(raw)),
+    })
+}

@@ -1,0 +1,682 @@
+//! Backup sources: probing the server, choosing and invoking xtrabackup / mariabackup /
+//! mysqldump / mariadb-dump, capturing their stderr in a bounded buffer, and reading the
+//! consistent point and completion line from what they report.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use mysql_async::prelude::Queryable;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use zeroize::Zeroizing;
+
+use crate::error::{Error, Result};
+use crate::format::{ConsistentPoint, Flavor, Method};
+
+/// The completion line the physical tools print last.
+pub const PHYSICAL_COMPLETION: &str = "completed OK!";
+/// The trailer mysqldump and mariadb-dump write at the end of a complete dump.
+pub const DUMP_COMPLETION: &str = "-- Dump completed";
+/// Bytes of a tool's stderr kept for error messages.
+const STDERR_TAIL_BYTES: usize = 16 << 10;
+
+/// How to reach the server.
+#[derive(Clone, Default)]
+pub struct Connection {
+    /// Unix socket path; preferred when set.
+    pub socket: Option<PathBuf>,
+    /// TCP host.
+    pub host: Option<String>,
+    /// TCP port.
+    pub port: Option<u16>,
+    /// User name.
+    pub user: Option<String>,
+    /// Password (from `MYSQL_PWD`); never logged.
+    pub password: Option<Zeroizing<String>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("target", &self.describe())
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Where this connects, for messages.
+    pub fn describe(&self) -> String {
+        match (&self.socket, &self.host) {
+            (Some(s), _) => format!("socket {}", s.display()),
+            (None, Some(h)) => format!("{h}:{}", self.port.unwrap_or(3306)),
+            (None, None) => "the default socket".to_string(),
+        }
+    }
+
+    /// Options for the command-line tools (the password goes through a defaults file).
+    pub fn tool_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(s) = &self.socket {
+            args.push(format!("--socket={}", s.display()));
+        } else if let Some(h) = &self.host {
+            args.push(format!("--host={h}"));
+            args.push(format!("--port={}", self.port.unwrap_or(3306)));
+            args.push("--protocol=TCP".into());
+        }
+        if let Some(u) = &self.user {
+            args.push(format!("--user={u}"));
+        }
+        args
+    }
+
+    fn opts(&self) -> mysql_async::Opts {
+        let mut b = mysql_async::OptsBuilder::default()
+            .user(self.user.clone())
+            .pass(self.password.as_ref().map(|p| p.to_string()))
+            .prefer_socket(false);
+        if let Some(s) = &self.socket {
+            b = b.socket(Some(s.display().to_string()));
+        } else {
+            b = b
+                .ip_or_hostname(self.host.clone().unwrap_or_else(|| "localhost".into()))
+                .tcp_port(self.port.unwrap_or(3306));
+        }
+        b.into()
+    }
+}
+
+/// What the server says about itself.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// Family.
+    pub flavor: Flavor,
+    /// `@@version`.
+    pub version: String,
+    /// `@@hostname`.
+    pub hostname: String,
+    /// `@@datadir`.
+    pub datadir: String,
+    /// Whether binary logging is on.
+    pub log_bin: bool,
+    /// Sum of table data and index sizes, an estimate of the stream size.
+    pub data_bytes: u64,
+}
+
+/// Family of a server from its version string.
+pub fn flavor_of(version: &str, comment: &str) -> Flavor {
+    if version.to_ascii_lowercase().contains("mariadb")
+        || comment.to_ascii_lowercase().contains("mariadb")
+    {
+        Flavor::Mariadb
+    } else {
+        Flavor::Mysql
+    }
+}
+
+/// Connects and reads version, host, datadir, binlog state and a size estimate.
+pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
+    let connect = async {
+        let pool_conn = mysql_async::Conn::new(conn.opts()).await?;
+        Ok::<_, mysql_async::Error>(pool_conn)
+    };
+    let mut c = tokio::time::timeout(std::time::Duration::from_secs(30), connect)
+        .await
+        .map_err(|_| Error::ConnectServer {
+            target: conn.describe(),
+            source: mysql_async::Error::Other("connection timed out after 30s".into()),
+        })?
+        .map_err(|source| Error::ConnectServer {
+            target: conn.describe(),
+            source,
+        })?;
+    let row: Option<(String, String, String, String, i64)> = c
+        .query_first("SELECT @@version, @@version_comment, @@hostname, @@datadir, @@log_bin")
+        .await
+        .map_err(Error::QueryServer)?;
+    let (version, comment, hostname, datadir, log_bin) =
+        row.ok_or_else(|| Error::QueryServer(mysql_async::Error::Other("no row".into())))?;
+    let data_bytes: Option<Option<u64>> = c
+        .query_first("SELECT CAST(SUM(data_length + index_length) AS UNSIGNED) FROM information_schema.tables WHERE table_type = 'BASE TABLE'")
+        .await
+        .map_err(Error::QueryServer)?;
+    let _ = c.disconnect().await;
+    Ok(ServerInfo {
+        flavor: flavor_of(&version, &comment),
+        version,
+        hostname,
+        datadir,
+        log_bin: log_bin != 0,
+        data_bytes: data_bytes.flatten().unwrap_or(0),
+    })
+}
+
+/// Programs tried, in order, for a job.
+pub fn tool_candidates(flavor: Flavor, job: ToolJob) -> &'static [&'static str] {
+    match (flavor, job) {
+        (Flavor::Mariadb, ToolJob::Physical) => &["mariadb-backup", "mariabackup"],
+        (Flavor::Mysql, ToolJob::Physical) => &["xtrabackup"],
+        (Flavor::Mariadb, ToolJob::Logical) => &["mariadb-dump", "mysqldump"],
+        (Flavor::Mysql, ToolJob::Logical) => &["mysqldump"],
+        (Flavor::Mariadb, ToolJob::Client) => &["mariadb", "mysql"],
+        (Flavor::Mysql, ToolJob::Client) => &["mysql"],
+    }
+}
+
+/// What a tool is needed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolJob {
+    /// Physical backup and prepare.
+    Physical,
+    /// SQL dump.
+    Logical,
+    /// SQL client for logical restore.
+    Client,
+}
+
+impl From<Method> for ToolJob {
+    fn from(m: Method) -> Self {
+        match m {
+            Method::Physical => ToolJob::Physical,
+            Method::Logical => ToolJob::Logical,
+        }
+    }
+}
+
+/// Finds the tool: the override if given (a name or path), else the first candidate on PATH.
+pub fn find_tool(flavor: Flavor, job: ToolJob, override_: Option<&str>) -> Result<PathBuf> {
+    let candidates: Vec<&str> = match override_ {
+        Some(t) => vec![t],
+        None => tool_candidates(flavor, job).to_vec(),
+    };
+    for c in &candidates {
+        if c.contains('/') {
+            if Path::new(c).is_file() {
+                return Ok(PathBuf::from(c));
+            }
+            continue;
+        }
+        if let Some(paths) = std::env::var_os("PATH") {
+            for dir in std::env::split_paths(&paths) {
+                let p = dir.join(c);
+                if p.is_file() {
+                    return Ok(p);
+                }
+            }
+        }
+    }
+    Err(Error::ToolNotFound {
+        wanted: candidates.join(" or "),
+    })
+}
+
+/// First line of `tool --version`.
+pub async fn tool_version(tool: &Path) -> String {
+    match tokio::process::Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .await
+    {
+        Ok(out) => {
+            let text = if out.stdout.is_empty() {
+                out.stderr
+            } else {
+                out.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// A private option file carrying the password, so it never appears on a command line.
+pub struct DefaultsFile {
+    dir: tempfile::TempDir,
+}
+
+impl DefaultsFile {
+    /// Writes the file when a password is set.
+    pub fn create(conn: &Connection) -> Result<Option<Self>> {
+        let Some(password) = &conn.password else {
+            return Ok(None);
+        };
+        let io = |source| Error::LocalIo {
+            action: "write option file in",
+            path: std::env::temp_dir().display().to_string(),
+            source,
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("mysql-backup-")
+            .tempdir()
+            .map_err(io)?;
+        let escaped = password.replace('\\', "\\\\").replace('"', "\\\"");
+        let body = Zeroizing::new(format!(
+            "[client]\npassword=\"{escaped}\"\n[mariadb-backup]\npassword=\"{escaped}\"\n[mariabackup]\npassword=\"{escaped}\"\n[xtrabackup]\npassword=\"{escaped}\"\n"
+        ));
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.path().join("my.cnf"))
+            .map_err(io)?;
+        f.write_all(body.as_bytes()).map_err(io)?;
+        Ok(Some(Self { dir }))
+    }
+
+    /// `--defaults-extra-file=…`, which must be the tool's first argument.
+    pub fn arg(&self) -> String {
+        format!(
+            "--defaults-extra-file={}",
+            self.dir.path().join("my.cnf").display()
+        )
+    }
+}
+
+/// Arguments of a physical backup (after the defaults-file argument).
+pub fn physical_args(
+    conn: &Connection,
+    work_dir: &Path,
+    datadir: Option<&str>,
+    extra: &[String],
+) -> Vec<String> {
+    let mut args = vec![
+        "--backup".to_string(),
+        "--stream=xbstream".to_string(),
+        format!("--target-dir={}", work_dir.display()),
+    ];
+    if let Some(d) = datadir {
+        args.push(format!("--datadir={d}"));
+    }
+    args.extend(conn.tool_args());
+    args.extend(extra.iter().cloned());
+    args
+}
+
+/// Arguments of a logical backup: one consistent dump of everything, with binlog coordinates
+/// recorded as comments when binary logging is on.
+pub fn logical_args(
+    conn: &Connection,
+    flavor: Flavor,
+    server_version: &str,
+    log_bin: bool,
+    extra: &[String],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--single-transaction",
+        "--all-databases",
+        "--routines",
+        "--events",
+        "--triggers",
+        "--hex-blob",
+        "--quick",
+        "--flush-privileges",
+        "--default-character-set=utf8mb4",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if log_bin {
+        match flavor {
+            Flavor::Mariadb => {
+                args.push("--master-data=2".into());
+                args.push("--gtid".into());
+            }
+            Flavor::Mysql => {
+                // MySQL 8.0.26 renamed --master-data; 8.4 removed the old name.
+                let (major, minor, patch) = parse_version(server_version);
+                if (major, minor, patch) >= (8, 0, 26) {
+                    args.push("--source-data=2".into());
+                } else {
+                    args.push("--master-data=2".into());
+                }
+                args.push("--set-gtid-purged=AUTO".into());
+            }
+        }
+    }
+    args.extend(conn.tool_args());
+    args.extend(extra.iter().cloned());
+    args
+}
+
+fn parse_version(v: &str) -> (u32, u32, u32) {
+    let mut it = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or(0));
+    (
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
+}
+
+/// Parses `MySQL binlog position: filename 'x', position 'n', GTID of the last change 'g'`.
+pub fn parse_binlog_line(line: &str) -> Option<ConsistentPoint> {
+    let rest = &line[line.find("binlog position:")? + "binlog position:".len()..];
+    let quoted = |label: &str| -> Option<String> {
+        let at = rest.find(label)? + label.len();
+        let tail = rest[at..].trim_start();
+        let tail = tail.strip_prefix('\'')?;
+        Some(tail[..tail.find('\'')?].to_string())
+    };
+    let point = ConsistentPoint {
+        binlog_file: quoted("filename").filter(|s| !s.is_empty()),
+        binlog_position: quoted("position").and_then(|s| s.parse().ok()),
+        gtid_set: quoted("GTID of the last change").filter(|s| !s.is_empty()),
+    };
+    (point.binlog_file.is_some() || point.gtid_set.is_some()).then_some(point)
+}
+
+/// Reads binlog coordinates and GTIDs from a dump's header comments.
+pub fn parse_dump_head(head: &[u8]) -> ConsistentPoint {
+    let text = String::from_utf8_lossy(head);
+    let mut point = ConsistentPoint::default();
+    let between = |s: &str, start: &str, end: char| -> Option<String> {
+        let at = s.find(start)? + start.len();
+        let rest = &s[at..];
+        Some(rest[..rest.find(end)?].to_string())
+    };
+    for line in text.lines() {
+        let l = line.trim_start_matches("-- ").trim();
+        if l.starts_with("CHANGE MASTER TO") || l.starts_with("CHANGE REPLICATION SOURCE TO") {
+            let file = between(l, "MASTER_LOG_FILE='", '\'')
+                .or_else(|| between(l, "SOURCE_LOG_FILE='", '\''));
+            let pos = between(l, "MASTER_LOG_POS=", ';')
+                .or_else(|| between(l, "SOURCE_LOG_POS=", ';'))
+                .and_then(|p| p.trim().trim_end_matches(',').parse().ok());
+            if file.is_some() {
+                point.binlog_file = file;
+                point.binlog_position = pos;
+            }
+        } else if l.starts_with("SET GLOBAL gtid_slave_pos=") {
+            point.gtid_set = between(l, "gtid_slave_pos='", '\'');
+        } else if l.starts_with("SET @@GLOBAL.GTID_PURGED=") {
+            // `SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'uuid:1-5';`: the set is the last quoted string.
+            let quoted: Vec<&str> = l.split('\'').collect();
+            if quoted.len() >= 3 {
+                point.gtid_set = Some(quoted[quoted.len() - 2].replace(['\n', ' '], ""));
+            }
+        }
+        if l.starts_with("Current Database:") {
+            break;
+        }
+    }
+    point
+}
+
+/// What a tool left on stderr.
+#[derive(Debug, Default)]
+pub struct StderrReport {
+    /// The last lines, bounded.
+    pub tail: VecDeque<String>,
+    tail_bytes: usize,
+    /// Whether the completion line was seen.
+    pub completed: bool,
+    /// Coordinates the tool reported.
+    pub point: Option<ConsistentPoint>,
+}
+
+impl StderrReport {
+    fn push(&mut self, line: String) {
+        if line.contains(PHYSICAL_COMPLETION) {
+            self.completed = true;
+        }
+        if let Some(p) = parse_binlog_line(&line) {
+            self.point = Some(p);
+        }
+        self.tail_bytes += line.len();
+        self.tail.push_back(line);
+        while self.tail_bytes > STDERR_TAIL_BYTES && self.tail.len() > 1 {
+            let gone = self.tail.pop_front().expect("non-empty");
+            self.tail_bytes -= gone.len();
+        }
+    }
+
+    /// The last few meaningful lines on one line, for error messages.
+    pub fn summary(&self) -> String {
+        let lines: Vec<&str> = self
+            .tail
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty() && !l.contains("InnoDB: ") && !l.contains("Streaming "))
+            .collect();
+        let start = lines.len().saturating_sub(3);
+        let s = lines[start..].join(" | ");
+        if s.is_empty() {
+            "no output on stderr".into()
+        } else {
+            s
+        }
+    }
+}
+
+/// A running tool whose stdout is read by the caller.
+pub struct ToolProcess {
+    /// Program name for messages.
+    pub name: String,
+    child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<StderrReport>,
+}
+
+/// Which of the tool's standard streams the caller uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolIo {
+    /// The caller reads stdout (backup tools).
+    ReadStdout,
+    /// The caller writes stdin (SQL client).
+    WriteStdin,
+    /// Neither (prepare).
+    Neither,
+}
+
+/// Starts `program args…` with stderr captured and the streams `io` names piped.
+pub fn spawn(program: &Path, args: &[String], io: ToolIo) -> Result<ToolProcess> {
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    tracing::debug!(tool = %name, args = ?args.iter().filter(|a| !a.starts_with("--defaults-extra-file")).collect::<Vec<_>>(), "starting tool");
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(if io == ToolIo::WriteStdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if io == ToolIo::ReadStdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| Error::StartTool {
+            tool: name.clone(),
+            source,
+        })?;
+    let stderr = child.stderr.take().expect("stderr piped");
+    let tool = name.clone();
+    let stderr = tokio::spawn(async move {
+        let mut report = StderrReport::default();
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::trace!(tool = %tool, line = %line, "tool stderr");
+            report.push(line);
+        }
+        report
+    });
+    Ok(ToolProcess {
+        name,
+        child,
+        stderr,
+    })
+}
+
+impl ToolProcess {
+    /// The tool's stdout.
+    pub fn take_stdout(&mut self) -> tokio::process::ChildStdout {
+        self.child.stdout.take().expect("stdout piped")
+    }
+
+    /// The tool's stdin.
+    pub fn take_stdin(&mut self) -> tokio::process::ChildStdin {
+        self.child.stdin.take().expect("stdin piped")
+    }
+
+    /// Kills the tool (after a failure elsewhere) and returns what it printed.
+    pub async fn kill(mut self) -> StderrReport {
+        let _ = self.child.kill().await;
+        self.stderr.await.unwrap_or_default()
+    }
+
+    /// Waits for exit; fails on a non-zero status or, when `completion` is set, a missing
+    /// completion line.
+    pub async fn finish(mut self, completion: Option<&str>) -> Result<StderrReport> {
+        let status = self.child.wait().await.map_err(|source| Error::StartTool {
+            tool: self.name.clone(),
+            source,
+        })?;
+        let report = self.stderr.await.unwrap_or_default();
+        if !status.success() {
+            let status = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(c), _) => format!("exit status {c}"),
+                (None, Some(s)) => format!("killed by signal {s}"),
+                _ => status.to_string(),
+            };
+            return Err(Error::ToolFailed {
+                tool: self.name,
+                status,
+                stderr_tail: report.summary(),
+            });
+        }
+        if let Some(line) = completion {
+            if !report.completed {
+                return Err(Error::ToolIncomplete {
+                    tool: self.name,
+                    expected: line.to_string(),
+                    stderr_tail: report.summary(),
+                });
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binlog_line_from_mariabackup_and_xtrabackup() {
+        let l = "[00] 2026-11-22 03:03:47 MySQL binlog position: filename 'mysql-bin.000001', position '623', GTID of the last change '0-1-2'";
+        let p = parse_binlog_line(l).unwrap();
+        assert_eq!(p.binlog_file.as_deref(), Some("mysql-bin.000001"));
+        assert_eq!(p.binlog_position, Some(623));
+        assert_eq!(p.gtid_set.as_deref(), Some("0-1-2"));
+        let x = "MySQL binlog position: filename 'binlog.000002', position '157', GTID of the last change '3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5'";
+        assert_eq!(
+            parse_binlog_line(x).unwrap().gtid_set.as_deref(),
+            Some("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5")
+        );
+        assert_eq!(parse_binlog_line("Streaming ./ibdata1"), None);
+    }
+
+    #[test]
+    fn dump_heads_of_both_flavors() {
+        let maria = b"-- MariaDB dump\n-- CHANGE MASTER TO MASTER_USE_GTID=slave_pos;\n-- SET GLOBAL gtid_slave_pos='0-1-2';\n-- CHANGE MASTER TO MASTER_LOG_FILE='mysql-bin.000001', MASTER_LOG_POS=623;\n-- Current Database: `x`\n-- CHANGE MASTER TO MASTER_LOG_FILE='later', MASTER_LOG_POS=1;\n";
+        let p = parse_dump_head(maria);
+        assert_eq!(
+            (
+                p.binlog_file.as_deref(),
+                p.binlog_position,
+                p.gtid_set.as_deref()
+            ),
+            (Some("mysql-bin.000001"), Some(623), Some("0-1-2"))
+        );
+        let mysql = b"SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'abc:1-9';\n-- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000003', SOURCE_LOG_POS=157;\n";
+        let p = parse_dump_head(mysql);
+        assert_eq!(
+            (
+                p.binlog_file.as_deref(),
+                p.binlog_position,
+                p.gtid_set.as_deref()
+            ),
+            (Some("binlog.000003"), Some(157), Some("abc:1-9"))
+        );
+    }
+
+    #[test]
+    fn mysql_dump_flags_follow_the_server_version() {
+        let conn = Connection {
+            host: Some("db".into()),
+            port: Some(3307),
+            user: Some("bk".into()),
+            ..Default::default()
+        };
+        let new = logical_args(&conn, Flavor::Mysql, "8.4.2", true, &[]);
+        assert!(
+            new.contains(&"--source-data=2".to_string())
+                && new.contains(&"--set-gtid-purged=AUTO".to_string())
+        );
+        let old = logical_args(&conn, Flavor::Mysql, "8.0.25-15", true, &[]);
+        assert!(old.contains(&"--master-data=2".to_string()));
+        let maria = logical_args(
+            &conn,
+            Flavor::Mariadb,
+            "10.11.6-MariaDB",
+            true,
+            &["--skip-lock-tables".into()],
+        );
+        assert!(
+            maria.contains(&"--gtid".to_string()) && maria.last().unwrap() == "--skip-lock-tables"
+        );
+        let nobin = logical_args(&conn, Flavor::Mariadb, "10.11.6-MariaDB", false, &[]);
+        assert!(!nobin.iter().any(|a| a.contains("master-data")));
+        assert!(new.contains(&"--host=db".to_string()) && new.contains(&"--port=3307".to_string()));
+    }
+
+    #[test]
+    fn flavor_detection_and_tools() {
+        assert_eq!(
+            flavor_of("10.11.6-MariaDB-0+deb12u1", "Debian 12"),
+            Flavor::Mariadb
+        );
+        assert_eq!(
+            flavor_of("8.0.36", "MySQL Community Server - GPL"),
+            Flavor::Mysql
+        );
+        assert_eq!(
+            flavor_of("8.0.36-28", "Percona Server (GPL)"),
+            Flavor::Mysql
+        );
+        assert_eq!(
+            tool_candidates(Flavor::Mysql, ToolJob::Physical),
+            &["xtrabackup"]
+        );
+    }
+
+    #[test]
+    fn stderr_report_is_bounded_and_summarises() {
+        let mut r = StderrReport::default();
+        for i in 0..10_000 {
+            r.push(format!("line {i} {}", "x".repeat(50)));
+        }
+        assert!(r.tail_bytes <= STDERR_TAIL_BYTES);
+        assert!(r.summary().contains("line 9999"));
+        r.push("[00] completed OK!".into());
+        assert!(r.completed);
+    }
+}

@@ -1,0 +1,308 @@
+//! S3 and S3-compatible repositories through `object_store`: streaming multipart uploads with
+//! several parts in flight, retries with backoff, request timeouts, and abort on failure.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, PutPayload, RetryConfig, WriteMultipart,
+};
+
+use super::{ObjectInfo, ObjectWriter, Store, StoreError};
+
+/// Connection settings beyond the URL; credentials come from the standard AWS environment.
+#[derive(Debug, Clone, Default)]
+pub struct S3Options {
+    /// Endpoint URL for S3-compatible services, e.g. `http://127.0.0.1:9000`.
+    pub endpoint: Option<String>,
+    /// Region; defaults to `AWS_REGION`/`AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub region: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`), needed by most S3-compatible servers.
+    pub path_style: bool,
+    /// Multipart part size in bytes; 0 picks one from the segment cap.
+    pub part_size: usize,
+    /// Parts uploaded concurrently per object.
+    pub parts_in_flight: usize,
+    /// Per-request timeout.
+    pub request_timeout: Option<Duration>,
+    /// Retries of one request before giving up.
+    pub max_retries: Option<usize>,
+}
+
+/// A repository in a bucket, under a key prefix.
+#[derive(Debug)]
+pub struct S3Store {
+    store: Arc<AmazonS3>,
+    bucket: String,
+    prefix: String,
+    part_size: usize,
+    parts_in_flight: usize,
+}
+
+fn classify(action: &'static str, key: &str, source: object_store::Error) -> StoreError {
+    match source {
+        object_store::Error::NotFound { .. } => StoreError::NotFound {
+            key: key.to_string(),
+        },
+        // object_store has already retried transient failures by the time an error surfaces.
+        source => StoreError::Remote {
+            action,
+            key: key.to_string(),
+            retryable: false,
+            source,
+        },
+    }
+}
+
+/// Credentials from the shared credentials file, used when the environment names none, so
+/// `~/.aws/credentials` profiles work as with the AWS CLI.
+fn shared_credentials() -> Option<(String, String, Option<String>)> {
+    let path = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".aws/credentials"))
+        })?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    parse_credentials_file(&text, &profile)
+}
+
+fn parse_credentials_file(text: &str, profile: &str) -> Option<(String, String, Option<String>)> {
+    let (mut in_profile, mut id, mut secret, mut token) = (false, None, None, None);
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') && line.ends_with(']') {
+            in_profile = line[1..line.len() - 1].trim() == profile;
+        } else if in_profile {
+            if let Some((k, v)) = line.split_once('=') {
+                let v = v.trim().to_string();
+                match k.trim() {
+                    "aws_access_key_id" => id = Some(v),
+                    "aws_secret_access_key" => secret = Some(v),
+                    "aws_session_token" => token = Some(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Some((id?, secret?, token))
+}
+
+impl S3Store {
+    /// Builds a client for `bucket`; nothing is contacted until the first request.
+    pub fn new(bucket: &str, prefix: &str, opts: &S3Options) -> Result<Self, StoreError> {
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+            if let Some((id, secret, token)) = shared_credentials() {
+                b = b.with_access_key_id(id).with_secret_access_key(secret);
+                if let Some(t) = token {
+                    b = b.with_token(t);
+                }
+            }
+        }
+        let region = opts
+            .region
+            .clone()
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .unwrap_or_else(|| "us-east-1".into());
+        b = b.with_region(region);
+        if let Some(endpoint) = &opts.endpoint {
+            b = b
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"));
+        }
+        b = b.with_virtual_hosted_style_request(!opts.path_style);
+        let client = ClientOptions::new()
+            .with_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(120)))
+            .with_connect_timeout(Duration::from_secs(10));
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(15),
+                base: 2.0,
+            },
+            max_retries: opts.max_retries.unwrap_or(10),
+            retry_timeout: Duration::from_secs(180),
+        };
+        let store = b
+            .with_client_options(client)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| StoreError::Open {
+                url: format!("s3://{bucket}/{prefix}"),
+                reason: e.to_string(),
+            })?;
+        let prefix = prefix.trim_matches('/');
+        Ok(Self {
+            store: Arc::new(store),
+            bucket: bucket.to_string(),
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+            part_size: if opts.part_size == 0 {
+                16 << 20
+            } else {
+                opts.part_size.max(5 << 20)
+            },
+            parts_in_flight: opts.parts_in_flight.max(1),
+        })
+    }
+
+    fn location(&self, key: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}{key}", self.prefix))
+    }
+}
+
+#[async_trait]
+impl Store for S3Store {
+    fn describe(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix)
+    }
+
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
+        self.store
+            .put(&self.location(key), PutPayload::from_bytes(data))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("upload", key, e))
+    }
+
+    async fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StoreError> {
+        let upload = self
+            .store
+            .put_multipart(&self.location(key))
+            .await
+            .map_err(|e| classify("start multipart upload of", key, e))?;
+        Ok(Box::new(S3Writer {
+            upload: WriteMultipart::new_with_chunk_size(upload, self.part_size),
+            parts_in_flight: self.parts_in_flight,
+            key: key.to_string(),
+        }))
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
+        let result = self
+            .store
+            .get(&self.location(key))
+            .await
+            .map_err(|e| classify("download", key, e))?;
+        result
+            .bytes()
+            .await
+            .map_err(|e| classify("download", key, e))
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        let want = range.end - range.start;
+        let bytes = self
+            .store
+            .get_range(&self.location(key), range.clone())
+            .await
+            .map_err(|e| classify("download", key, e))?;
+        if bytes.len() as u64 != want {
+            return Err(StoreError::ShortRead {
+                key: key.into(),
+                start: range.start,
+                end: range.end,
+                got: bytes.len() as u64,
+            });
+        }
+        Ok(bytes)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        let full = format!("{}{prefix}", self.prefix);
+        // object_store lists by path segments; list the enclosing directory and filter.
+        let dir = match full.rfind('/') {
+            Some(i) => Some(ObjectPath::from(&full[..i])),
+            None => None,
+        };
+        let metas: Vec<_> = self
+            .store
+            .list(dir.as_ref())
+            .try_collect()
+            .await
+            .map_err(|e| classify("list", prefix, e))?;
+        let mut out: Vec<ObjectInfo> = metas
+            .into_iter()
+            .filter_map(|m| {
+                let key = m.location.as_ref().strip_prefix(&self.prefix)?.to_string();
+                key.starts_with(prefix).then_some(ObjectInfo {
+                    key,
+                    size: m.size,
+                    last_modified: m.last_modified,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        match self.store.delete(&self.location(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(classify("delete", key, e)),
+        }
+    }
+}
+
+struct S3Writer {
+    upload: WriteMultipart,
+    parts_in_flight: usize,
+    key: String,
+}
+
+#[async_trait]
+impl ObjectWriter for S3Writer {
+    async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
+        self.upload
+            .wait_for_capacity(self.parts_in_flight)
+            .await
+            .map_err(|e| classify("upload part of", &self.key, e))?;
+        self.upload.put(data);
+        Ok(())
+    }
+
+    async fn finish(self: Box<Self>) -> Result<(), StoreError> {
+        let key = self.key;
+        self.upload
+            .finish()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("complete multipart upload of", &key, e))
+    }
+
+    async fn abort(self: Box<Self>) {
+        let key = self.key;
+        if let Err(e) = self.upload.abort().await {
+            tracing::warn!(key = %key, error = %crate::error::chain(&e), "failed to abort multipart upload");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_credentials_file;
+
+    #[test]
+    fn shared_credentials_pick_the_named_profile() {
+        let text = "[default]\naws_access_key_id = A\naws_secret_access_key = B\n\n[ci]\naws_access_key_id=C\naws_secret_access_key=D\naws_session_token=E\n";
+        assert_eq!(
+            parse_credentials_file(text, "default"),
+            Some(("A".into(), "B".into(), None))
+        );
+        assert_eq!(
+            parse_credentials_file(text, "ci"),
+            Some(("C".into(), "D".into(), Some("E".into())))
+        );
+        assert_eq!(parse_credentials_file(text, "missing"), None);
+    }
+}
