@@ -256,7 +256,8 @@ current-context: testenv
             path: self.kubeconfig_path.clone(),
             source,
         })?;
-        self.kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|e| Error::Kubeconfig(Box::new(e)))?;
+        self.kubeconfig =
+            Kubeconfig::from_yaml(&yaml).map_err(|e| Error::Kubeconfig(Box::new(e)))?;
         Ok(())
     }
 
