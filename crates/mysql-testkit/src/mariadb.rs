@@ -64,13 +64,22 @@ impl MariaDb {
         Self::start_with_args(&[])
     }
 
-    /// Like [`MariaDb::start`], with extra `mariadbd` options (e.g. `--innodb-page-size=...`
-    /// at install time is not supported; these apply to the server only).
+    /// Like [`MariaDb::start`], with extra `mariadbd` options (later options win, so these
+    /// can override the defaults, e.g. `--binlog-format=MIXED`).
+    ///
+    /// Besides `root@localhost` (socket), `root@127.0.0.1` exists without a password for
+    /// tests that connect over TCP (name resolution is off, so TCP clients are matched by IP).
     pub fn start_with_args(extra_args: &[&str]) -> Result<MariaDb> {
         let run_dir = new_run_dir()?;
         let datadir = run_dir.path().join("data");
         install_datadir(&datadir, &run_dir.path().join("tmp"))?;
-        Self::launch(run_dir, datadir, extra_args)
+        let db = Self::launch(run_dir, datadir, extra_args)?;
+        db.sql(
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
+             GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;",
+        )
+        .context("failed to create root@127.0.0.1")?;
+        Ok(db)
     }
 
     /// Starts a server on an existing datadir (for example a restored and prepared backup).

@@ -160,7 +160,8 @@ impl S3Server {
     }
 
     /// Environment for a `mysql-backup` child talking to this server: credentials, region,
-    /// endpoint, plain HTTP allowed, path-style requests, no instance metadata lookups.
+    /// endpoint, plain HTTP allowed, path-style requests, no instance metadata lookups, both
+    /// as the standard `AWS_*` variables and as the CLI's own `MYSQL_BACKUP_S3_*` ones.
     pub fn env(&self) -> Vec<(String, String)> {
         self.env_with_endpoint(&self.endpoint())
     }
@@ -177,6 +178,9 @@ impl S3Server {
             ("AWS_ALLOW_HTTP", "true"),
             ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false"),
             ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("MYSQL_BACKUP_S3_ENDPOINT", endpoint),
+            ("MYSQL_BACKUP_S3_REGION", REGION),
+            ("MYSQL_BACKUP_S3_PATH_STYLE", "true"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

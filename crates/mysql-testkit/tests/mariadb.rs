@@ -99,9 +99,43 @@ fn password_user_and_crash_recovery() {
         "{grants}"
     );
 
-    // The TCP port answers too (the server binds loopback only).
-    let addr = std::net::TcpStream::connect(("127.0.0.1", db.port())).unwrap();
-    drop(addr);
+    // Over TCP on loopback: root without password, and the password user.
+    let tcp = |user: &str, password: &str| {
+        std::process::Command::new("mariadb")
+            .args([
+                "--no-defaults",
+                "-N",
+                "-B",
+                "--protocol=TCP",
+                "--host=127.0.0.1",
+            ])
+            .arg(format!("--port={}", db.port()))
+            .arg(format!("--user={user}"))
+            .env("MYSQL_PWD", password)
+            .args(["-e", "SELECT CURRENT_USER()"])
+            .output()
+            .unwrap()
+    };
+    let root = tcp("root", "");
+    assert!(
+        root.status.success(),
+        "{}",
+        String::from_utf8_lossy(&root.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&root.stdout).trim(),
+        "root@127.0.0.1"
+    );
+    let operator = tcp("backup_operator", "s3cr3t 'quoted'");
+    assert!(
+        operator.status.success(),
+        "{}",
+        String::from_utf8_lossy(&operator.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&operator.stdout).trim(),
+        "backup_operator@%"
+    );
 
     db.sql("CREATE DATABASE marsh; CREATE TABLE marsh.t (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO marsh.t VALUES (1), (2);")
         .unwrap();
@@ -135,4 +169,60 @@ fn start_on_existing_datadir() {
 
     let err = MariaDb::start_with_datadir(&copy.path().join("estuary")).unwrap_err();
     assert!(format!("{err:#}").contains("does not look like a MariaDB datadir"));
+}
+
+/// The snapshot's normalisation is right when the standard tools' round trips compare equal:
+/// a physical copy (mariabackup backup + prepare) and a logical one (mariadb-dump | mariadb).
+#[test]
+fn snapshot_equal_after_standard_tool_round_trips() {
+    use std::process::{Command, Stdio};
+
+    let source = MariaDb::start().unwrap();
+    load_fixture(&source, 500).unwrap();
+    let expected = snapshot(&source).unwrap();
+
+    let backup = tempfile::tempdir().unwrap();
+    let target = backup.path().join("full");
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(Command::new("mariabackup")
+        .arg("--backup")
+        .arg(format!("--target-dir={}", target.display()))
+        .arg(format!("--socket={}", source.socket().display()))
+        .arg("--user=root"));
+    run(Command::new("mariabackup")
+        .arg("--prepare")
+        .arg(format!("--target-dir={}", target.display())));
+    let physical = MariaDb::start_with_datadir(&target).unwrap();
+    assert_same(&expected, &snapshot(&physical).unwrap());
+    drop(physical);
+
+    let logical = MariaDb::start().unwrap();
+    let mut dump = Command::new("mariadb-dump")
+        .args(["--no-defaults", "--user=root", "--single-transaction"])
+        .args(["--routines", "--events", "--triggers", "--databases"])
+        .args(FIXTURE_DATABASES)
+        .arg(format!("--socket={}", source.socket().display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let load = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", logical.socket().display()))
+        .stdin(dump.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(dump.wait().unwrap().success());
+    assert!(
+        load.status.success(),
+        "{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
+    assert_same(&expected, &snapshot(&logical).unwrap());
 }
