@@ -57,7 +57,10 @@ pub struct MySQLClusterSpec {
     /// Server version to run, such as `8.4` or `11.4`; selects the default image of the
     /// engine. One of version or image must be set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 32))]
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    )]
     pub version: Option<String>,
 
     /// Container image of the server; overrides the image chosen from `version`.

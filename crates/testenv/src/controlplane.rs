@@ -29,6 +29,9 @@ pub const KEEP_DIR_ENV: &str = "BULWARK_TESTENV_KEEP";
 /// How long each component may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How often start-up is tried when a component exits while starting.
+const START_ATTEMPTS: usize = 3;
+
 /// Interval between two readiness checks.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -73,6 +76,24 @@ impl ControlPlane {
             .clone()
             .unwrap_or_else(|| repository_root().join("crds"));
 
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&binaries, &crds_dir).await {
+                // A component that exits during start-up most likely lost the race for one of
+                // the ports picked as free; another attempt picks new ones.
+                Err(err @ Error::Exited { .. }) if attempt < START_ATTEMPTS => {
+                    eprintln!(
+                        "bulwark-testenv: start attempt {attempt} failed, retrying: {}",
+                        error_chain(&err)
+                    );
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(binaries: &Binaries, crds_dir: &Path) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("bulwark-testenv-")
             .tempdir()
@@ -87,7 +108,7 @@ impl ControlPlane {
             server: String::new(),
             dir: Some(dir),
         };
-        match control_plane.boot(&binaries, &crds_dir).await {
+        match control_plane.boot(binaries, crds_dir).await {
             Ok(()) => Ok(control_plane),
             Err(err) => {
                 eprintln!(

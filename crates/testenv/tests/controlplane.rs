@@ -94,3 +94,34 @@ async fn dropping_a_control_plane_stops_it_and_removes_its_directory() {
     }
     assert!(!dir.exists(), "{} still exists", dir.display());
 }
+
+#[tokio::test]
+async fn a_component_that_exits_fails_the_start_with_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let bin = tempfile::tempdir().expect("tempdir");
+    for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+        let path = bin.path().join(name);
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\necho \"{name}: refusing to start\" >&2\nexit 3\n"),
+        )
+        .expect("write fake binary");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let err = ControlPlane::start(Options {
+        bin_dir: Some(bin.path().to_path_buf()),
+        crds_dir: None,
+    })
+    .await
+    .expect_err("etcd exits at once");
+    match err {
+        bulwark_testenv::Error::Exited {
+            component, status, ..
+        } => {
+            assert_eq!(component, "etcd");
+            assert!(status.contains('3'), "{status}");
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+}
