@@ -16,6 +16,7 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference};
     group = "mysql.bulwark.dev",
     version = "v1alpha1",
     kind = "MySQLBackup",
+    doc = "One backup of a MySQLCluster, taken on demand or by a schedule.",
     plural = "mysqlbackups",
     singular = "mysqlbackup",
     namespaced,

@@ -22,6 +22,7 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference, SecretKe
     group = "mysql.bulwark.dev",
     version = "v1alpha1",
     kind = "MySQLCluster",
+    doc = "A replicated MySQL or MariaDB cluster managed by Bulwark, with its storage, services and scheduled backups.",
     plural = "mysqlclusters",
     singular = "mysqlcluster",
     namespaced,

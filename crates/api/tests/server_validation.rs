@@ -178,6 +178,24 @@ async fn both_kinds_round_trip_with_server_side_defaults() {
         json!(1)
     );
     assert_eq!(raw.data["spec"]["metrics"]["enabled"], json!(false));
+    let node_ports = json!({
+        "apiVersion": "mysql.bulwark.dev/v1alpha1",
+        "kind": "MySQLCluster",
+        "metadata": { "name": "node-ports" },
+        "spec": {
+            "engine": "mysql", "version": "8.4", "storage": { "size": "1Gi" },
+            "service": { "type": "NodePort", "nodePorts": {} }
+        }
+    });
+    let node_ports: DynamicObject = serde_json::from_value(node_ports).expect("object");
+    let raw = dynamic_api(&client, ns, &node_ports)
+        .create(&PostParams::default(), &node_ports)
+        .await
+        .expect("create a NodePort cluster");
+    assert_eq!(
+        raw.data["spec"]["service"]["nodePorts"],
+        json!({ "write": 30306, "read": 30307 })
+    );
     let typed = clusters.get("minimal").await.expect("read typed");
     assert_eq!(typed.spec.service.type_, ServiceType::ClusterIP);
     assert_eq!(

@@ -38,8 +38,8 @@ pub use controlplane::{ControlPlane, Options, KEEP_DIR_ENV};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
 
-/// What tests need of the shared control plane; the processes themselves are owned by
-/// [`SHARED_OWNER`] so they can be stopped at exit.
+/// What tests need of the shared control plane. The processes themselves are owned by a
+/// separate static so they can be stopped when the test binary exits.
 #[derive(Debug)]
 pub struct SharedControlPlane {
     kubeconfig: Kubeconfig,
