@@ -160,6 +160,7 @@ start_server() {
 
 if [[ ! -f "$DATA_CACHE/.complete" ]]; then
   say "preparing ${BENCH_TABLES} x ${BENCH_ROWS} sysbench rows in $DATA_CACHE (once; reused later)"
+  stop_stale_server
   rm -rf "$DATA_CACHE"
   mkdir -p "$DATA_CACHE"
   install_user=()

@@ -6,6 +6,33 @@
 //! Synchronous by design (std threads, processes and sockets): integration tests drive the
 //! `mysql-backup` binary as a subprocess and need no async runtime. The external programs come
 //! from `scripts/install-test-deps.sh`; every server binds 127.0.0.1 only.
+//!
+//! A typical round-trip test of the CLI:
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use bulwark_mysql_testkit::{assert_same, load_fixture, snapshot, MariaDb, S3Server};
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! let source = MariaDb::start()?;
+//! load_fixture(&source, 10_000)?;
+//! let before = snapshot(&source)?;
+//!
+//! let s3 = S3Server::start()?;
+//! s3.create_bucket("harbor")?;
+//! // In crates/backup's integration tests: env!("CARGO_BIN_EXE_mysql-backup").
+//! let status = Command::new("mysql-backup")
+//!     .args(["backup", "--repo", "s3://harbor/nightly", "--method", "physical"])
+//!     .args(source.cli_args())
+//!     .envs(s3.env())
+//!     .status()?;
+//! assert!(status.success());
+//! // ... restore into a directory, then:
+//! let restored = MariaDb::start_with_datadir(std::path::Path::new("/tmp/restored"))?;
+//! assert_same(&before, &snapshot(&restored)?);
+//! # Ok(())
+//! # }
+//! ```
 
 mod fault_proxy;
 mod fixture;
