@@ -29,6 +29,12 @@ pub const KEEP_DIR_ENV: &str = "BULWARK_TESTENV_KEEP";
 /// How long each component may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Prefix of the temporary directories of control planes.
+const DIR_PREFIX: &str = "bulwark-testenv-";
+
+/// File in a control plane's directory holding the process id of the test binary that owns it.
+const OWNER_FILE: &str = "owner.pid";
+
 /// How often start-up is tried when a component exits while starting.
 const START_ATTEMPTS: usize = 3;
 
@@ -76,6 +82,7 @@ impl ControlPlane {
             .clone()
             .unwrap_or_else(|| repository_root().join("crds"));
 
+        remove_stale_dirs();
         let mut attempt = 1;
         loop {
             match Self::start_once(&binaries, &crds_dir).await {
@@ -95,12 +102,17 @@ impl ControlPlane {
 
     async fn start_once(binaries: &Binaries, crds_dir: &Path) -> Result<Self> {
         let dir = tempfile::Builder::new()
-            .prefix("bulwark-testenv-")
+            .prefix(DIR_PREFIX)
             .tempdir()
             .map_err(|source| Error::Io {
                 path: std::env::temp_dir(),
                 source,
             })?;
+        let owner = dir.path().join(OWNER_FILE);
+        std::fs::write(&owner, std::process::id().to_string()).map_err(|source| Error::Io {
+            path: owner,
+            source,
+        })?;
         let mut control_plane = Self {
             processes: Vec::new(),
             kubeconfig: Kubeconfig::default(),
@@ -189,13 +201,8 @@ impl ControlPlane {
         self.wait_for("kube-apiserver /readyz", || apiserver_ready(&client))
             .await?;
 
-        let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
-        std::fs::copy(&self.kubeconfig_path, &kcm_kubeconfig).map_err(|source| Error::Io {
-            path: kcm_kubeconfig.clone(),
-            source,
-        })?;
         let mut kcm = Command::new(&binaries.kube_controller_manager);
-        kcm.arg(format!("--kubeconfig={}", kcm_kubeconfig.display()))
+        kcm.arg(format!("--kubeconfig={}", self.kubeconfig_path.display()))
             .arg("--secure-port=0")
             .arg("--leader-elect=false")
             .arg(format!(
@@ -332,6 +339,8 @@ impl Drop for ControlPlane {
         }
         if let Some(dir) = self.dir.take() {
             if std::env::var_os(KEEP_DIR_ENV).is_some_and(|v| !v.is_empty()) {
+                // Without an owner the directory is never swept as stale.
+                let _ = std::fs::remove_file(dir.path().join(OWNER_FILE));
                 eprintln!(
                     "bulwark-testenv: keeping {} ({KEEP_DIR_ENV} is set)",
                     dir.keep().display()
@@ -362,6 +371,34 @@ pub(crate) async fn client_from(kubeconfig: &Kubeconfig) -> Result<Client> {
         .await
         .map_err(|e| Error::Kubeconfig(Box::new(e)))?;
     Client::try_from(config).map_err(|e| Error::Client(Box::new(e)))
+}
+
+/// Removes the directories of control planes whose test binary died without cleaning up
+/// (killed with SIGKILL, for instance; its processes were killed by the kernel).
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with(DIR_PREFIX));
+        if !is_ours {
+            continue;
+        }
+        let Ok(owner) = std::fs::read_to_string(path.join(OWNER_FILE)) else {
+            continue;
+        };
+        let owner_alive = owner
+            .trim()
+            .parse::<u32>()
+            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !owner_alive {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// Reserves a free port on 127.0.0.1 by binding port 0 and releasing it.
