@@ -142,7 +142,7 @@ pub async fn run(
                     stderr_tail: report.summary(),
                 });
             }
-            source::parse_dump_head(&written.head)
+            source::parse_dump_point(&written.head, &written.tail)
         }
     };
     if req.method == Method::Physical

@@ -209,7 +209,7 @@ struct BackupArgs {
     #[command(flatten)]
     conn: ConnArgs,
     /// zstd level (1 is fastest; see the README's benchmark).
-    #[arg(long, default_value_t = 1, env = "MYSQL_BACKUP_COMPRESSION_LEVEL", value_parser = clap::value_parser!(i32).range(-7..=19))]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, env = "MYSQL_BACKUP_COMPRESSION_LEVEL", value_parser = clap::value_parser!(i32).range(-7..=19))]
     compression_level: i32,
     #[command(flatten)]
     key: KeyArgs,

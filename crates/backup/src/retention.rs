@@ -163,19 +163,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             .parse()
             .map_err(|_| format!("invalid duration {s:?}: a unit without a number"))?;
         num.clear();
-        total +=
-            match unit.as_str() {
-                "y" => Duration::days(365 * n),
-                "m" => Duration::days(30 * n),
-                "w" => Duration::weeks(n),
-                "d" => Duration::days(n),
-                "h" => Duration::hours(n),
-                "min" => Duration::minutes(n),
-                "s" => Duration::seconds(n),
-                other => return Err(format!(
+        total += match unit.as_str() {
+            "y" => Duration::days(365 * n),
+            "m" => Duration::days(30 * n),
+            "w" => Duration::weeks(n),
+            "d" => Duration::days(n),
+            "h" => Duration::hours(n),
+            "min" => Duration::minutes(n),
+            "s" => Duration::seconds(n),
+            other => {
+                return Err(format!(
                     "invalid duration {s:?}: unknown unit {other:?} (use y, m, w, d, h, min, s)"
-                )),
-            };
+                ))
+            }
+        };
         any = true;
     }
     if !num.is_empty() || !any {

@@ -376,8 +376,21 @@ pub fn parse_binlog_line(line: &str) -> Option<ConsistentPoint> {
     (point.binlog_file.is_some() || point.gtid_set.is_some()).then_some(point)
 }
 
-/// Reads binlog coordinates and GTIDs from a dump's header comments.
-pub fn parse_dump_head(head: &[u8]) -> ConsistentPoint {
+/// Reads binlog coordinates and GTIDs from a dump's header comments and, for MariaDB, the GTID
+/// position it writes as a comment at the end.
+pub fn parse_dump_point(head: &[u8], tail: &[u8]) -> ConsistentPoint {
+    let mut point = parse_dump_head(head);
+    if point.gtid_set.is_none() {
+        let text = String::from_utf8_lossy(tail);
+        point.gtid_set = text.lines().rev().find_map(|l| {
+            let rest = l.strip_prefix("-- SET GLOBAL gtid_slave_pos='")?;
+            Some(rest[..rest.find('\'')?].to_string())
+        });
+    }
+    point
+}
+
+fn parse_dump_head(head: &[u8]) -> ConsistentPoint {
     let text = String::from_utf8_lossy(head);
     let mut point = ConsistentPoint::default();
     let between = |s: &str, start: &str, end: char| -> Option<String> {
@@ -605,6 +618,19 @@ mod tests {
                 p.gtid_set.as_deref()
             ),
             (Some("mysql-bin.000001"), Some(623), Some("0-1-2"))
+        );
+        let tail = b"INSERT INTO x VALUES (1);\n-- SET GLOBAL gtid_slave_pos='0-1-7';\n-- Dump completed on 2026-11-22\n";
+        let p = parse_dump_point(
+            b"-- CHANGE MASTER TO MASTER_LOG_FILE='f.000002', MASTER_LOG_POS=9;\n",
+            tail,
+        );
+        assert_eq!(
+            (
+                p.binlog_file.as_deref(),
+                p.binlog_position,
+                p.gtid_set.as_deref()
+            ),
+            (Some("f.000002"), Some(9), Some("0-1-7"))
         );
         let mysql = b"SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'abc:1-9';\n-- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000003', SOURCE_LOG_POS=157;\n";
         let p = parse_dump_head(mysql);

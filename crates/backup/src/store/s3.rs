@@ -60,6 +60,44 @@ fn classify(action: &'static str, key: &str, source: object_store::Error) -> Sto
     }
 }
 
+/// Attempts of an idempotent read whose response body can still fail after object_store's own
+/// request retries (listings and whole-object reads are not resumed by it).
+const READ_ATTEMPTS: u32 = 4;
+
+fn permanent(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    matches!(
+        e,
+        E::NotFound { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::NotSupported { .. }
+            | E::NotImplemented
+            | E::InvalidPath { .. }
+            | E::Precondition { .. }
+    )
+}
+
+async fn retry_read<T, F, Fut>(mut op: F) -> Result<T, object_store::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, object_store::Error>>,
+{
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if attempt < READ_ATTEMPTS && !permanent(&e) => {
+                tracing::warn!(attempt, error = %crate::error::chain(&e), "retrying S3 read");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Credentials from the shared credentials file, used when the environment names none, so
 /// `~/.aws/credentials` profiles work as with the AWS CLI.
 fn shared_credentials() -> Option<(String, String, Option<String>)> {
@@ -112,13 +150,16 @@ impl S3Store {
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
             .unwrap_or_else(|| "us-east-1".into());
         b = b.with_region(region);
+        // Client options replace the builder's, so HTTP permission is decided here in one place.
+        let mut client = ClientOptions::new();
         if let Some(endpoint) = &opts.endpoint {
-            b = b
-                .with_endpoint(endpoint)
-                .with_allow_http(endpoint.starts_with("http://"));
+            b = b.with_endpoint(endpoint);
+            client = client.with_allow_http(endpoint.starts_with("http://"));
+        } else if std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
+            client = client.with_allow_http(true);
         }
         b = b.with_virtual_hosted_style_request(!opts.path_style);
-        let client = ClientOptions::new()
+        let client = client
             .with_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(120)))
             .with_connect_timeout(Duration::from_secs(10));
         let retry = RetryConfig {
@@ -185,26 +226,23 @@ impl Store for S3Store {
             upload: WriteMultipart::new_with_chunk_size(upload, self.part_size),
             parts_in_flight: self.parts_in_flight,
             key: key.to_string(),
+            store: self.store.clone(),
+            location: self.location(key),
+            written: 0,
         }))
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
-        let result = self
-            .store
-            .get(&self.location(key))
-            .await
-            .map_err(|e| classify("download", key, e))?;
-        result
-            .bytes()
+        let location = self.location(key);
+        retry_read(|| async { self.store.get(&location).await?.bytes().await })
             .await
             .map_err(|e| classify("download", key, e))
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         let want = range.end - range.start;
-        let bytes = self
-            .store
-            .get_range(&self.location(key), range.clone())
+        let location = self.location(key);
+        let bytes = retry_read(|| self.store.get_range(&location, range.clone()))
             .await
             .map_err(|e| classify("download", key, e))?;
         if bytes.len() as u64 != want {
@@ -225,10 +263,7 @@ impl Store for S3Store {
             Some(i) => Some(ObjectPath::from(&full[..i])),
             None => None,
         };
-        let metas: Vec<_> = self
-            .store
-            .list(dir.as_ref())
-            .try_collect()
+        let metas: Vec<_> = retry_read(|| self.store.list(dir.as_ref()).try_collect())
             .await
             .map_err(|e| classify("list", prefix, e))?;
         let mut out: Vec<ObjectInfo> = metas
@@ -258,6 +293,9 @@ struct S3Writer {
     upload: WriteMultipart,
     parts_in_flight: usize,
     key: String,
+    store: Arc<AmazonS3>,
+    location: ObjectPath,
+    written: u64,
 }
 
 #[async_trait]
@@ -267,17 +305,33 @@ impl ObjectWriter for S3Writer {
             .wait_for_capacity(self.parts_in_flight)
             .await
             .map_err(|e| classify("upload part of", &self.key, e))?;
+        self.written += data.len() as u64;
         self.upload.put(data);
         Ok(())
     }
 
     async fn finish(self: Box<Self>) -> Result<(), StoreError> {
-        let key = self.key;
-        self.upload
-            .finish()
-            .await
-            .map(|_| ())
-            .map_err(|e| classify("complete multipart upload of", &key, e))
+        let S3Writer {
+            upload,
+            key,
+            store,
+            location,
+            written,
+            ..
+        } = *self;
+        match upload.finish().await {
+            Ok(_) => Ok(()),
+            // When the response to a completion is lost, the retry finds the upload already
+            // gone (NoSuchUpload). The object then exists with exactly the bytes written.
+            Err(e @ object_store::Error::NotFound { .. }) => match store.head(&location).await {
+                Ok(meta) if meta.size == written => {
+                    tracing::info!(key = %key, "multipart upload was completed by an earlier attempt");
+                    Ok(())
+                }
+                _ => Err(classify("complete multipart upload of", &key, e)),
+            },
+            Err(e) => Err(classify("complete multipart upload of", &key, e)),
+        }
     }
 
     async fn abort(self: Box<Self>) {
