@@ -194,7 +194,8 @@ find "$DATADIR" -type f -exec cat {} + >/dev/null
 declare -A SECS RSS OUTBYTES
 
 # measure NAME SETUP_CMD CMD OUTPUT_PATH: runs SETUP_CMD (untimed) then CMD under
-# `bash -o pipefail`, REPEAT times; keeps the best wall time.
+# `bash -o pipefail`, REPEAT times; keeps the best wall time and the size of OUTPUT_PATH
+# (if given) after the last run.
 measure() {
   local name=$1 setup=$2 cmd=$3 output=$4 rep
   for rep in $(seq 1 "$REPEAT"); do
@@ -214,7 +215,9 @@ measure() {
       RSS[$name]=$rss
     fi
   done
-  OUTBYTES[$name]=$(du -sb "$output" 2>/dev/null | cut -f1 || echo 0)
+  if [[ -n "$output" ]]; then
+    OUTBYTES[$name]=$(du -sb "$output" 2>/dev/null | cut -f1 || echo 0)
+  fi
 }
 
 ratio() { awk -v base="$1" -v ours="$2" 'BEGIN{ if (ours > 0) printf "%.2f", base / ours; else print "n/a" }'; }
@@ -230,7 +233,7 @@ MB_COMMON="--backup --stream=xbstream --socket=$SOCKET --user=root"
 measure "mariabackup stream only" \
   "rm -rf '$WORK/mb-tmp' && mkdir -p '$WORK/mb-tmp'" \
   "mariabackup $MB_COMMON --target-dir='$WORK/mb-tmp' | wc -c > '$WORK/stream.bytes'" \
-  "$WORK/stream.bytes"
+  ""
 STREAM_BYTES=$(cat "$WORK/stream.bytes")
 say "xbstream size: $((STREAM_BYTES / 1024 / 1024)) MiB"
 
@@ -295,11 +298,12 @@ for L in $BENCH_LEVELS; do
     "$L" "$BENCH_TABLES" "$BENCH_ROWS" "$((STREAM_BYTES / 1024 / 1024))" "$REPEAT"
   printf '%-44s %8s %8s %10s %12s %14s\n' "measurement" "seconds" "MB/s" "out MiB" "vs baseline" "peak RSS MiB*"
   row() { # name baseline_name
-    local name=$1 base=${2:-} vs="-"
+    local name=$1 base=${2:-} vs="-" out="-"
     [[ -n "${SECS[$name]:-}" ]] || return 0
     [[ -n "$base" && -n "${SECS[$base]:-}" ]] && vs="$(ratio "${SECS[$base]}" "${SECS[$name]}")x"
+    [[ -n "${OUTBYTES[$name]:-}" ]] && out=$(( OUTBYTES[$name] / 1024 / 1024 ))
     printf '%-44s %8.2f %8s %10s %12s %14s\n' "$name" "${SECS[$name]}" "$(mbps "${SECS[$name]}")" \
-      "$(( ${OUTBYTES[$name]:-0} / 1024 / 1024 ))" "$vs" "$(( ${RSS[$name]} / 1024 ))"
+      "$out" "$vs" "$(( ${RSS[$name]} / 1024 ))"
   }
   row "mariabackup stream only"
   row "$A" "$B"
