@@ -13,7 +13,7 @@
 # ~/.cache/bulwark: the prepared datadir is kept there, keyed by size and MariaDB version),
 # BENCH_WORKDIR (where outputs are written, default the cache dir).
 #
-# Measured (wall seconds, best of REPEAT; peak RSS of the largest process via GNU time):
+# Measured (wall seconds, best of REPEAT rounds; peak RSS of the largest process via GNU time):
 #   (a) mysql-backup backup --method physical, zstd level L, encrypted
 #   (b) mariabackup --stream=xbstream | zstd -L -T0 | openssl enc -aes-256-ctr | tee >(sha256sum) > file
 #   (c) mariabackup --stream=xbstream | zstd -L -T0 > file
@@ -190,34 +190,48 @@ say "MariaDB $MARIADB_VERSION on $DATADIR ($(du -sh "$DATADIR" | cut -f1)), $(np
 # Page cache: read every datadir file once, so all runs start warm.
 find "$DATADIR" -type f -exec cat {} + >/dev/null
 
-# Best (lowest) wall seconds and the largest peak RSS (KiB) of a measurement, by name.
+# Best (lowest) wall seconds, the largest peak RSS (KiB) and the output size of a
+# measurement, by name.
 declare -A SECS RSS OUTBYTES
 
-# measure NAME SETUP_CMD CMD OUTPUT_PATH: runs SETUP_CMD (untimed) then CMD under
-# `bash -o pipefail`, REPEAT times; keeps the best wall time and the size of OUTPUT_PATH
-# (if given) after the last run.
-measure() {
-  local name=$1 setup=$2 cmd=$3 output=$4 rep
-  for rep in $(seq 1 "$REPEAT"); do
-    bash -o pipefail -c "$setup" || die "setup of $name failed"
-    sync
-    if ! /usr/bin/time -f '%e %M' -o "$WORK/time.out" bash -o pipefail -c "$cmd" >"$WORK/run.log" 2>&1; then
-      tail -n 30 "$WORK/run.log" >&2
-      die "$name failed (command: $cmd)"
-    fi
-    local secs rss
-    read -r secs rss < <(tail -n 1 "$WORK/time.out")
-    say "$(printf '%-34s run %d: %6.2f s, peak RSS %d MiB' "$name" "$rep" "$secs" $((rss / 1024)))"
-    if [[ -z "${SECS[$name]:-}" ]] || awk -v a="$secs" -v b="${SECS[$name]}" 'BEGIN{exit !(a<b)}'; then
-      SECS[$name]=$secs
-    fi
-    if [[ -z "${RSS[$name]:-}" || "$rss" -gt "${RSS[$name]}" ]]; then
-      RSS[$name]=$rss
-    fi
-  done
+# measure_once NAME SETUP_CMD CMD OUTPUT_PATH KEEP ROUND: runs SETUP_CMD (untimed), then CMD
+# under `bash -o pipefail` and GNU time; records the time, peak RSS and size of OUTPUT_PATH
+# (if given), then deletes OUTPUT_PATH unless KEEP is 1 (a later measurement reads it).
+measure_once() {
+  local name=$1 setup=$2 cmd=$3 output=$4 keep=$5 round=$6 secs rss
+  bash -o pipefail -c "$setup" || die "setup of $name failed"
+  sync
+  if ! /usr/bin/time -f '%e %M' -o "$WORK/time.out" bash -o pipefail -c "$cmd" >"$WORK/run.log" 2>&1; then
+    tail -n 30 "$WORK/run.log" >&2
+    die "$name failed (command: $cmd)"
+  fi
+  read -r secs rss < <(tail -n 1 "$WORK/time.out")
+  say "$(printf '%-44s round %d: %6.2f s, peak RSS %d MiB' "$name" "$round" "$secs" $((rss / 1024)))"
+  if [[ -z "${SECS[$name]:-}" ]] || awk -v a="$secs" -v b="${SECS[$name]}" 'BEGIN{exit !(a<b)}'; then
+    SECS[$name]=$secs
+  fi
+  if [[ -z "${RSS[$name]:-}" || "$rss" -gt "${RSS[$name]}" ]]; then
+    RSS[$name]=$rss
+  fi
   if [[ -n "$output" ]]; then
     OUTBYTES[$name]=$(du -sb "$output" 2>/dev/null | cut -f1 || echo 0)
+    [[ "$keep" == 1 ]] || rm -rf "$output"
   fi
+}
+
+# Measurements are planned, then run in REPEAT rounds of one run each, so that a transient
+# load on the machine hits the pipelines being compared alike.
+PLAN=()
+# plan NAME SETUP_CMD CMD OUTPUT_PATH KEEP
+plan() { PLAN+=("$1" "$2" "$3" "$4" "$5"); }
+run_plan() {
+  local round i
+  for round in $(seq 1 "$REPEAT"); do
+    for ((i = 0; i < ${#PLAN[@]}; i += 5)); do
+      measure_once "${PLAN[i]}" "${PLAN[i + 1]}" "${PLAN[i + 2]}" "${PLAN[i + 3]}" "${PLAN[i + 4]}" "$round"
+    done
+  done
+  PLAN=()
 }
 
 ratio() { awk -v base="$1" -v ours="$2" 'BEGIN{ if (ours > 0) printf "%.2f", base / ours; else print "n/a" }'; }
@@ -230,10 +244,11 @@ AES_KEY="$(openssl rand -hex 32)"
 AES_IV="$(openssl rand -hex 16)"
 MB_COMMON="--backup --stream=xbstream --socket=$SOCKET --user=root"
 
-measure "mariabackup stream only" \
+plan "mariabackup stream only" \
   "rm -rf '$WORK/mb-tmp' && mkdir -p '$WORK/mb-tmp'" \
   "mariabackup $MB_COMMON --target-dir='$WORK/mb-tmp' | wc -c > '$WORK/stream.bytes'" \
-  ""
+  "" 1
+run_plan
 STREAM_BYTES=$(cat "$WORK/stream.bytes")
 say "xbstream size: $((STREAM_BYTES / 1024 / 1024)) MiB"
 
@@ -252,46 +267,47 @@ for L in $BENCH_LEVELS; do
   F="(f) mysql-backup restore L$L"
   G="(g) (e) + mariabackup --prepare L$L"
 
+  # Backups. (d) and (f) restore the last (a); (e) and (g) read the last (b).
   if [[ -n "$BIN" ]]; then
-    measure "$A" \
+    plan "$A" \
       "rm -rf '$WORK/repo' && mkdir -p '$WORK/repo'" \
       "'$BIN' backup --repo '$WORK/repo' --method physical --mysql-socket '$SOCKET' --mysql-user root --compression-level $L --encryption-key-file '$KEYFILE'" \
-      "$WORK/repo"
+      "$WORK/repo" 1
   fi
-  measure "$B" \
+  plan "$B" \
     "rm -rf '$WORK/mb-tmp' '$WORK/b.xbs.zst.enc' && mkdir -p '$WORK/mb-tmp'" \
     "mariabackup $MB_COMMON --target-dir='$WORK/mb-tmp' | zstd -q -$L -T0 | openssl enc -aes-256-ctr -K $AES_KEY -iv $AES_IV | tee >(sha256sum >/dev/null) > '$WORK/b.xbs.zst.enc'" \
-    "$WORK/b.xbs.zst.enc"
-  measure "$C" \
+    "$WORK/b.xbs.zst.enc" 1
+  plan "$C" \
     "rm -rf '$WORK/mb-tmp' '$WORK/c.xbs.zst' && mkdir -p '$WORK/mb-tmp'" \
     "mariabackup $MB_COMMON --target-dir='$WORK/mb-tmp' | zstd -q -$L -T0 > '$WORK/c.xbs.zst'" \
-    "$WORK/c.xbs.zst"
-  rm -f "$WORK/c.xbs.zst"
+    "$WORK/c.xbs.zst" 0
+  run_plan
 
+  # Restores.
+  BASELINE_RESTORE="tee >(sha256sum >/dev/null) < '$WORK/b.xbs.zst.enc' | openssl enc -d -aes-256-ctr -K $AES_KEY -iv $AES_IV | zstd -q -d | mbstream -x"
   if [[ -n "$BIN" ]]; then
-    measure "$D" \
+    plan "$D" \
       "rm -rf '$WORK/restore-d'" \
       "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-d' --skip-prepare" \
-      "$WORK/restore-d"
-    rm -rf "$WORK/restore-d"
+      "$WORK/restore-d" 0
   fi
-  measure "$E" \
+  plan "$E" \
     "rm -rf '$WORK/restore-e' && mkdir -p '$WORK/restore-e'" \
-    "tee >(sha256sum >/dev/null) < '$WORK/b.xbs.zst.enc' | openssl enc -d -aes-256-ctr -K $AES_KEY -iv $AES_IV | zstd -q -d | mbstream -x -C '$WORK/restore-e'" \
-    "$WORK/restore-e"
-  [[ -f "$WORK/restore-e/xtrabackup_checkpoints" ]] || die "baseline restore produced no xtrabackup_checkpoints"
+    "$BASELINE_RESTORE -C '$WORK/restore-e' && test -f '$WORK/restore-e/xtrabackup_checkpoints'" \
+    "$WORK/restore-e" 0
   if [[ -n "$BIN" ]]; then
-    measure "$F" \
+    plan "$F" \
       "rm -rf '$WORK/restore-f'" \
       "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-f'" \
-      "$WORK/restore-f"
-    rm -rf "$WORK/restore-f"
+      "$WORK/restore-f" 0
   fi
-  measure "$G" \
-    "rm -rf '$WORK/restore-e' && mkdir -p '$WORK/restore-e'" \
-    "tee >(sha256sum >/dev/null) < '$WORK/b.xbs.zst.enc' | openssl enc -d -aes-256-ctr -K $AES_KEY -iv $AES_IV | zstd -q -d | mbstream -x -C '$WORK/restore-e' && mariabackup --prepare --target-dir='$WORK/restore-e'" \
-    "$WORK/restore-e"
-  rm -rf "$WORK/restore-e" "$WORK/b.xbs.zst.enc" "$WORK/repo"
+  plan "$G" \
+    "rm -rf '$WORK/restore-g' && mkdir -p '$WORK/restore-g'" \
+    "$BASELINE_RESTORE -C '$WORK/restore-g' && mariabackup --prepare --target-dir='$WORK/restore-g'" \
+    "$WORK/restore-g" 0
+  run_plan
+  rm -rf "$WORK/b.xbs.zst.enc" "$WORK/repo"
 
   # ------------------------------------------------------------ table for this level
   printf '\nzstd level %s, %s x %s rows, input stream %s MiB, best of %s\n' \
