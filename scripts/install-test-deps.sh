@@ -28,7 +28,8 @@ quiet() {
 
 # The Python used for the venv must be able to create one (Debian's needs python3-venv).
 PYTHON="${PYTHON:-python3}"
-if ! command -v "$PYTHON" >/dev/null 2>&1 || ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+if [[ ! -f "$VENV/.installed" ]] &&
+   { ! command -v "$PYTHON" >/dev/null 2>&1 || ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; }; then
   APT_PACKAGES+=(python3 python3-venv)
   PYTHON=/usr/bin/python3
 fi
