@@ -39,10 +39,10 @@ pub enum Error {
     ConnectServer {
         target: String,
         #[source]
-        source: mysql_async::Error,
+        source: Box<mysql_async::Error>,
     },
     #[error("failed to query the MySQL server")]
-    QueryServer(#[source] mysql_async::Error),
+    QueryServer(#[source] Box<mysql_async::Error>),
     #[error("failed to find {wanted} on PATH; install it or name it with --tool")]
     ToolNotFound { wanted: String },
     #[error("failed to start {tool}")]

@@ -125,22 +125,19 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
         .await
         .map_err(|_| Error::ConnectServer {
             target: conn.describe(),
-            source: mysql_async::Error::Other("connection timed out after 30s".into()),
+            source: Box::new(mysql_async::Error::Other("connection timed out after 30s".into())),
         })?
-        .map_err(|source| Error::ConnectServer {
-            target: conn.describe(),
-            source,
-        })?;
+        .map_err(|source| Error::ConnectServer { target: conn.describe(), source: Box::new(source) })?;
     let row: Option<(String, String, String, String, i64)> = c
         .query_first("SELECT @@version, @@version_comment, @@hostname, @@datadir, @@log_bin")
         .await
-        .map_err(Error::QueryServer)?;
+        .map_err(|e| Error::QueryServer(Box::new(e)))?;
     let (version, comment, hostname, datadir, log_bin) =
-        row.ok_or_else(|| Error::QueryServer(mysql_async::Error::Other("no row".into())))?;
+        row.ok_or_else(|| Error::QueryServer(Box::new(mysql_async::Error::Other("no row".into()))))?;
     let data_bytes: Option<Option<u64>> = c
         .query_first("SELECT CAST(SUM(data_length + index_length) AS UNSIGNED) FROM information_schema.tables WHERE table_type = 'BASE TABLE'")
         .await
-        .map_err(Error::QueryServer)?;
+        .map_err(|e| Error::QueryServer(Box::new(e)))?;
     let _ = c.disconnect().await;
     Ok(ServerInfo {
         flavor: flavor_of(&version, &comment),

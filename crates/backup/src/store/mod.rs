@@ -32,7 +32,7 @@ pub enum StoreError {
         key: String,
         retryable: bool,
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     #[error("failed to open repository {url}: {reason}")]
     Open { url: String, reason: String },

@@ -55,7 +55,7 @@ fn classify(action: &'static str, key: &str, source: object_store::Error) -> Sto
             action,
             key: key.to_string(),
             retryable: false,
-            source,
+            source: Box::new(source),
         },
     }
 }
@@ -259,10 +259,7 @@ impl Store for S3Store {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
         let full = format!("{}{prefix}", self.prefix);
         // object_store lists by path segments; list the enclosing directory and filter.
-        let dir = match full.rfind('/') {
-            Some(i) => Some(ObjectPath::from(&full[..i])),
-            None => None,
-        };
+        let dir = full.rfind('/').map(|i| ObjectPath::from(&full[..i]));
         let metas: Vec<_> = retry_read(|| self.store.list(dir.as_ref()).try_collect())
             .await
             .map_err(|e| classify("list", prefix, e))?;
