@@ -192,7 +192,7 @@ find "$DATADIR" -type f -exec cat {} + >/dev/null
 
 # Best (lowest) wall seconds, the largest peak RSS (KiB) and the output size of a
 # measurement, by name.
-declare -A SECS RSS OUTBYTES
+declare -A SECS RSS OWNRSS OUTBYTES
 
 # measure_once NAME SETUP_CMD CMD OUTPUT_PATH KEEP ROUND: runs SETUP_CMD (untimed), then CMD
 # under `bash -o pipefail` and GNU time; records the time, peak RSS and size of OUTPUT_PATH
@@ -212,6 +212,12 @@ measure_once() {
   fi
   if [[ -z "${RSS[$name]:-}" || "$rss" -gt "${RSS[$name]}" ]]; then
     RSS[$name]=$rss
+  fi
+  # mysql-backup reports its own peak RSS (without the tools it runs) with --json.
+  local own
+  own=$(grep -o '"peakRssBytes": *[0-9]*' "$WORK/run.log" | grep -o '[0-9]*$' || true)
+  if [[ -n "$own" ]] && [[ -z "${OWNRSS[$name]:-}" || "$own" -gt "${OWNRSS[$name]}" ]]; then
+    OWNRSS[$name]=$own
   fi
   if [[ -n "$output" ]]; then
     OUTBYTES[$name]=$(du -sb "$output" 2>/dev/null | cut -f1 || echo 0)
@@ -271,7 +277,7 @@ for L in $BENCH_LEVELS; do
   if [[ -n "$BIN" ]]; then
     plan "$A" \
       "rm -rf '$WORK/repo' && mkdir -p '$WORK/repo'" \
-      "'$BIN' backup --repo '$WORK/repo' --method physical --mysql-socket '$SOCKET' --mysql-user root --compression-level $L --encryption-key-file '$KEYFILE'" \
+      "'$BIN' backup --repo '$WORK/repo' --method physical --mysql-socket '$SOCKET' --mysql-user root --compression-level $L --encryption-key-file '$KEYFILE' --json" \
       "$WORK/repo" 1
   fi
   plan "$B" \
@@ -289,7 +295,7 @@ for L in $BENCH_LEVELS; do
   if [[ -n "$BIN" ]]; then
     plan "$D" \
       "rm -rf '$WORK/restore-d'" \
-      "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-d' --skip-prepare" \
+      "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-d' --skip-prepare --json" \
       "$WORK/restore-d" 0
   fi
   plan "$E" \
@@ -299,7 +305,7 @@ for L in $BENCH_LEVELS; do
   if [[ -n "$BIN" ]]; then
     plan "$F" \
       "rm -rf '$WORK/restore-f'" \
-      "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-f'" \
+      "'$BIN' restore --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --target-dir '$WORK/restore-f' --json" \
       "$WORK/restore-f" 0
   fi
   plan "$G" \
@@ -312,14 +318,16 @@ for L in $BENCH_LEVELS; do
   # ------------------------------------------------------------ table for this level
   printf '\nzstd level %s, %s x %s rows, input stream %s MiB, best of %s\n' \
     "$L" "$BENCH_TABLES" "$BENCH_ROWS" "$((STREAM_BYTES / 1024 / 1024))" "$REPEAT"
-  printf '%-44s %8s %8s %10s %12s %14s\n' "measurement" "seconds" "MB/s" "out MiB" "vs baseline" "peak RSS MiB*"
+  printf '%-44s %8s %8s %10s %12s %14s %14s\n' "measurement" "seconds" "MB/s" "out MiB" "vs baseline" "peak RSS MiB*" "own RSS MiB**"
   row() { # name baseline_name
     local name=$1 base=${2:-} vs="-" out="-"
     [[ -n "${SECS[$name]:-}" ]] || return 0
     [[ -n "$base" && -n "${SECS[$base]:-}" ]] && vs="$(ratio "${SECS[$base]}" "${SECS[$name]}")x"
     [[ -n "${OUTBYTES[$name]:-}" ]] && out=$(( OUTBYTES[$name] / 1024 / 1024 ))
-    printf '%-44s %8.2f %8s %10s %12s %14s\n' "$name" "${SECS[$name]}" "$(mbps "${SECS[$name]}")" \
-      "$out" "$vs" "$(( ${RSS[$name]} / 1024 ))"
+    local own="-"
+    [[ -n "${OWNRSS[$name]:-}" ]] && own=$(( OWNRSS[$name] / 1024 / 1024 ))
+    printf '%-44s %8.2f %8s %10s %12s %14s %14s\n' "$name" "${SECS[$name]}" "$(mbps "${SECS[$name]}")" \
+      "$out" "$vs" "$(( ${RSS[$name]} / 1024 ))" "$own"
   }
   row "mariabackup stream only"
   row "$A" "$B"
@@ -330,6 +338,7 @@ for L in $BENCH_LEVELS; do
   row "$F" "$G"
   row "$G"
   printf '* peak RSS of the largest single process of the measurement (GNU time %%M)\n'
+  printf '** peak RSS of mysql-backup itself (getrusage), without the tools it starts\n'
 
   if [[ -n "$BIN" ]]; then
     r_ab=$(ratio "${SECS[$B]}" "${SECS[$A]}")

@@ -84,12 +84,19 @@ pub async fn cat<W: tokio::io::AsyncWrite + Unpin + Send>(
 
 /// Hands chunks to the extractor thread; a closed channel means the extractor stopped, and its
 /// own error is the one reported.
-struct ChannelSink(tokio::sync::mpsc::Sender<Bytes>);
+struct ChannelSink {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    closed: bool,
+}
 
 #[async_trait::async_trait]
 impl ChunkSink for ChannelSink {
     async fn accept(&mut self, chunk: Bytes) -> Result<()> {
-        let _ = self.0.send(chunk).await;
+        if self.tx.send(chunk).await.is_err() {
+            // Stop reading: the extractor has failed and its error is the one to report.
+            self.closed = true;
+            return Err(Error::Interrupted);
+        }
         Ok(())
     }
 }
@@ -280,7 +287,7 @@ async fn restore_physical(
     std::fs::create_dir(&staging).map_err(local("create", &staging))?;
     let cleanup = StagingGuard(Some(staging.clone()));
 
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let dest = staging.clone();
     let extractor = tokio::task::spawn_blocking(move || {
         xbstream::extract(
@@ -291,7 +298,7 @@ async fn restore_physical(
             &dest,
         )
     });
-    let mut sink = ChannelSink(tx);
+    let mut sink = ChannelSink { tx, closed: false };
     let read = reader::read_backup(
         repo.store(),
         m,
@@ -302,8 +309,17 @@ async fn restore_physical(
         &mut sink,
     )
     .await;
+    let extractor_failed_first = sink.closed;
     drop(sink);
     let extracted = extractor.await.expect("extractor panicked");
+    if extractor_failed_first {
+        if let Err(detail) = extracted {
+            return Err(Error::Extract {
+                id: m.id.clone(),
+                detail,
+            });
+        }
+    }
     let read = read?;
     let extracted = extracted.map_err(|detail| Error::Extract {
         id: m.id.clone(),

@@ -125,15 +125,20 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
         .await
         .map_err(|_| Error::ConnectServer {
             target: conn.describe(),
-            source: Box::new(mysql_async::Error::Other("connection timed out after 30s".into())),
+            source: Box::new(mysql_async::Error::Other(
+                "connection timed out after 30s".into(),
+            )),
         })?
-        .map_err(|source| Error::ConnectServer { target: conn.describe(), source: Box::new(source) })?;
+        .map_err(|source| Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(source),
+        })?;
     let row: Option<(String, String, String, String, i64)> = c
         .query_first("SELECT @@version, @@version_comment, @@hostname, @@datadir, @@log_bin")
         .await
         .map_err(|e| Error::QueryServer(Box::new(e)))?;
-    let (version, comment, hostname, datadir, log_bin) =
-        row.ok_or_else(|| Error::QueryServer(Box::new(mysql_async::Error::Other("no row".into()))))?;
+    let (version, comment, hostname, datadir, log_bin) = row
+        .ok_or_else(|| Error::QueryServer(Box::new(mysql_async::Error::Other("no row".into()))))?;
     let data_bytes: Option<Option<u64>> = c
         .query_first("SELECT CAST(SUM(data_length + index_length) AS UNSIGNED) FROM information_schema.tables WHERE table_type = 'BASE TABLE'")
         .await
@@ -208,15 +213,16 @@ pub fn find_tool(flavor: Flavor, job: ToolJob, override_: Option<&str>) -> Resul
     })
 }
 
-/// First line of `tool --version`.
+/// First line of `tool --version`; empty when the tool does not answer within 10 s (the
+/// version is informational and must never hold a backup up).
 pub async fn tool_version(tool: &Path) -> String {
-    match tokio::process::Command::new(tool)
+    let run = tokio::process::Command::new(tool)
         .arg("--version")
         .stdin(Stdio::null())
-        .output()
-        .await
-    {
-        Ok(out) => {
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(std::time::Duration::from_secs(10), run).await {
+        Ok(Ok(out)) => {
             let text = if out.stdout.is_empty() {
                 out.stderr
             } else {
@@ -229,7 +235,10 @@ pub async fn tool_version(tool: &Path) -> String {
                 .trim()
                 .to_string()
         }
-        Err(_) => String::new(),
+        _ => {
+            tracing::warn!(tool = %tool.display(), "tool did not report its version");
+            String::new()
+        }
     }
 }
 

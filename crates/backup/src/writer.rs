@@ -340,12 +340,13 @@ pub async fn write_stream<R: AsyncRead + Unpin + Send + 'static>(
         }
     }
     drop(encoded);
-    let read = reader.await.expect("reader task panicked");
     if let Some(e) = failure {
+        // The reader may be waiting on a stalled tool; it has nothing left to contribute.
+        reader.abort();
         sink.abort().await;
         return Err(e);
     }
-    let read = match read {
+    let read = match reader.await.expect("reader task panicked") {
         Ok(r) => r,
         Err(source) => {
             sink.abort().await;

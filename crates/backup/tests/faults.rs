@@ -380,3 +380,65 @@ fn a_full_disk_fails_cleanly() {
         tree(&mnt)
     );
 }
+
+#[test]
+fn sigterm_during_a_backup_stops_the_tool_and_deletes_partial_data() {
+    let f = Fixture::new();
+    let repo = f.repo();
+    // A tool that streams part of a backup and then stalls, so the signal lands mid-stream.
+    let tool = tool_script(
+        f.work.path(),
+        "stall.sh",
+        "[ \"$1\" = --version ] && exec mariadb-backup --version\nmariadb-backup \"$@\" | head -c 3000000\nexec sleep 300",
+    );
+    let conn = f.source.cli_args();
+    let mut args = vec![
+        "backup",
+        "--repo",
+        repo.as_str(),
+        "--tool",
+        tool.as_str(),
+        "--chunk-size",
+        "256KiB",
+        "--segment-size",
+        "256KiB",
+    ];
+    args.extend(conn.iter().map(String::as_str));
+    let mut child = cli(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until a segment has been written, i.e. the backup is really under way.
+    let backups = Path::new(&repo).join("backups");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !tree(&backups).iter().any(|p| p.contains("seg-000000")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backup never got under way"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "backup ended early");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap_or("")
+            .contains("interrupted by signal"),
+        "{stderr}"
+    );
+    let listing = list(&repo, &[]);
+    assert!(
+        complete_ids(&listing).is_empty() && incomplete_count(&listing) == 0,
+        "{listing}"
+    );
+    assert!(tree(&backups).is_empty(), "{:?}", tree(&backups));
+}

@@ -240,6 +240,24 @@ fn password_authentication_and_bad_credentials() {
     ]));
     assert_eq!(complete_ids(&list(repo, &[])).len(), 3);
 
+    // A relative repository path, nested, resolved against the working directory.
+    let mut c = cli(&[
+        "backup",
+        "--repo",
+        "rel/nested/repo",
+        "--method",
+        "logical",
+        "--mysql-socket",
+        &socket,
+        "--mysql-user",
+        "backup_bot",
+    ]);
+    c.env("MYSQL_PWD", secret).current_dir(work.path());
+    ok(c);
+    let mut c = cli(&["verify", "--repo", "rel/nested/repo", "latest"]);
+    c.current_dir(work.path());
+    assert!(ok(c).contains("OK"));
+
     let mut c = cli(&[
         "backup",
         "--repo",

@@ -47,10 +47,18 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Creates `dir` and its missing parents, fsyncing each parent whose entries changed.
 fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
-    if dir.is_dir() {
+    // A relative path's last ancestor is "", the current directory.
+    if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
-    if let Some(parent) = dir.parent() {
+    let parent = dir.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    });
+    if let Some(parent) = parent {
         create_dir_durable(parent)?;
     }
     match std::fs::create_dir(dir) {
@@ -58,7 +66,7 @@ fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(e),
     }
-    if let Some(parent) = dir.parent() {
+    if let Some(parent) = parent {
         fsync_dir(parent)?;
     }
     Ok(())
