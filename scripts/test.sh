@@ -17,4 +17,9 @@ export BULWARK_CONTROLPLANE_BIN
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# Keep cargo's output, then close with one summary line over every test binary.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log"
