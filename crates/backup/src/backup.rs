@@ -54,9 +54,24 @@ pub async fn run(
 ) -> Result<BackupOutcome> {
     let server = source::probe(&req.connection).await?;
     tracing::info!(flavor = %server.flavor, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
-    progress
-        .total_hint
-        .store(server.data_bytes, Ordering::Relaxed);
+    // A physical stream copies the datadir's files; when they are visible here their sizes are
+    // a far better estimate than the tables' data sizes.
+    let estimate = match req.method {
+        Method::Physical => {
+            let dir = req
+                .datadir
+                .as_deref()
+                .unwrap_or(&server.datadir)
+                .to_string();
+            tokio::task::spawn_blocking(move || dir_size(std::path::Path::new(&dir)))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(server.data_bytes)
+        }
+        Method::Logical => server.data_bytes,
+    };
+    progress.total_hint.store(estimate, Ordering::Relaxed);
     let tool_path = source::find_tool(
         server.flavor,
         ToolJob::from(req.method),
@@ -202,4 +217,21 @@ pub async fn run(
         manifest,
         manifest_sha256,
     })
+}
+
+/// Total size of the files below `dir`, or `None` when it cannot be read from here (a remote
+/// server, or a datadir mounted elsewhere).
+fn dir_size(dir: &std::path::Path) -> Option<u64> {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).ok()?.flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => stack.push(entry.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    (total > 0).then_some(total)
 }

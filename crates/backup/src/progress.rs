@@ -71,16 +71,18 @@ impl Reporter {
                 loop {
                     let total = progress.total_hint.load(Ordering::Relaxed);
                     let done = progress.plain_bytes.load(Ordering::Relaxed);
-                    if has_total != Some(total > 0) {
-                        has_total = Some(total > 0);
-                        let template = if total > 0 { with_total } else { without_total };
+                    // An estimate that the stream has outgrown is no basis for an ETA.
+                    let known = total > done;
+                    if has_total != Some(known) {
+                        has_total = Some(known);
+                        let template = if known { with_total } else { without_total };
                         bar.set_style(
                             indicatif::ProgressStyle::with_template(template)
                                 .expect("valid template"),
                         );
                     }
-                    if total > 0 {
-                        bar.set_length(total.max(done));
+                    if known {
+                        bar.set_length(total);
                     }
                     bar.set_position(done);
                     tokio::select! {
