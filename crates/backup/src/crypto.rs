@@ -156,6 +156,22 @@ impl MasterKey {
     }
 }
 
+/// Re-wraps a backup's data key from `old` to `new` master key (key rotation: the data and its
+/// chunk encryption are untouched).
+pub fn rewrap(
+    backup_id: &str,
+    info: &format::EncryptionInfo,
+    old: &MasterKey,
+    new: &MasterKey,
+) -> Result<format::EncryptionInfo, KeyError> {
+    let data_key = old.unwrap(backup_id, info)?;
+    Ok(format::EncryptionInfo {
+        algorithm: info.algorithm.clone(),
+        key_id: new.id().to_string(),
+        wrapped_data_key: new.wrap(backup_id, &data_key),
+    })
+}
+
 /// The random key of one backup.
 pub struct DataKey {
     key: Zeroizing<[u8; 32]>,
@@ -249,6 +265,28 @@ mod tests {
         assert!(matches!(
             master.unwrap("20260102T030405Z-000000", &info),
             Err(KeyError::UnwrapDataKey { .. })
+        ));
+    }
+
+    #[test]
+    fn rewrapped_keys_open_with_the_new_key_only() {
+        let (old, new) = (key(1), key(2));
+        let dk = DataKey::generate();
+        let info = format::EncryptionInfo {
+            algorithm: "AES-256-GCM".into(),
+            key_id: old.id().into(),
+            wrapped_data_key: old.wrap(ID, &dk),
+        };
+        let moved = rewrap(ID, &info, &old, &new).unwrap();
+        assert_eq!(moved.key_id, new.id());
+        assert_eq!(&new.unwrap(ID, &moved).unwrap().key[..], &dk.key[..]);
+        assert!(matches!(
+            old.unwrap(ID, &moved),
+            Err(KeyError::WrongKey { .. })
+        ));
+        assert!(matches!(
+            rewrap(ID, &moved, &old, &new),
+            Err(KeyError::WrongKey { .. })
         ));
     }
 

@@ -66,6 +66,9 @@ enum Command {
     Cat(CatArgs),
     /// Apply retention rules and remove stale incomplete backups.
     Prune(PruneArgs),
+    /// Rotate the master key: re-wrap the data keys of backups encrypted with the old key
+    /// (manifests only; the data is not rewritten).
+    Rewrap(RewrapArgs),
 }
 
 #[derive(Args, Clone)]
@@ -363,6 +366,21 @@ struct PruneArgs {
 /// relative paths handed to them would point elsewhere.
 fn absolute(p: &std::path::Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(p).with_context(|| format!("failed to resolve path {}", p.display()))
+}
+
+#[derive(Args)]
+struct RewrapArgs {
+    #[command(flatten)]
+    repo: RepoArgs,
+    /// The current master key.
+    #[arg(long, env = "MYSQL_BACKUP_ENCRYPTION_KEY_FILE")]
+    encryption_key_file: PathBuf,
+    /// The new master key.
+    #[arg(long, env = "MYSQL_BACKUP_NEW_ENCRYPTION_KEY_FILE")]
+    new_encryption_key_file: PathBuf,
+    /// JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Parses sizes like `8MiB`, `4GiB`, `512KiB`, `16M` or plain bytes.
@@ -906,6 +924,48 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
+    let old = MasterKey::from_file(&a.encryption_key_file).map_err(Error::from)?;
+    let new = MasterKey::from_file(&a.new_encryption_key_file).map_err(Error::from)?;
+    if old.id() == new.id() {
+        return Err(Error::InvalidArgument("the old and new keys are the same key".into()).into());
+    }
+    let repo = open_repo(&a.repo, 0).await?;
+    let catalog = repo.catalog().await?;
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    // Each manifest is replaced atomically and backups already on the new key are skipped, so
+    // an interrupted rotation is finished by running it again.
+    for b in &catalog.complete {
+        let m = &b.manifest;
+        let outcome = match &m.encryption {
+            None => "skipped: not encrypted".to_string(),
+            Some(e) if e.key_id == new.id() => "skipped: already on the new key".to_string(),
+            Some(e) if e.key_id != old.id() => {
+                format!("skipped: encrypted with another key ({})", e.key_id)
+            }
+            Some(e) => {
+                let mut updated = m.clone();
+                updated.encryption =
+                    Some(mysql_backup::crypto::rewrap(&m.id, e, &old, &new).map_err(Error::from)?);
+                repo.commit(&updated).await?;
+                tracing::info!(backup_id = %m.id, old_key = %old.id(), new_key = %new.id(), "data key re-wrapped");
+                "re-wrapped".to_string()
+            }
+        };
+        rows.push(vec![m.id.clone(), outcome.clone()]);
+        results.push(json!({ "id": m.id, "result": outcome }));
+    }
+    if a.json {
+        print_json(&json!({ "oldKeyId": old.id(), "newKeyId": new.id(), "backups": results }));
+    } else if rows.is_empty() {
+        println!("no complete backups in {}", repo.store().describe());
+    } else {
+        print_table(&["ID", "RESULT"], &rows);
+    }
+    Ok(())
+}
+
 fn init_logging(format: LogFormat, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -946,6 +1006,7 @@ fn main() -> std::process::ExitCode {
             Command::Restore(a) => cmd_restore(a).await,
             Command::Cat(a) => cmd_cat(a).await,
             Command::Prune(a) => cmd_prune(a).await,
+            Command::Rewrap(a) => cmd_rewrap(a).await,
         }
     });
     match result {

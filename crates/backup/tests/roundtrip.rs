@@ -338,3 +338,83 @@ fn bad_arguments_fail_with_one_line_causes() {
     );
     assert_eq!(complete_ids(&list(repo, &[])).len(), 0);
 }
+
+#[test]
+fn key_rotation_rewraps_manifests_and_leaves_data_alone() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo");
+    let repo = repo.to_str().unwrap();
+    let (old, new) = (key_file(work.path(), "old"), key_file(work.path(), "new"));
+    let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
+    let source = MariaDb::start().unwrap();
+    load_fixture(&source, 100).unwrap();
+    let a = backup(
+        repo,
+        &source,
+        &["--method", "logical", "--encryption-key-file", old],
+        &[],
+    );
+    let plain = backup(repo, &source, &["--method", "logical"], &[]);
+    let id = a["id"].as_str().unwrap();
+    let segment = |id: &str| {
+        std::fs::read(
+            work.path()
+                .join("repo/backups")
+                .join(id)
+                .join("seg-000000.zst.aes"),
+        )
+        .unwrap()
+    };
+    let data_before = segment(id);
+
+    fails(
+        cli(&[
+            "rewrap",
+            "--repo",
+            repo,
+            "--encryption-key-file",
+            old,
+            "--new-encryption-key-file",
+            old,
+        ]),
+        &["same key"],
+    );
+    let out = ok(cli(&[
+        "rewrap",
+        "--repo",
+        repo,
+        "--encryption-key-file",
+        old,
+        "--new-encryption-key-file",
+        new,
+    ]));
+    assert!(
+        out.contains("re-wrapped") && out.contains("not encrypted"),
+        "{out}"
+    );
+    assert_eq!(segment(id), data_before, "rotation must not rewrite data");
+    ok(cli(&[
+        "verify",
+        "--repo",
+        repo,
+        "--encryption-key-file",
+        new,
+        id,
+    ]));
+    fails(
+        cli(&["verify", "--repo", repo, "--encryption-key-file", old, id]),
+        &["was encrypted with key"],
+    );
+    // Running it again finishes nothing twice.
+    let again = ok(cli(&[
+        "rewrap",
+        "--repo",
+        repo,
+        "--encryption-key-file",
+        old,
+        "--new-encryption-key-file",
+        new,
+    ]));
+    assert!(again.contains("already on the new key"), "{again}");
+    assert_eq!(complete_ids(&list(repo, &[])).len(), 2, "{}", plain["id"]);
+}
