@@ -85,7 +85,7 @@ struct RepoArgs {
     /// Use path-style S3 requests (most S3-compatible servers need this).
     #[arg(long, env = "MYSQL_BACKUP_S3_PATH_STYLE")]
     s3_path_style: bool,
-    /// Multipart part size, e.g. 16MiB (default: from the segment size, at least 16MiB).
+    /// Multipart part size, e.g. 16MiB (default: from the segment size, at least 8MiB).
     #[arg(long, env = "MYSQL_BACKUP_S3_PART_SIZE", value_parser = parse_size)]
     s3_part_size: Option<u64>,
     /// Multipart parts uploaded at once per object.
@@ -433,7 +433,7 @@ fn workers(n: Option<usize>) -> usize {
 
 async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
     // Parts sized so a capped segment stays far below S3's 10,000-part limit.
-    let auto_part = (segment_size / 8000).max(16 << 20) as usize;
+    let auto_part = (segment_size / 8000).max(8 << 20) as usize;
     let opts = S3Options {
         endpoint: args.s3_endpoint.clone(),
         region: args.s3_region.clone(),

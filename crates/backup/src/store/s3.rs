@@ -189,7 +189,7 @@ impl S3Store {
                 format!("{prefix}/")
             },
             part_size: if opts.part_size == 0 {
-                16 << 20
+                8 << 20
             } else {
                 opts.part_size.max(5 << 20)
             },
