@@ -124,9 +124,7 @@ impl Error {
             | Error::WriteSegment { source: s, .. }
             | Error::WriteManifest { source: s, .. }
             | Error::ReadSegment { source: s, .. }
-            | Error::Delete { source: s, .. } => {
-                s.is_retryable() || matches!(s, StoreError::Remote { .. })
-            }
+            | Error::Delete { source: s, .. } => s.is_retryable(),
             Error::ConnectServer { .. } | Error::QueryServer(_) | Error::Interrupted => true,
             _ => false,
         }

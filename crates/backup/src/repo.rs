@@ -137,11 +137,10 @@ impl Repository {
         for (id, objs) in &by_id {
             match loaded.remove(id) {
                 Some(Ok(b)) => catalog.complete.push(b),
-                Some(Err(e @ (Error::ReadManifest { .. } | Error::ListRepository(_))))
-                    if e.is_retryable() =>
-                {
-                    return Err(e)
-                }
+                // Deleted between listing and reading (a concurrent prune): no longer there.
+                Some(Err(Error::NoSuchBackup(_))) => {}
+                // An unreadable manifest says nothing about the backup; only content is judged.
+                Some(Err(e @ Error::ReadManifest { .. })) => return Err(e),
                 Some(Err(e)) => catalog.incomplete.push(IncompleteBackup {
                     id: id.clone(),
                     objects: objs.clone(),

@@ -86,6 +86,7 @@ pub async fn cat<W: tokio::io::AsyncWrite + Unpin + Send>(
 /// own error is the one reported.
 struct ChannelSink {
     tx: tokio::sync::mpsc::Sender<Bytes>,
+    backup_id: String,
     closed: bool,
 }
 
@@ -93,9 +94,12 @@ struct ChannelSink {
 impl ChunkSink for ChannelSink {
     async fn accept(&mut self, chunk: Bytes) -> Result<()> {
         if self.tx.send(chunk).await.is_err() {
-            // Stop reading: the extractor has failed and its error is the one to report.
+            // Stop reading: the extractor has failed, and its own error replaces this one.
             self.closed = true;
-            return Err(Error::Interrupted);
+            return Err(Error::Extract {
+                id: self.backup_id.clone(),
+                detail: "the extractor stopped early".into(),
+            });
         }
         Ok(())
     }
@@ -298,7 +302,11 @@ async fn restore_physical(
             &dest,
         )
     });
-    let mut sink = ChannelSink { tx, closed: false };
+    let mut sink = ChannelSink {
+        tx,
+        backup_id: m.id.clone(),
+        closed: false,
+    };
     let read = reader::read_backup(
         repo.store(),
         m,

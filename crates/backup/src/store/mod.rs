@@ -30,7 +30,6 @@ pub enum StoreError {
     Remote {
         action: &'static str,
         key: String,
-        retryable: bool,
         #[source]
         source: Box<object_store::Error>,
     },
@@ -46,10 +45,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether trying again may succeed (network, throttling, server errors).
+    /// Whether trying again later may succeed (network, throttling, server errors), as opposed
+    /// to a refusal that stays until something is changed (missing object, credentials).
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Remote { retryable, .. } => *retryable,
+            StoreError::Remote { source, .. } => !is_permanent(source),
             StoreError::Io { source, .. } => matches!(
                 source.kind(),
                 std::io::ErrorKind::Interrupted
@@ -59,6 +59,21 @@ impl StoreError {
             _ => false,
         }
     }
+}
+
+/// object_store errors that repeating the request cannot cure.
+pub(crate) fn is_permanent(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    matches!(
+        e,
+        E::NotFound { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::NotSupported { .. }
+            | E::NotImplemented
+            | E::InvalidPath { .. }
+            | E::Precondition { .. }
+    )
 }
 
 /// One listed object.

@@ -50,11 +50,9 @@ fn classify(action: &'static str, key: &str, source: object_store::Error) -> Sto
         object_store::Error::NotFound { .. } => StoreError::NotFound {
             key: key.to_string(),
         },
-        // object_store has already retried transient failures by the time an error surfaces.
         source => StoreError::Remote {
             action,
             key: key.to_string(),
-            retryable: false,
             source: Box::new(source),
         },
     }
@@ -63,20 +61,6 @@ fn classify(action: &'static str, key: &str, source: object_store::Error) -> Sto
 /// Attempts of an idempotent read whose response body can still fail after object_store's own
 /// request retries (listings and whole-object reads are not resumed by it).
 const READ_ATTEMPTS: u32 = 4;
-
-fn permanent(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    matches!(
-        e,
-        E::NotFound { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::NotSupported { .. }
-            | E::NotImplemented
-            | E::InvalidPath { .. }
-            | E::Precondition { .. }
-    )
-}
 
 async fn retry_read<T, F, Fut>(mut op: F) -> Result<T, object_store::Error>
 where
@@ -87,7 +71,7 @@ where
     let mut attempt = 1;
     loop {
         match op().await {
-            Err(e) if attempt < READ_ATTEMPTS && !permanent(&e) => {
+            Err(e) if attempt < READ_ATTEMPTS && !super::is_permanent(&e) => {
                 tracing::warn!(attempt, error = %crate::error::chain(&e), "retrying S3 read");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
