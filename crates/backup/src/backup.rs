@@ -113,110 +113,105 @@ pub async fn run(
     let stdout = tool.take_stdout();
     let store = repo.store().clone();
 
-    let stream = writer::write_stream(
-        &store,
-        &id,
-        stdout,
-        &tool_name,
-        &req.write,
-        data_key.clone(),
-        progress,
-    );
-    let written = tokio::select! {
-        w = stream => w,
-        _ = shutdown => Err(Error::Interrupted),
-    };
-    let written = match written {
-        Ok(w) => w,
-        Err(e) => {
-            let report = tool.kill().await;
-            tracing::debug!(stderr = %report.summary(), "tool stopped after pipeline failure");
-            writer::discard(&store, &id).await;
-            return Err(e);
-        }
-    };
-    let completion = match req.method {
-        Method::Physical => Some(source::PHYSICAL_COMPLETION),
-        Method::Logical => None,
-    };
-    let report = match tool.finish(completion).await {
-        Ok(r) => r,
-        Err(e) => {
-            writer::discard(&store, &id).await;
-            return Err(e);
-        }
-    };
-    let consistent_point = match req.method {
-        Method::Physical => report.point.clone().unwrap_or_default(),
-        Method::Logical => {
-            if !String::from_utf8_lossy(&written.tail).contains(source::DUMP_COMPLETION) {
-                writer::discard(&store, &id).await;
-                return Err(Error::ToolIncomplete {
-                    tool: tool_name,
-                    expected: source::DUMP_COMPLETION.to_string(),
-                    stderr_tail: report.summary(),
-                });
+    // Everything from here on writes to the repository; any failure deletes what was written.
+    let committed = async {
+        let stream = writer::write_stream(
+            &store,
+            &id,
+            stdout,
+            &tool_name,
+            &req.write,
+            data_key.clone(),
+            progress,
+        );
+        let written = tokio::select! {
+            w = stream => w,
+            _ = shutdown => Err(Error::Interrupted),
+        };
+        let written = match written {
+            Ok(w) => w,
+            Err(e) => {
+                let report = tool.kill().await;
+                tracing::debug!(stderr = %report.summary(), "tool stopped after pipeline failure");
+                return Err(e);
             }
-            source::parse_dump_point(&written.head, &written.tail)
+        };
+        let completion = match req.method {
+            Method::Physical => Some(source::PHYSICAL_COMPLETION),
+            Method::Logical => None,
+        };
+        let report = tool.finish(completion).await?;
+        let consistent_point = match req.method {
+            Method::Physical => report.point.clone().unwrap_or_default(),
+            Method::Logical => {
+                if !String::from_utf8_lossy(&written.tail).contains(source::DUMP_COMPLETION) {
+                    return Err(Error::ToolIncomplete {
+                        tool: tool_name.clone(),
+                        expected: source::DUMP_COMPLETION.to_string(),
+                        stderr_tail: report.summary(),
+                    });
+                }
+                source::parse_dump_point(&written.head, &written.tail)
+            }
+        };
+        if req.method == Method::Physical
+            && server.flavor == Flavor::Mariadb
+            && server.log_bin
+            && consistent_point.binlog_file.is_none()
+        {
+            tracing::warn!(backup_id = %id, "binary logging is on but the tool reported no binlog position");
         }
-    };
-    if req.method == Method::Physical
-        && server.flavor == Flavor::Mariadb
-        && server.log_bin
-        && consistent_point.binlog_file.is_none()
-    {
-        tracing::warn!(backup_id = %id, "binary logging is on but the tool reported no binlog position");
+        let encryption = match (&req.key, &data_key) {
+            (Some(master), Some(dk)) => Some(EncryptionInfo {
+                algorithm: "AES-256-GCM".into(),
+                key_id: master.id().to_string(),
+                wrapped_data_key: master.wrap(&id, dk),
+            }),
+            _ => None,
+        };
+        let manifest = Manifest {
+            format: format::FORMAT_NAME.into(),
+            format_version: format::FORMAT_VERSION,
+            id: id.clone(),
+            method: req.method,
+            started_at,
+            finished_at: Utc::now(),
+            source: SourceInfo {
+                host: server.hostname.clone(),
+                flavor: server.flavor,
+                server_version: server.version.clone(),
+                tool: tool_name.clone(),
+                tool_version,
+            },
+            consistent_point,
+            chunking: Chunking {
+                chunk_size: req.write.chunk_size as u64,
+                compression: "zstd".into(),
+                compression_level: req.write.level,
+            },
+            encryption,
+            plaintext: PlaintextInfo {
+                bytes: written.plaintext_bytes,
+                chunks: written.chunks,
+                sha256: written.plaintext_sha256,
+            },
+            stored_bytes: written.stored_bytes,
+            segments: written.segments,
+        };
+        let manifest_sha256 = repo.commit(&manifest).await?;
+        Ok(BackupOutcome {
+            manifest,
+            manifest_sha256,
+        })
     }
-
-    let encryption = match (&req.key, &data_key) {
-        (Some(master), Some(dk)) => Some(EncryptionInfo {
-            algorithm: "AES-256-GCM".into(),
-            key_id: master.id().to_string(),
-            wrapped_data_key: master.wrap(&id, dk),
-        }),
-        _ => None,
-    };
-    let manifest = Manifest {
-        format: format::FORMAT_NAME.into(),
-        format_version: format::FORMAT_VERSION,
-        id: id.clone(),
-        method: req.method,
-        started_at,
-        finished_at: Utc::now(),
-        source: SourceInfo {
-            host: server.hostname.clone(),
-            flavor: server.flavor,
-            server_version: server.version.clone(),
-            tool: tool_name,
-            tool_version,
-        },
-        consistent_point,
-        chunking: Chunking {
-            chunk_size: req.write.chunk_size as u64,
-            compression: "zstd".into(),
-            compression_level: req.write.level,
-        },
-        encryption,
-        plaintext: PlaintextInfo {
-            bytes: written.plaintext_bytes,
-            chunks: written.chunks,
-            sha256: written.plaintext_sha256,
-        },
-        stored_bytes: written.stored_bytes,
-        segments: written.segments,
-    };
-    let manifest_sha256 = match repo.commit(&manifest).await {
-        Ok(d) => d,
-        Err(e) => {
-            writer::discard(&store, &id).await;
-            return Err(e);
+    .await;
+    match &committed {
+        Ok(o) => {
+            tracing::info!(backup_id = %id, plaintext_bytes = o.manifest.plaintext.bytes, stored_bytes = o.manifest.stored_bytes, "backup committed")
         }
-    };
-    tracing::info!(backup_id = %id, plaintext_bytes = manifest.plaintext.bytes, stored_bytes = manifest.stored_bytes, "backup committed");
-    Ok(BackupOutcome {
-        manifest,
-        manifest_sha256,
-    })
+        Err(_) => repo.discard(&id).await,
+    }
+    committed
 }
 
 /// Total size of the files below `dir`, or `None` when it cannot be read from here (a remote

@@ -185,6 +185,18 @@ impl Repository {
         Ok(digest)
     }
 
+    /// Deletes whatever a failed backup wrote. Best effort: what remains is an orphan that
+    /// `prune` removes after its grace period, so failures are logged, not returned.
+    pub async fn discard(&self, id: &str) {
+        let deleted = match self.store.list(&format::object_key(id, "")).await {
+            Ok(objects) => self.delete_backup(id, &objects).await,
+            Err(source) => Err(Error::ListRepository(source)),
+        };
+        if let Err(e) = deleted {
+            tracing::warn!(backup_id = id, error = %crate::error::chain(&e), "failed to delete data of failed backup; prune removes it later");
+        }
+    }
+
     /// Deletes a backup's objects, manifest first, so an interrupted deletion leaves an orphan
     /// rather than a manifest pointing at missing data.
     pub async fn delete_backup(&self, id: &str, objects: &[ObjectInfo]) -> Result<()> {

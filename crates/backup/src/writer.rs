@@ -374,20 +374,3 @@ fn tokio_stream_from<T: Send + 'static>(
 ) -> impl futures::Stream<Item = T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
-
-/// Deletes everything stored under `backup_id` (used after a failed backup).
-pub async fn discard(store: &Arc<dyn Store>, backup_id: &str) {
-    let prefix = format::object_key(backup_id, "");
-    match store.list(&prefix).await {
-        Ok(objects) => {
-            for o in objects {
-                if let Err(e) = store.delete(&o.key).await {
-                    tracing::warn!(key = %o.key, error = %crate::error::chain(&e), "failed to delete data of failed backup; prune removes it later");
-                }
-            }
-        }
-        Err(e) => {
-            tracing::warn!(backup_id, error = %crate::error::chain(&e), "failed to list data of failed backup; prune removes it later")
-        }
-    }
-}
