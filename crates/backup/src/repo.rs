@@ -57,9 +57,9 @@ impl IncompleteBackup {
 /// Everything in a repository.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    /// Complete backups, oldest first.
+    /// Complete backups in id order, i.e. by start time: the last is what `latest` resolves to.
     pub complete: Vec<CompleteBackup>,
-    /// Orphaned and damaged backups, oldest first.
+    /// Orphaned and damaged backups in id order.
     pub incomplete: Vec<IncompleteBackup>,
     /// All objects by backup id (for deletion).
     pub objects: BTreeMap<String, Vec<ObjectInfo>>,
@@ -106,24 +106,8 @@ impl Repository {
 
     /// Lists every backup and loads the manifests.
     pub async fn catalog(&self) -> Result<Catalog> {
-        let objects = self
-            .store
-            .list(format::BACKUPS_PREFIX)
-            .await
-            .map_err(Error::ListRepository)?;
-        let mut by_id: BTreeMap<String, Vec<ObjectInfo>> = BTreeMap::new();
-        for o in objects {
-            let rest = &o.key[format::BACKUPS_PREFIX.len()..];
-            if let Some((id, _)) = rest.split_once('/') {
-                by_id.entry(id.to_string()).or_default().push(o);
-            }
-        }
-        let manifest_key = |id: &str| format::object_key(id, format::MANIFEST_NAME);
-        let with_manifest: Vec<String> = by_id
-            .iter()
-            .filter(|(id, objs)| objs.iter().any(|o| o.key == manifest_key(id)))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let by_id = self.objects_by_id().await?;
+        let with_manifest = ids_with_manifest(&by_id);
         let loaded: Vec<(String, Result<CompleteBackup>)> = futures::stream::iter(with_manifest)
             .map(|id| async move {
                 let r = self.load_manifest(&id).await;
@@ -153,19 +137,43 @@ impl Repository {
                 }),
             }
         }
-        catalog.complete.sort_by(|a, b| {
-            (a.manifest.finished_at, &a.manifest.id).cmp(&(b.manifest.finished_at, &b.manifest.id))
-        });
         catalog.objects = by_id;
         Ok(catalog)
     }
 
-    /// Resolves `latest` or an id to a complete backup.
+    /// Resolves an id, or `latest` (the most recently started complete backup), to a complete
+    /// backup. `latest` reads manifests newest first and stops at the first valid one.
     pub async fn resolve(&self, id: &str) -> Result<CompleteBackup> {
-        if id == "latest" {
-            return self.catalog().await?.complete.pop().ok_or(Error::NoBackups);
+        if id != "latest" {
+            return self.load_manifest(id).await;
         }
-        self.load_manifest(id).await
+        let by_id = self.objects_by_id().await?;
+        for id in ids_with_manifest(&by_id).iter().rev() {
+            match self.load_manifest(id).await {
+                Ok(b) => return Ok(b),
+                Err(e @ Error::ReadManifest { .. }) => return Err(e),
+                // Gone since listing, damaged or too new: not a candidate.
+                Err(_) => continue,
+            }
+        }
+        Err(Error::NoBackups)
+    }
+
+    /// Lists the repository once and groups the objects by backup id.
+    async fn objects_by_id(&self) -> Result<BTreeMap<String, Vec<ObjectInfo>>> {
+        let objects = self
+            .store
+            .list(format::BACKUPS_PREFIX)
+            .await
+            .map_err(Error::ListRepository)?;
+        let mut by_id: BTreeMap<String, Vec<ObjectInfo>> = BTreeMap::new();
+        for o in objects {
+            let rest = &o.key[format::BACKUPS_PREFIX.len()..];
+            if let Some((id, _)) = rest.split_once('/') {
+                by_id.entry(id.to_string()).or_default().push(o);
+            }
+        }
+        Ok(by_id)
     }
 
     /// Stores a manifest: the commit point of a backup.
@@ -223,6 +231,18 @@ impl Repository {
             .await?;
         Ok(())
     }
+}
+
+/// Ids (in order) that have a manifest object.
+fn ids_with_manifest(by_id: &BTreeMap<String, Vec<ObjectInfo>>) -> Vec<String> {
+    by_id
+        .iter()
+        .filter(|(id, objs)| {
+            let manifest = format::object_key(id, format::MANIFEST_NAME);
+            objs.iter().any(|o| o.key == manifest)
+        })
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 /// Parses and sanity-checks a manifest's bytes.
