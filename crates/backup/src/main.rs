@@ -622,8 +622,8 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 .map(|i| {
                     json!({
                         "id": i.id,
-                        "state": match &i.state { IncompleteState::Orphan => "incomplete".to_string(), IncompleteState::Damaged(_) => "damaged".to_string() },
-                        "reason": match &i.state { IncompleteState::Orphan => None, IncompleteState::Damaged(r) => Some(r.clone()) },
+                        "state": i.state.label(),
+                        "reason": i.state.reason(),
                         "objects": i.objects.len(),
                         "bytes": i.bytes(),
                         "lastModified": i.newest(),
@@ -671,9 +671,9 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 "-".into(),
                 human_bytes(i.bytes()),
                 "-".into(),
-                match &i.state {
-                    IncompleteState::Orphan => "incomplete (no manifest)".into(),
-                    IncompleteState::Damaged(r) => format!("damaged: {r}"),
+                match i.state.reason() {
+                    Some(r) => format!("{}: {r}", i.state.label()),
+                    None => format!("{} (no manifest)", i.state.label()),
                 },
             ]);
         }

@@ -55,6 +55,24 @@ fn corrupt(id: &str, detail: String) -> Error {
     }
 }
 
+/// Reads `len` bytes at `offset` of a backup's segment.
+async fn read_segment(
+    store: &Arc<dyn Store>,
+    id: &str,
+    segment: &str,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes> {
+    store
+        .get_range(&format::object_key(id, segment), offset..offset + len)
+        .await
+        .map_err(|source| Error::ReadSegment {
+            id: id.to_string(),
+            segment: segment.to_string(),
+            source,
+        })
+}
+
 async fn load_index(
     store: &Arc<dyn Store>,
     manifest: &Manifest,
@@ -62,15 +80,7 @@ async fn load_index(
     seg: &SegmentInfo,
 ) -> Result<Vec<ChunkJob>> {
     let id = &manifest.id;
-    let key = format::object_key(id, &seg.name);
-    let frame = store
-        .get_range(&key, seg.index_offset..seg.index_offset + seg.index_length)
-        .await
-        .map_err(|source| Error::ReadSegment {
-            id: id.clone(),
-            segment: seg.name.clone(),
-            source,
-        })?;
+    let frame = read_segment(store, id, &seg.name, seg.index_offset, seg.index_length).await?;
     if hex::encode(Sha256::digest(&frame)) != seg.index_sha256 {
         return Err(corrupt(
             id,
@@ -150,15 +160,7 @@ fn chunk_stream<'a>(
             let progress = progress.clone();
             async move {
                 let job = job?;
-                let object = format::object_key(&id, &job.segment);
-                let stored = store
-                    .get_range(&object, job.offset..job.offset + job.stored)
-                    .await
-                    .map_err(|source| Error::ReadSegment {
-                        id: id.to_string(),
-                        segment: job.segment.to_string(),
-                        source,
-                    })?;
+                let stored = read_segment(store, &id, &job.segment, job.offset, job.stored).await?;
                 progress
                     .stored_bytes
                     .fetch_add(job.stored, Ordering::Relaxed);

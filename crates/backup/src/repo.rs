@@ -42,6 +42,24 @@ pub enum IncompleteState {
     Damaged(String),
 }
 
+impl IncompleteState {
+    /// Short name shown by `list`: `incomplete` or `damaged`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            IncompleteState::Orphan => "incomplete",
+            IncompleteState::Damaged(_) => "damaged",
+        }
+    }
+
+    /// Why a damaged backup is damaged.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            IncompleteState::Orphan => None,
+            IncompleteState::Damaged(r) => Some(r),
+        }
+    }
+}
+
 impl IncompleteBackup {
     /// Total size of the objects.
     pub fn bytes(&self) -> u64 {
