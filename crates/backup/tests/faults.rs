@@ -8,31 +8,6 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
-struct Fixture {
-    work: tempfile::TempDir,
-    source: MariaDb,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let work = tempfile::tempdir().unwrap();
-        let source = MariaDb::start().unwrap();
-        load_fixture(&source, 500).unwrap();
-        Self { work, source }
-    }
-
-    fn repo(&self) -> String {
-        self.work.path().join("repo").display().to_string()
-    }
-
-    fn backup(&self, args: &[&str]) -> (String, PathBuf) {
-        let b = backup(&self.repo(), &self.source, args, &[]);
-        let id = b["id"].as_str().unwrap().to_string();
-        let dir = self.work.path().join("repo/backups").join(&id);
-        (id, dir)
-    }
-}
-
 fn segments(dir: &Path) -> Vec<PathBuf> {
     let mut s: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -52,7 +27,7 @@ fn flip_byte(path: &Path, at: usize) {
 
 #[test]
 fn tampered_chunk_is_caught_by_verify_restore_and_cat() {
-    let f = Fixture::new();
+    let f = Scenario::new(500);
     let key = key_file(f.work.path(), "key");
     let key = key.to_str().unwrap();
     let (id, dir) = f.backup(&[
@@ -64,7 +39,7 @@ fn tampered_chunk_is_caught_by_verify_restore_and_cat() {
         "256KiB",
     ]);
     flip_byte(&segments(&dir)[1], 100);
-    let repo = f.repo();
+    let repo = f.repo.clone();
     fails(
         cli(&["verify", "--repo", &repo, &id]),
         &["is corrupt", "SHA-256"],
@@ -104,7 +79,7 @@ fn tampered_chunk_is_caught_by_verify_restore_and_cat() {
 #[test]
 fn tampering_with_the_digest_too_is_caught_by_authentication() {
     // An attacker who rewrites a chunk and its recorded digest still cannot forge the GCM tag.
-    let f = Fixture::new();
+    let f = Scenario::new(500);
     let key = key_file(f.work.path(), "key");
     let key = key.to_str().unwrap();
     let (id, dir) = f.backup(&["--encryption-key-file", key, "--chunk-size", "256KiB"]);
@@ -122,7 +97,7 @@ fn tampering_with_the_digest_too_is_caught_by_authentication() {
         first["stored"].as_u64().unwrap() as usize,
     );
     data[off + 10] ^= 1;
-    let new_digest = sha256(&data[off..off + len]);
+    let new_digest = sha256_hex(&data[off..off + len]);
     let mut index = index.clone();
     index["chunks"][0]["sha256"] = serde_json::Value::String(new_digest);
     let body = serde_json::to_vec(&index).unwrap();
@@ -135,7 +110,7 @@ fn tampering_with_the_digest_too_is_caught_by_authentication() {
     let mut manifest = manifest.clone();
     manifest["segments"][0]["index_length"] = frame.len().into();
     manifest["segments"][0]["size"] = data.len().into();
-    manifest["segments"][0]["index_sha256"] = sha256(&frame).into();
+    manifest["segments"][0]["index_sha256"] = sha256_hex(&frame).into();
     let total: u64 = manifest["segments"]
         .as_array()
         .unwrap()
@@ -148,7 +123,7 @@ fn tampering_with_the_digest_too_is_caught_by_authentication() {
         serde_json::to_vec_pretty(&manifest).unwrap(),
     )
     .unwrap();
-    let repo = f.repo();
+    let repo = f.repo.clone();
     // Digest-only verification is fooled (it has no key) ...
     ok(cli(&["verify", "--repo", &repo, &id]));
     // ... the full one is not.
@@ -158,23 +133,12 @@ fn tampering_with_the_digest_too_is_caught_by_authentication() {
     );
 }
 
-fn sha256(data: &[u8]) -> String {
-    use std::io::Write;
-    let mut c = std::process::Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    c.stdin.take().unwrap().write_all(data).unwrap();
-    String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()[..64].to_string()
-}
-
 #[test]
 fn wrong_key_missing_segment_and_damaged_manifests() {
-    let f = Fixture::new();
+    let f = Scenario::new(500);
     let key = key_file(f.work.path(), "key");
     let other = key_file(f.work.path(), "other");
-    let repo = f.repo();
+    let repo = f.repo.clone();
     let (id1, dir1) = f.backup(&[
         "--encryption-key-file",
         key.to_str().unwrap(),
@@ -275,8 +239,8 @@ fn tool_script(dir: &Path, name: &str, body: &str) -> String {
 
 #[test]
 fn a_dying_or_lying_source_tool_commits_nothing() {
-    let f = Fixture::new();
-    let repo = f.repo();
+    let f = Scenario::new(500);
+    let repo = f.repo.clone();
     let conn = f.source.cli_args();
     let conn: Vec<&str> = conn.iter().map(String::as_str).collect();
     let cases = [
@@ -336,7 +300,7 @@ fn a_dying_or_lying_source_tool_commits_nothing() {
 
 #[test]
 fn a_full_disk_fails_cleanly() {
-    let f = Fixture::new();
+    let f = Scenario::new(500);
     let mnt = f.work.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = std::process::Command::new("mount")
@@ -383,8 +347,8 @@ fn a_full_disk_fails_cleanly() {
 
 #[test]
 fn sigterm_during_a_backup_stops_the_tool_and_deletes_partial_data() {
-    let f = Fixture::new();
-    let repo = f.repo();
+    let f = Scenario::new(500);
+    let repo = f.repo.clone();
     // A tool that streams part of a backup and then stalls, so the signal lands mid-stream.
     let tool = tool_script(
         f.work.path(),

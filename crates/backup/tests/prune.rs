@@ -7,11 +7,8 @@ use common::*;
 
 #[test]
 fn prune_keeps_exactly_what_the_rules_say() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let repo = repo.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, 50).unwrap();
+    let Scenario { work, source, repo } = Scenario::new(50);
+    let repo = repo.as_str();
     let ids: Vec<String> = (0..4)
         .map(|_| {
             let b = backup(repo, &source, &["--method", "logical"], &[]);

@@ -5,17 +5,15 @@
 mod common;
 
 use common::*;
+use std::path::Path;
 use std::process::Command;
 
 #[test]
 fn physical_encrypted_backup_restores_into_a_fresh_server() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let repo = repo.to_str().unwrap();
+    let Scenario { work, source, repo } = Scenario::new(ROWS);
+    let repo = repo.as_str();
     let key = key_file(work.path(), "key");
     let key = key.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, ROWS).unwrap();
     let before = snapshot(&source).unwrap();
 
     let b = backup(
@@ -109,11 +107,8 @@ fn physical_encrypted_backup_restores_into_a_fresh_server() {
 
 #[test]
 fn logical_backup_restores_views_routines_triggers_and_events() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let repo = repo.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, ROWS).unwrap();
+    let Scenario { work: _work, source, repo } = Scenario::new(ROWS);
+    let repo = repo.as_str();
     let before = snapshot(&source).unwrap();
     let b = backup(
         repo,
@@ -139,10 +134,8 @@ fn logical_backup_restores_views_routines_triggers_and_events() {
 
 #[test]
 fn unencrypted_backups_are_readable_with_zstd_and_mbstream() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, 500).unwrap();
+    let Scenario { work, source, repo } = Scenario::new(500);
+    let repo = Path::new(&repo);
     let b = backup(
         repo.to_str().unwrap(),
         &source,
@@ -185,25 +178,10 @@ fn unencrypted_backups_are_readable_with_zstd_and_mbstream() {
     assert_eq!(digest, b["plaintextSha256"].as_str().unwrap());
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    let mut c = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    c.stdin.take().unwrap().write_all(data).unwrap();
-    let out = c.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..64].to_string()
-}
-
 #[test]
 fn password_authentication_and_bad_credentials() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let repo = repo.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, 200).unwrap();
+    let Scenario { work, source, repo } = Scenario::new(200);
+    let repo = repo.as_str();
     let secret = "s3cr\"et with spaces\\";
     source.create_user("backup_bot", secret).unwrap();
     let socket = source.socket().display().to_string();
@@ -341,13 +319,10 @@ fn bad_arguments_fail_with_one_line_causes() {
 
 #[test]
 fn key_rotation_rewraps_manifests_and_leaves_data_alone() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    let repo = repo.to_str().unwrap();
+    let Scenario { work, source, repo } = Scenario::new(100);
+    let repo = repo.as_str();
     let (old, new) = (key_file(work.path(), "old"), key_file(work.path(), "new"));
     let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, 100).unwrap();
     let a = backup(
         repo,
         &source,

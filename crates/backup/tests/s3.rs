@@ -22,7 +22,7 @@ fn with_env(mut c: std::process::Command, env: &[(String, String)]) -> std::proc
 
 #[test]
 fn physical_and_logical_round_trips_with_transient_faults() {
-    let work = tempfile::tempdir().unwrap();
+    let Scenario { work, source, .. } = Scenario::new(ROWS);
     let s3 = S3Server::start().unwrap();
     s3.create_bucket(BUCKET).unwrap();
     let proxy = FaultProxy::start(&format!("127.0.0.1:{}", s3.port())).unwrap();
@@ -31,8 +31,6 @@ fn physical_and_logical_round_trips_with_transient_faults() {
     let key = key_file(work.path(), "key");
     let key = key.to_str().unwrap();
 
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, ROWS).unwrap();
     // Incompressible rows, so each segment needs several multipart parts.
     source
         .sql("CREATE DATABASE noise; CREATE TABLE noise.bytes (id INT PRIMARY KEY, b BLOB) ENGINE=InnoDB; INSERT INTO noise.bytes SELECT seq, RANDOM_BYTES(1024) FROM noise.seq_1_to_12000;")
@@ -130,15 +128,13 @@ fn physical_and_logical_round_trips_with_transient_faults() {
 
 #[test]
 fn persistent_outage_and_tampering_fail_cleanly() {
-    let work = tempfile::tempdir().unwrap();
+    let Scenario { work, source, .. } = Scenario::new(300);
     let s3 = S3Server::start().unwrap();
     s3.create_bucket(BUCKET).unwrap();
     let proxy = FaultProxy::start(&format!("127.0.0.1:{}", s3.port())).unwrap();
     let env = s3_env(&s3, &proxy.endpoint());
     let direct = s3_env(&s3, &s3.endpoint());
     let repo = format!("s3://{BUCKET}/r");
-    let source = MariaDb::start().unwrap();
-    load_fixture(&source, 300).unwrap();
 
     // The server goes away for good: the backup fails with the HTTP cause, commits nothing.
     proxy.set_mode(FaultMode::All(Fault::Status500));

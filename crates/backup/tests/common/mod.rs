@@ -131,3 +131,41 @@ pub fn tree(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// A temporary directory, a MariaDB loaded with the fixture, and a repository path inside the
+/// directory (not created yet).
+pub struct Scenario {
+    pub work: tempfile::TempDir,
+    pub source: MariaDb,
+    pub repo: String,
+}
+
+impl Scenario {
+    pub fn new(rows: usize) -> Self {
+        let work = tempfile::tempdir().unwrap();
+        let source = MariaDb::start().unwrap();
+        load_fixture(&source, rows).unwrap();
+        let repo = work.path().join("repo").display().to_string();
+        Self { work, source, repo }
+    }
+
+    /// Takes a backup with `args`; returns its id and directory in the repository.
+    pub fn backup(&self, args: &[&str]) -> (String, PathBuf) {
+        let b = backup(&self.repo, &self.source, args, &[]);
+        let id = b["id"].as_str().unwrap().to_string();
+        let dir = Path::new(&self.repo).join("backups").join(&id);
+        (id, dir)
+    }
+}
+
+/// Hex SHA-256 computed by `sha256sum`, independently of the code under test.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use std::io::Write;
+    let mut c = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(data).unwrap();
+    String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()[..64].to_string()
+}
