@@ -107,7 +107,11 @@ fn physical_encrypted_backup_restores_into_a_fresh_server() {
 
 #[test]
 fn logical_backup_restores_views_routines_triggers_and_events() {
-    let Scenario { work: _work, source, repo } = Scenario::new(ROWS);
+    let Scenario {
+        work: _work,
+        source,
+        repo,
+    } = Scenario::new(ROWS);
     let repo = repo.as_str();
     let before = snapshot(&source).unwrap();
     let b = backup(

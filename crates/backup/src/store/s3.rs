@@ -58,11 +58,22 @@ fn classify(action: &'static str, key: &str, source: object_store::Error) -> Sto
     }
 }
 
-/// Attempts of an idempotent read whose response body can still fail after object_store's own
-/// request retries (listings and whole-object reads are not resumed by it).
-const READ_ATTEMPTS: u32 = 4;
+/// Attempts of a listing whose response body broke.
+const LIST_ATTEMPTS: u32 = 4;
 
-async fn retry_read<T, F, Fut>(mut op: F) -> Result<T, object_store::Error>
+/// Whether `e` is a response body that failed after the request (and object_store's retries of
+/// it) succeeded. object_store resumes broken GET bodies itself but not listing bodies; every
+/// other failure it has already retried, so retrying it again would only multiply the wait.
+fn is_unretried_body_error(e: &object_store::Error) -> bool {
+    let object_store::Error::Generic { source, .. } = e else {
+        return false;
+    };
+    source
+        .source()
+        .is_some_and(|s| s.is::<object_store::client::HttpError>())
+}
+
+async fn retry_list_body<T, F, Fut>(mut op: F) -> Result<T, object_store::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, object_store::Error>>,
@@ -71,8 +82,8 @@ where
     let mut attempt = 1;
     loop {
         match op().await {
-            Err(e) if attempt < READ_ATTEMPTS && !super::is_permanent(&e) => {
-                tracing::warn!(attempt, error = %crate::error::chain(&e), "retrying S3 read");
+            Err(e) if attempt < LIST_ATTEMPTS && is_unretried_body_error(&e) => {
+                tracing::warn!(attempt, error = %crate::error::chain(&e), "retrying S3 listing");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
                 attempt += 1;
@@ -218,7 +229,13 @@ impl Store for S3Store {
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
         let location = self.location(key);
-        retry_read(|| async { self.store.get(&location).await?.bytes().await })
+        let result = self
+            .store
+            .get(&location)
+            .await
+            .map_err(|e| classify("download", key, e))?;
+        result
+            .bytes()
             .await
             .map_err(|e| classify("download", key, e))
     }
@@ -226,7 +243,9 @@ impl Store for S3Store {
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         let want = range.end - range.start;
         let location = self.location(key);
-        let bytes = retry_read(|| self.store.get_range(&location, range.clone()))
+        let bytes = self
+            .store
+            .get_range(&location, range.clone())
             .await
             .map_err(|e| classify("download", key, e))?;
         if bytes.len() as u64 != want {
@@ -244,7 +263,7 @@ impl Store for S3Store {
         let full = format!("{}{prefix}", self.prefix);
         // object_store lists by path segments; list the enclosing directory and filter.
         let dir = full.rfind('/').map(|i| ObjectPath::from(&full[..i]));
-        let metas: Vec<_> = retry_read(|| self.store.list(dir.as_ref()).try_collect())
+        let metas: Vec<_> = retry_list_body(|| self.store.list(dir.as_ref()).try_collect())
             .await
             .map_err(|e| classify("list", prefix, e))?;
         let mut out: Vec<ObjectInfo> = metas
