@@ -10,10 +10,10 @@ pub mod progress;
 pub mod reader;
 pub mod repo;
 pub mod restore;
-pub mod retention;
 pub mod source;
 pub mod store;
 pub mod writer;
 pub mod xbstream;
 
+pub use bulwark_retention as retention;
 pub use error::{Error, Result};
