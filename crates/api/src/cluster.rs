@@ -35,7 +35,7 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference, SecretKe
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.currentPrimary"}"#,
-    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -391,8 +391,8 @@ pub struct NfsStorage {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupEncryption {
-    /// Secret key holding the passphrase the backup data keys are derived from. Losing it makes
-    /// the backups unreadable.
+    /// Secret key holding the 32-byte master key, base64 encoded (`openssl rand -base64 32`),
+    /// that wraps each backup's data key. Losing it makes the backups unreadable.
     pub key_secret_ref: SecretKeyReference,
 }
 
@@ -407,11 +407,11 @@ pub struct BackupSchedule {
     )]
     pub name: String,
     /// When to take a backup, in cron syntax (`minute hour day-of-month month day-of-week`,
-    /// or a macro such as `@daily`).
+    /// optionally preceded by a seconds field), or a macro such as `@daily`.
     #[schemars(
         length(min = 1, max = 128),
         regex(
-            pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})$"
+            pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4,5})$"
         )
     )]
     pub schedule: String,
@@ -431,6 +431,20 @@ pub struct BackupSchedule {
     /// Stops taking new backups while true; existing backups are kept.
     #[serde(default)]
     pub suspend: bool,
+    /// How late, in seconds, a backup may still start after its scheduled time (for instance
+    /// after the operator was down); later runs are skipped and reported. 600 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub starting_deadline_seconds: Option<i64>,
+    /// How many failed backups of this schedule are kept for inspection; older failed ones are
+    /// deleted. Failed backups never count towards `retention`.
+    #[serde(default = "default_failed_history_limit")]
+    #[schemars(range(min = 0, max = 100))]
+    pub failed_backups_history_limit: i32,
+}
+
+fn default_failed_history_limit() -> i32 {
+    3
 }
 
 /// Which backups of a schedule are kept. A backup is kept when any rule keeps it; the others
@@ -511,7 +525,7 @@ pub struct BootstrapFromBackup {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MySQLClusterStatus {
-    /// Standard conditions: `Available`, `Progressing` and `Degraded`.
+    /// Standard conditions: `Ready`, `Progressing`, `Degraded` and `BackupHealthy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -52,12 +52,14 @@ pub struct LocalObjectReference {
 /// status, reason, message, lastTransitionTime, observedGeneration).
 pub mod condition {
     /// `MySQLCluster`: all replicas run and the primary accepts writes.
-    pub const AVAILABLE: &str = "Available";
+    pub const READY: &str = "Ready";
     /// `MySQLCluster`: the observed state is moving towards the spec (rollout, scale, failover).
     pub const PROGRESSING: &str = "Progressing";
     /// `MySQLCluster`: the spec cannot be acted on (a reference is missing or invalid); the
     /// condition's message says why.
     pub const DEGRADED: &str = "Degraded";
+    /// `MySQLCluster`: the latest backup succeeded and no schedule is overdue.
+    pub const BACKUP_HEALTHY: &str = "BackupHealthy";
     /// `MySQLBackup`: the backup finished and its manifest was written and verified.
     pub const COMPLETE: &str = "Complete";
     /// `MySQLBackup`: the backup failed; the condition's message says why.
