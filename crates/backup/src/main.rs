@@ -69,6 +69,8 @@ enum Command {
     /// Rotate the master key: re-wrap the data keys of backups encrypted with the old key
     /// (manifests only; the data is not rewritten).
     Rewrap(RewrapArgs),
+    /// Delete one backup (manifest first, then its data); succeeds when it is already gone.
+    Delete(DeleteArgs),
 }
 
 #[derive(Args, Clone)]
@@ -237,6 +239,10 @@ struct BackupArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Also write the result as one line of JSON (`{"error": …}` on failure), at most 4096
+    /// bytes, e.g. to Kubernetes' /dev/termination-log.
+    #[arg(long, env = "MYSQL_BACKUP_RESULT_FILE")]
+    result_file: Option<PathBuf>,
     #[command(flatten)]
     progress: ProgressArgs,
 }
@@ -366,6 +372,17 @@ struct PruneArgs {
 /// relative paths handed to them would point elsewhere.
 fn absolute(p: &std::path::Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(p).with_context(|| format!("failed to resolve path {}", p.display()))
+}
+
+#[derive(Args)]
+struct DeleteArgs {
+    #[command(flatten)]
+    repo: RepoArgs,
+    /// Backup id (`latest` is refused: deletion names what it deletes).
+    id: String,
+    /// JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -530,7 +547,70 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Kubernetes keeps at most this many bytes of a termination message.
+const RESULT_FILE_LIMIT: usize = 4096;
+
 async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
+    let result_file = a.result_file.clone();
+    let outcome = run_backup(a).await;
+    if let Some(path) = result_file {
+        let line = match &outcome {
+            Ok(summary) => result_line(summary.clone()),
+            Err(e) => error_result_line(&error_line(e)),
+        };
+        match mysql_backup::outfile::write_replacing(&path, line.as_bytes()) {
+            Ok(how) => {
+                tracing::debug!(path = %path.display(), in_place = how == mysql_backup::outfile::Written::InPlace, "result file written")
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %mysql_backup::error::chain(&e), "failed to write the result file")
+            }
+        }
+    }
+    outcome.map(drop)
+}
+
+/// The success JSON on one line, within [`RESULT_FILE_LIMIT`]. Never cut: if it is too long
+/// (a huge GTID set or repository URL), whole fields are left out and named in `omitted`.
+fn result_line(mut summary: serde_json::Value) -> String {
+    let mut omitted = Vec::new();
+    for field in ["gtidSet", "location", "toolVersion", "sourceHost"] {
+        let line = format!("{summary}\n");
+        if line.len() <= RESULT_FILE_LIMIT {
+            return line;
+        }
+        summary[field] = serde_json::Value::Null;
+        omitted.push(field);
+        summary["omitted"] = json!(omitted);
+    }
+    format!("{summary}\n")
+}
+
+/// `{"error": …}` on one line within [`RESULT_FILE_LIMIT`], the message cut (and ended with
+/// `…`) if needed.
+fn error_result_line(message: &str) -> String {
+    let line = |m: &str| format!("{}\n", json!({ "error": m }));
+    let full = line(message);
+    if full.len() <= RESULT_FILE_LIMIT {
+        return full;
+    }
+    // The longest prefix (on a character boundary) that fits once escaped, by bisection.
+    let cuts: Vec<usize> = message.char_indices().map(|(i, _)| i).collect();
+    let fits = |n: usize| line(&format!("{}…", &message[..cuts[n]])).len() <= RESULT_FILE_LIMIT;
+    let (mut lo, mut hi) = (0, cuts.len() - 1);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    line(&format!("{}…", &message[..cuts[lo]]))
+}
+
+/// Takes the backup and prints the summary; returns the summary for the result file.
+async fn run_backup(a: BackupArgs) -> anyhow::Result<serde_json::Value> {
     if a.chunk_size == 0 || a.chunk_size > (256 << 20) {
         return Err(Error::InvalidArgument(
             "--chunk-size must be between 1 byte and 256MiB".into(),
@@ -580,8 +660,9 @@ async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
         repo.store().describe().trim_end_matches('/'),
         format::object_key(&done.manifest.id, "")
     );
+    let summary = manifest_json(&done, &location);
     if a.json {
-        let mut v = manifest_json(&done, &location);
+        let mut v = summary.clone();
         v["peakRssBytes"] = peak_rss_bytes().into();
         print_json(&v);
     } else {
@@ -602,7 +683,7 @@ async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
             }
         );
     }
-    Ok(())
+    Ok(summary)
 }
 
 async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
@@ -924,6 +1005,22 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn cmd_delete(a: DeleteArgs) -> anyhow::Result<()> {
+    let repo = open_repo(&a.repo, 0).await?;
+    let deleted = repo.delete(&a.id).await?;
+    if deleted {
+        tracing::info!(backup_id = %a.id, "backup deleted");
+    }
+    if a.json {
+        print_json(&json!({ "id": a.id, "deleted": deleted }));
+    } else if deleted {
+        println!("backup {} deleted", a.id);
+    } else {
+        println!("backup {} already absent", a.id);
+    }
+    Ok(())
+}
+
 async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
     let old = MasterKey::from_file(&a.encryption_key_file).map_err(Error::from)?;
     let new = MasterKey::from_file(&a.new_encryption_key_file).map_err(Error::from)?;
@@ -964,6 +1061,15 @@ async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
         print_table(&["ID", "RESULT"], &rows);
     }
     Ok(())
+}
+
+/// The cause chain of a failure on one line, as printed after `error: `.
+fn error_line(e: &anyhow::Error) -> String {
+    let msg = match e.downcast_ref::<Error>() {
+        Some(err) => mysql_backup::error::chain(err),
+        None => format!("{e:#}"),
+    };
+    msg.replace('\n', " ")
 }
 
 fn init_logging(format: LogFormat, filter: &str) {
@@ -1007,16 +1113,13 @@ fn main() -> std::process::ExitCode {
             Command::Cat(a) => cmd_cat(a).await,
             Command::Prune(a) => cmd_prune(a).await,
             Command::Rewrap(a) => cmd_rewrap(a).await,
+            Command::Delete(a) => cmd_delete(a).await,
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let msg = match e.downcast_ref::<Error>() {
-                Some(err) => mysql_backup::error::chain(err),
-                None => format!("{e:#}"),
-            };
-            eprintln!("error: {}", msg.replace('\n', " "));
+            eprintln!("error: {}", error_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -1024,7 +1127,46 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{error_result_line, parse_size, result_line, RESULT_FILE_LIMIT};
+    use serde_json::json;
+
+    #[test]
+    fn result_lines_fit_the_termination_message_limit() {
+        let ok = result_line(json!({ "id": "20261122T031633Z-4a0760", "gtidSet": "0-1-2" }));
+        assert_eq!(
+            ok,
+            "{\"gtidSet\":\"0-1-2\",\"id\":\"20261122T031633Z-4a0760\"}\n"
+        );
+        // A huge GTID set is left out whole, never cut.
+        let huge = "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5,".repeat(200);
+        let line = result_line(json!({ "id": "x", "gtidSet": huge, "location": "s3://b/p" }));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert!(line.len() <= RESULT_FILE_LIMIT, "{}", line.len());
+        assert_eq!(
+            (v["gtidSet"].is_null(), v["location"].as_str()),
+            (true, Some("s3://b/p"))
+        );
+        assert_eq!(v["omitted"], json!(["gtidSet"]));
+
+        let short = error_result_line("failed to connect: refused");
+        assert_eq!(short, "{\"error\":\"failed to connect: refused\"}\n");
+        for filler in ["x", "\"", "é", "\u{1}"] {
+            let long = error_result_line(&format!("failed to back up: {}", filler.repeat(5000)));
+            let v: serde_json::Value = serde_json::from_str(&long).unwrap();
+            let msg = v["error"].as_str().unwrap();
+            assert!(
+                long.len() <= RESULT_FILE_LIMIT,
+                "{filler:?}: {}",
+                long.len()
+            );
+            assert!(
+                long.len() > RESULT_FILE_LIMIT - 8,
+                "{filler:?}: {}",
+                long.len()
+            );
+            assert!(msg.starts_with("failed to back up: ") && msg.ends_with('…'));
+        }
+    }
 
     #[test]
     fn sizes() {

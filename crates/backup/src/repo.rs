@@ -223,6 +223,26 @@ impl Repository {
         }
     }
 
+    /// Deletes the backup `id` (complete or not), manifest first. Returns false when nothing is
+    /// stored under that id, so a retried deletion succeeds.
+    pub async fn delete(&self, id: &str) -> Result<bool> {
+        if !format::is_backup_id(id) {
+            return Err(Error::InvalidArgument(format!(
+                "{id:?} is not a backup id (they look like 20261122T031633Z-4a0760)"
+            )));
+        }
+        let objects = self
+            .store
+            .list(&format::object_key(id, ""))
+            .await
+            .map_err(Error::ListRepository)?;
+        if objects.is_empty() {
+            return Ok(false);
+        }
+        self.delete_backup(id, &objects).await?;
+        Ok(true)
+    }
+
     /// Deletes a backup's objects, manifest first, so an interrupted deletion leaves an orphan
     /// rather than a manifest pointing at missing data.
     pub async fn delete_backup(&self, id: &str, objects: &[ObjectInfo]) -> Result<()> {
