@@ -6,6 +6,7 @@ pub mod codec;
 pub mod crypto;
 pub mod error;
 pub mod format;
+pub mod instance;
 pub mod outfile;
 pub mod progress;
 pub mod reader;

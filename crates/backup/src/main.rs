@@ -23,6 +23,8 @@ use mysql_backup::Error;
 use serde_json::json;
 use zeroize::Zeroizing;
 
+mod instance_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "mysql-backup",
@@ -71,6 +73,11 @@ enum Command {
     Rewrap(RewrapArgs),
     /// Delete one backup (manifest first, then its data); succeeds when it is already gone.
     Delete(DeleteArgs),
+    /// What runs inside each MySQL pod: configuration, bootstrap from a backup, the agent.
+    Instance {
+        #[command(subcommand)]
+        command: instance_cmd::InstanceCommand,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -1114,6 +1121,7 @@ fn main() -> std::process::ExitCode {
             Command::Prune(a) => cmd_prune(a).await,
             Command::Rewrap(a) => cmd_rewrap(a).await,
             Command::Delete(a) => cmd_delete(a).await,
+            Command::Instance { command } => instance_cmd::run(command).await,
         }
     });
     match result {

@@ -1,0 +1,5 @@
+//! What runs inside each MySQL pod of a cluster: `init` writes the per-pod server settings,
+//! `bootstrap` restores a new cluster's datadir from a backup, and the `agent` sidecar serves
+//! the health endpoints and keeps accounts, role and replication as the pod's labels say.
+
+pub mod init;
