@@ -14,6 +14,9 @@ else
 fi
 BULWARK_CONTROLPLANE_BIN="$(bash tests/controlplane/build.sh)"
 export BULWARK_CONTROLPLANE_BIN
+# helm for the chart tests (crates/operator/tests/chart.rs), built the same way (~2.5 min once).
+BULWARK_HELM_BIN="$(bash tests/helm/build.sh)"
+export BULWARK_HELM_BIN
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
