@@ -290,9 +290,100 @@ async fn restore_physical(
     ));
     std::fs::create_dir(&staging).map_err(local("create", &staging))?;
     let cleanup = StagingGuard(Some(staging.clone()));
+    let staged = stage_physical(
+        repo,
+        backup,
+        dk,
+        &staging,
+        prepare_tool.as_deref(),
+        parallel,
+        progress,
+    )
+    .await?;
 
+    // Swap into place: an empty or absent target is replaced directly; a forced non-empty target
+    // is moved aside first and removed only after the new data is in place.
+    let mut replaced = None;
+    if path.exists() {
+        if std::fs::read_dir(path)
+            .map_err(local("read", path))?
+            .next()
+            .is_none()
+        {
+            std::fs::remove_dir(path).map_err(local("remove", path))?;
+        } else {
+            let aside = parent.join(format!(
+                ".{}.replaced-{:08x}",
+                name.to_string_lossy(),
+                rand::random::<u32>()
+            ));
+            std::fs::rename(path, &aside).map_err(local("move aside", path))?;
+            replaced = Some(aside);
+        }
+    }
+    if let Err(e) = std::fs::rename(&staging, path) {
+        if let Some(aside) = &replaced {
+            let _ = std::fs::rename(aside, path);
+        }
+        return Err(local("move into place", path)(e));
+    }
+    cleanup.disarm();
+    std::fs::File::open(&parent)
+        .and_then(|d| d.sync_all())
+        .map_err(local("sync", &parent))?;
+    if let Some(aside) = replaced {
+        std::fs::remove_dir_all(&aside).map_err(local("remove replaced directory", &aside))?;
+    }
+    Ok(staged.outcome(path))
+}
+
+/// A physical backup extracted (and prepared) into a staging directory.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// Backup restored.
+    pub backup_id: String,
+    /// Plaintext bytes read.
+    pub plaintext_bytes: u64,
+    /// Files extracted.
+    pub files: u64,
+    /// Whether `--prepare` ran.
+    pub prepared: bool,
+}
+
+impl Staged {
+    /// The outcome once the staged files are in place at `target`.
+    pub fn outcome(&self, target: &Path) -> RestoreOutcome {
+        RestoreOutcome {
+            backup_id: self.backup_id.clone(),
+            plaintext_bytes: self.plaintext_bytes,
+            files: Some(self.files),
+            target: target.display().to_string(),
+            prepared: self.prepared,
+        }
+    }
+}
+
+/// Extracts a physical backup into `staging` (an existing, empty directory), checking every
+/// chunk on the way, prepares it when a `prepare_tool` is given (`--prepare`), and syncs the
+/// filesystem. The caller puts the staged files in place.
+pub async fn stage_physical(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    dk: Option<Arc<DataKey>>,
+    staging: &Path,
+    prepare_tool: Option<&Path>,
+    parallel: usize,
+    progress: Arc<Progress>,
+) -> Result<Staged> {
+    let m = &backup.manifest;
+    if m.method != Method::Physical {
+        return Err(Error::InvalidArgument(format!(
+            "backup {} is {}, not physical",
+            m.id, m.method
+        )));
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let dest = staging.clone();
+    let dest = staging.to_path_buf();
     let extractor = tokio::task::spawn_blocking(move || {
         xbstream::extract(
             ChannelReader {
@@ -335,56 +426,21 @@ async fn restore_physical(
     })?;
     tracing::info!(backup_id = %m.id, files = extracted.files, bytes = extracted.bytes, "extracted");
 
-    if let Some(tool) = &prepare_tool {
-        let defaults_arg = format!("--target-dir={}", staging.display());
+    if let Some(tool) = prepare_tool {
+        let target_arg = format!("--target-dir={}", staging.display());
         let proc = source::spawn(
             tool,
-            &["--prepare".to_string(), defaults_arg],
+            &["--prepare".to_string(), target_arg],
             ToolIo::Neither,
         )?;
         tracing::info!(tool = %proc.name, "preparing");
         proc.finish(Some(source::PHYSICAL_COMPLETION)).await?;
     }
-    sync_filesystem(&staging)?;
-
-    // Swap into place: an empty or absent target is replaced directly; a forced non-empty target
-    // is moved aside first and removed only after the new data is in place.
-    let mut replaced = None;
-    if path.exists() {
-        if std::fs::read_dir(path)
-            .map_err(local("read", path))?
-            .next()
-            .is_none()
-        {
-            std::fs::remove_dir(path).map_err(local("remove", path))?;
-        } else {
-            let aside = parent.join(format!(
-                ".{}.replaced-{:08x}",
-                name.to_string_lossy(),
-                rand::random::<u32>()
-            ));
-            std::fs::rename(path, &aside).map_err(local("move aside", path))?;
-            replaced = Some(aside);
-        }
-    }
-    if let Err(e) = std::fs::rename(&staging, path) {
-        if let Some(aside) = &replaced {
-            let _ = std::fs::rename(aside, path);
-        }
-        return Err(local("move into place", path)(e));
-    }
-    cleanup.disarm();
-    std::fs::File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(local("sync", &parent))?;
-    if let Some(aside) = replaced {
-        std::fs::remove_dir_all(&aside).map_err(local("remove replaced directory", &aside))?;
-    }
-    Ok(RestoreOutcome {
+    sync_filesystem(staging)?;
+    Ok(Staged {
         backup_id: m.id.clone(),
         plaintext_bytes: read.plaintext_bytes,
-        files: Some(extracted.files),
-        target: path.display().to_string(),
+        files: extracted.files,
         prepared: prepare_tool.is_some(),
     })
 }

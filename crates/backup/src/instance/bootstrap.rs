@@ -1,0 +1,386 @@
+//! `instance restore`: bootstraps a new cluster's datadir from a backup, before mysqld first
+//! starts. A datadir that already holds a server is never touched. A physical backup is
+//! extracted and prepared in a staging directory inside the datadir (a mount point, which
+//! cannot be replaced by a rename) and its entries moved in; a marker file makes an
+//! interrupted restore visible, so the next attempt starts over instead of leaving a
+//! half-restored server. A logical backup is verified and its id left in a pending file for
+//! the agent, which loads it once mysqld runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::crypto::MasterKey;
+use crate::format::{self, Method};
+use crate::outfile::{self, OutfileError};
+use crate::progress::Progress;
+use crate::repo::{CompleteBackup, Repository};
+use crate::restore::{self, RestoreOutcome};
+use crate::source::{self, ToolJob};
+
+/// Marker present in the datadir from the start of a physical restore until its last file is
+/// in place.
+pub const MARKER_NAME: &str = ".bulwark-restore-incomplete";
+/// Staging directory inside the datadir.
+pub const STAGING_NAME: &str = ".bulwark-restore-staging";
+/// Default name of the pending logical restore file, beside the datadir.
+pub const PENDING_NAME: &str = "bulwark-pending-logical-restore";
+/// Entries that say a server has been initialized in a datadir (MariaDB and MySQL).
+const SERVER_EVIDENCE: &[&str] = &["mysql", "ibdata1", "mysql.ibd"];
+/// Entries a fresh volume may hold that are not data.
+const IGNORED: &[&str] = &["lost+found"];
+
+/// Errors of `instance restore`.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("failed to inspect the datadir {path}")]
+    InspectDatadir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "failed to accept the datadir {path}: it holds {entries} but no server; \
+         refusing to restore over unknown files"
+    )]
+    AcceptDatadir { path: String, entries: String },
+    #[error("failed to clear the interrupted restore in {path}")]
+    ClearDatadir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to mark the restore as in progress")]
+    MarkInProgress(#[source] OutfileError),
+    #[error("failed to create the staging directory {path}")]
+    CreateStaging {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to move {name} into the datadir {path}")]
+    MoveIntoDatadir {
+        name: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to complete the restore in {path}")]
+    CompleteRestore {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to restore the backup")]
+    Restore(#[from] crate::Error),
+    #[error("failed to leave the pending logical restore for the agent")]
+    WritePending(#[source] OutfileError),
+    #[error("failed to read the pending logical restore {path}")]
+    ReadPending {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse the pending logical restore {path}: {content:?} is not a backup id")]
+    ParsePending { path: String, content: String },
+}
+
+/// What a datadir holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatadirState {
+    /// Nothing but ignorable entries: restore.
+    Empty,
+    /// A server's files (the entry named is the evidence): never touch.
+    Initialized(String),
+    /// The marker of an unfinished restore: clear and restore again.
+    Interrupted,
+    /// Files that are neither a server nor ours: refuse.
+    Unexpected(Vec<String>),
+}
+
+/// Classifies a datadir by the names of its entries. `also_ignored` names entries that may
+/// be there and are not data (the pending file, when it is kept inside the datadir).
+pub fn classify(names: &[String], also_ignored: &[&str]) -> DatadirState {
+    if names.iter().any(|n| n == MARKER_NAME) {
+        return DatadirState::Interrupted;
+    }
+    if let Some(e) = names.iter().find(|n| SERVER_EVIDENCE.contains(&n.as_str())) {
+        return DatadirState::Initialized(e.clone());
+    }
+    let mut unexpected: Vec<String> = names
+        .iter()
+        .filter(|n| !IGNORED.contains(&n.as_str()) && !also_ignored.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    if unexpected.is_empty() {
+        DatadirState::Empty
+    } else {
+        unexpected.sort();
+        DatadirState::Unexpected(unexpected)
+    }
+}
+
+fn entry_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// Looks at the datadir, creating it when it does not exist.
+pub fn inspect(datadir: &Path, pending_file: &Path) -> Result<DatadirState, BootstrapError> {
+    let err = |source| BootstrapError::InspectDatadir {
+        path: datadir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(datadir).map_err(err)?;
+    let names = entry_names(datadir).map_err(err)?;
+    let pending_inside = (pending_file.parent() == Some(datadir))
+        .then(|| {
+            pending_file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .flatten();
+    let also: Vec<&str> = pending_inside.iter().map(String::as_str).collect();
+    Ok(match classify(&names, &also) {
+        // The staging directory alone, without the marker, is a leftover of a restore that
+        // stopped before it began: nothing else was written.
+        DatadirState::Unexpected(u) if u == [STAGING_NAME] => DatadirState::Interrupted,
+        other => other,
+    })
+}
+
+/// Removes everything a restore may have written, except the marker (removed last, by the
+/// next restore's completion) and ignorable entries.
+pub fn clear(datadir: &Path) -> Result<(), BootstrapError> {
+    let err = |source| BootstrapError::ClearDatadir {
+        path: datadir.display().to_string(),
+        source,
+    };
+    for name in entry_names(datadir).map_err(err)? {
+        if name == MARKER_NAME || IGNORED.contains(&name.as_str()) {
+            continue;
+        }
+        let p = datadir.join(&name);
+        let meta = std::fs::symlink_metadata(&p).map_err(err)?;
+        if meta.is_dir() {
+            std::fs::remove_dir_all(&p).map_err(err)?;
+        } else {
+            std::fs::remove_file(&p).map_err(err)?;
+        }
+    }
+    sync_dir(datadir).map_err(err)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Restores a physical backup into `datadir` (empty but for ignorable entries and, after an
+/// interruption, the marker): marker, extraction and prepare in the staging directory, entries
+/// moved in, marker removed.
+#[allow(clippy::too_many_arguments)]
+pub async fn restore_physical(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    key: Option<&MasterKey>,
+    datadir: &Path,
+    tool: Option<&str>,
+    parallel: usize,
+    progress: Arc<Progress>,
+) -> Result<RestoreOutcome, BootstrapError> {
+    let m = &backup.manifest;
+    let dk = restore::data_key(backup, key)?;
+    if m.encryption.is_some() && dk.is_none() {
+        return Err(crate::Error::KeyRequired { id: m.id.clone() }.into());
+    }
+    let prepare_tool = source::find_tool(m.source.flavor, ToolJob::Physical, tool)?;
+    let marker = datadir.join(MARKER_NAME);
+    outfile::write_atomic(
+        &marker,
+        format!("restoring backup {}\n", m.id).as_bytes(),
+        0o644,
+    )
+    .map_err(BootstrapError::MarkInProgress)?;
+    clear(datadir)?;
+    let restored =
+        stage_and_move(repo, backup, dk, datadir, &prepare_tool, parallel, progress).await;
+    if restored.is_err() {
+        // Free the space now; the marker stays, so nothing here passes for a server.
+        if let Err(e) = clear(datadir) {
+            tracing::warn!(datadir = %datadir.display(), error = %crate::error::chain(&e), "failed to clear the datadir after a failed restore");
+        }
+    }
+    let staged = restored?;
+    let complete = |source| BootstrapError::CompleteRestore {
+        path: datadir.display().to_string(),
+        source,
+    };
+    std::fs::remove_file(&marker).map_err(complete)?;
+    sync_dir(datadir).map_err(complete)?;
+    Ok(staged.outcome(datadir))
+}
+
+async fn stage_and_move(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    dk: Option<Arc<crate::crypto::DataKey>>,
+    datadir: &Path,
+    prepare_tool: &Path,
+    parallel: usize,
+    progress: Arc<Progress>,
+) -> Result<restore::Staged, BootstrapError> {
+    let staging = datadir.join(STAGING_NAME);
+    std::fs::create_dir(&staging).map_err(|source| BootstrapError::CreateStaging {
+        path: staging.display().to_string(),
+        source,
+    })?;
+    let staged = restore::stage_physical(
+        repo,
+        backup,
+        dk,
+        &staging,
+        Some(prepare_tool),
+        parallel,
+        progress,
+    )
+    .await?;
+    let complete = |source| BootstrapError::CompleteRestore {
+        path: datadir.display().to_string(),
+        source,
+    };
+    for name in entry_names(&staging).map_err(complete)? {
+        let from = staging.join(&name);
+        let to = datadir.join(&name);
+        if IGNORED.contains(&name.as_str()) && to.exists() {
+            continue;
+        }
+        std::fs::rename(&from, &to).map_err(|source| BootstrapError::MoveIntoDatadir {
+            name: name.clone(),
+            path: datadir.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::remove_dir_all(&staging).map_err(complete)?;
+    sync_dir(datadir).map_err(complete)?;
+    Ok(staged)
+}
+
+/// Verifies a logical backup in full and leaves its id in `pending_file` for the agent.
+pub async fn stage_logical(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    key: Option<&MasterKey>,
+    pending_file: &Path,
+    parallel: usize,
+    progress: Arc<Progress>,
+) -> Result<(), BootstrapError> {
+    let m = &backup.manifest;
+    if m.method != Method::Logical {
+        return Err(
+            crate::Error::InvalidArgument(format!("backup {} is not logical", m.id)).into(),
+        );
+    }
+    if m.encryption.is_some() && key.is_none() {
+        return Err(crate::Error::KeyRequired { id: m.id.clone() }.into());
+    }
+    restore::verify(repo, backup, key, parallel, progress).await?;
+    outfile::write_atomic(pending_file, format!("{}\n", m.id).as_bytes(), 0o644)
+        .map_err(BootstrapError::WritePending)
+}
+
+/// The backup id in a pending logical restore file, or `None` when there is none.
+pub fn read_pending(path: &Path) -> Result<Option<String>, BootstrapError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let id = text.trim();
+            if format::is_backup_id(id) {
+                Ok(Some(id.to_string()))
+            } else {
+                Err(BootstrapError::ParsePending {
+                    path: path.display().to_string(),
+                    content: id.chars().take(64).collect(),
+                })
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(BootstrapError::ReadPending {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// The default pending file: beside the datadir.
+pub fn default_pending_file(datadir: &Path) -> PathBuf {
+    match datadir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.join(PENDING_NAME),
+        _ => PathBuf::from(PENDING_NAME),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn datadir_states() {
+        use DatadirState::*;
+        let cases: Vec<(&[&str], DatadirState)> = vec![
+            (&[], Empty),
+            (&["lost+found"], Empty),
+            (&["pending"], Empty),
+            (&["mysql", "ibdata1"], Initialized("mysql".into())),
+            (&["lost+found", "ibdata1"], Initialized("ibdata1".into())),
+            (&["mysql.ibd", "undo_001"], Initialized("mysql.ibd".into())),
+            // The marker wins over evidence: a half-moved restore has a mysql/ directory.
+            (&["mysql", MARKER_NAME], Interrupted),
+            (&[MARKER_NAME, STAGING_NAME], Interrupted),
+            (&["notes.txt", "a"], Unexpected(names(&["a", "notes.txt"]))),
+        ];
+        for (entries, want) in cases {
+            assert_eq!(classify(&names(entries), &["pending"]), want, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn clear_keeps_the_marker_and_lost_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["mysql", "lost+found", STAGING_NAME] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("mysql/user.frm"), "x").unwrap();
+        std::fs::write(d.join("ibdata1"), "x").unwrap();
+        std::fs::write(d.join(MARKER_NAME), "x").unwrap();
+        clear(d).unwrap();
+        let mut left = entry_names(d).unwrap();
+        left.sort();
+        assert_eq!(left, [MARKER_NAME, "lost+found"]);
+        assert_eq!(inspect(d, &d.join("p")).unwrap(), DatadirState::Interrupted);
+    }
+
+    #[test]
+    fn pending_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pending");
+        assert_eq!(read_pending(&p).unwrap(), None);
+        std::fs::write(&p, "20261122T031633Z-4a0760\n").unwrap();
+        assert_eq!(
+            read_pending(&p).unwrap().as_deref(),
+            Some("20261122T031633Z-4a0760")
+        );
+        std::fs::write(&p, "../../etc/passwd").unwrap();
+        assert!(matches!(
+            read_pending(&p),
+            Err(BootstrapError::ParsePending { .. })
+        ));
+        assert_eq!(
+            default_pending_file(Path::new("/var/lib/mysql")),
+            Path::new("/var/lib/bulwark-pending-logical-restore")
+        );
+    }
+}
