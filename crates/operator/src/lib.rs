@@ -1,3 +1,16 @@
 //! Bulwark's Kubernetes operator: controllers for `MySQLCluster` and `MySQLBackup`, the backup
 //! scheduler and the metrics they report.
+
+pub mod apply;
+pub mod backup;
+pub mod cluster;
+pub mod conditions;
+pub mod context;
+pub mod error;
+pub mod hash;
+pub mod http;
+pub mod metrics;
+pub mod names;
 pub mod rbac;
+pub mod run;
+pub mod schedule;

@@ -1,1 +1,132 @@
-fn main() {}
+//! `mysql-operator`: runs Bulwark's controllers with the metrics and health endpoint.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use bulwark_operator::context::{Config, Context};
+use bulwark_operator::metrics::Metrics;
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "mysql-operator",
+    version,
+    about = "Kubernetes operator for MySQL and MariaDB clusters with scheduled, verifiable backups"
+)]
+struct Cli {
+    /// Log line format.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "json",
+        env = "MYSQL_OPERATOR_LOG_FORMAT",
+        global = true
+    )]
+    log_format: LogFormat,
+    /// Log filter, such as `info` or `bulwark_operator=debug,info`.
+    #[arg(
+        long,
+        default_value = "info",
+        env = "MYSQL_OPERATOR_LOG",
+        global = true
+    )]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the controllers until SIGTERM or Ctrl-C.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "MYSQL_OPERATOR_LISTEN")]
+    listen: SocketAddr,
+    /// Image with mysql-backup and the backup tools (backup Jobs, init and agent containers).
+    #[arg(long, default_value = concat!("ghcr.io/bulwark-dev/mysql-backup:", env!("CARGO_PKG_VERSION")), env = "MYSQL_OPERATOR_BACKUP_IMAGE")]
+    backup_image: String,
+    /// Image of the mysqld exporter sidecar.
+    #[arg(
+        long,
+        default_value = "docker.io/prom/mysqld-exporter:v0.17.2",
+        env = "MYSQL_OPERATOR_EXPORTER_IMAGE"
+    )]
+    exporter_image: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).context("invalid log filter")?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("signal received; stopping");
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let listener = bulwark_operator::http::bind(args.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", args.listen))?;
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to configure the Kubernetes client")?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(bulwark_operator::http::serve(
+        listener,
+        metrics.clone(),
+        ready.clone(),
+    ));
+    let config = Config {
+        backup_image: args.backup_image,
+        exporter_image: args.exporter_image,
+    };
+    let ctx = Context::new(client, config, metrics);
+    ready.store(true, Ordering::Relaxed);
+    bulwark_operator::run::controllers(ctx, shutdown_signal()).await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(cli.log_format, &cli.log) {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let result = match cli.command {
+        Command::Run(a) => run(a).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Thin I/O helpers: server-side apply with a named field manager, and reads that treat 404 as
+//! absence.
+
+use std::fmt::Debug;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{is_not_found, Error, Result};
+
+/// Field manager of the cluster controller (children and cluster status).
+pub const CLUSTER_MANAGER: &str = "bulwark-cluster";
+/// Field manager of the role labels on server pods.
+pub const ROLE_MANAGER: &str = "bulwark-roles";
+/// Field manager of the scheduler (scheduled MySQLBackups, schedule status).
+pub const SCHEDULER_MANAGER: &str = "bulwark-scheduler";
+/// Field manager of the backup controller (Jobs, backup status).
+pub const BACKUP_MANAGER: &str = "bulwark-backup";
+
+/// Applies `obj` (a complete desired object with apiVersion and kind) as `manager`, taking over
+/// conflicting fields.
+pub async fn apply<K>(api: &Api<K>, name: &str, obj: &K, manager: &str) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K::DynamicType: Default,
+{
+    let kind = kind_of::<K>();
+    api.patch(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|source| Error::Apply {
+        kind,
+        name: name.to_owned(),
+        source,
+    })
+}
+
+/// Applies a status document (`{"apiVersion", "kind", "status"}`) as `manager`.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    doc: serde_json::Value,
+    manager: &str,
+) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let kind = kind_of::<K>();
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .map_err(|source| Error::UpdateStatus {
+        kind,
+        name: name.to_owned(),
+        source,
+    })
+}
+
+/// Reads an object; `None` when it does not exist.
+pub async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    match api.get(name).await {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(source) => Err(Error::Read {
+            kind: kind_of::<K>(),
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Deletes an object; absence is success.
+pub async fn delete_opt<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let dp = kube::api::DeleteParams::background();
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind: kind_of::<K>(),
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Lists objects matching a label selector.
+pub async fn list<K>(api: &Api<K>, selector: &str) -> Result<Vec<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    api.list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .map_err(|source| Error::List {
+            kind: kind_of::<K>(),
+            source,
+        })
+}
+
+/// The kind of `K`, as a static string for error messages.
+fn kind_of<K: Resource>() -> &'static str
+where
+    K::DynamicType: Default,
+{
+    // Kinds are few and fixed; leaking each distinct one once keeps errors free of allocations
+    // per call site while staying 'static.
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static KINDS: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let mut map = KINDS
+        .get_or_init(Default::default)
+        .lock()
+        .expect("kind map");
+    map.entry(kind.clone())
+        .or_insert_with(|| Box::leak(kind.into_boxed_str()))
+}

@@ -1,0 +1,583 @@
+//! The MySQLBackup controller.
+
+pub mod job;
+pub mod outcome;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bulwark_api::common::condition;
+use bulwark_api::{BackupPhase, DeletionPolicy, MySQLBackup, MySQLBackupStatus, MySQLCluster};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, LogParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use crate::apply::{self, BACKUP_MANAGER};
+use crate::cluster::validate::{self as cluster_validate, Account};
+use crate::conditions::{self, Desired, Status};
+use crate::context::{Context, Reason};
+use crate::error::{Error, Result};
+use crate::names;
+use job::{StorageAccess, StorageRecord};
+use outcome::Outcome;
+
+/// Reconciles one MySQLBackup.
+pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = backup.namespace().unwrap_or_default();
+    let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await?;
+
+    if backup.meta().deletion_timestamp.is_some() {
+        return finalize(&backup, &ctx, &ns, &api).await;
+    }
+    let status = backup.status.clone().unwrap_or_default();
+    if matches!(
+        status.phase,
+        Some(BackupPhase::Succeeded | BackupPhase::Failed)
+    ) {
+        return Ok(Action::await_change());
+    }
+
+    let Some(cluster) = cluster else {
+        return fail(
+            &backup,
+            &ctx,
+            &ns,
+            format!(
+                "mysqlcluster {} does not exist",
+                backup.spec.cluster_ref.name
+            ),
+            None,
+        )
+        .await;
+    };
+    let Some(storage) = cluster
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.storages.iter().find(|s| s.name == backup.spec.storage))
+        .cloned()
+    else {
+        return fail(
+            &backup,
+            &ctx,
+            &ns,
+            format!(
+                "storage {} is not defined in spec.backup.storages of mysqlcluster {}",
+                backup.spec.storage,
+                cluster.name_any()
+            ),
+            None,
+        )
+        .await;
+    };
+
+    // Record where the data goes before any of it is written, and protect it with the
+    // finalizer when it is to be deleted with the object.
+    let policy = effective_policy(&backup, &cluster);
+    ensure_metadata(&backup, &api, &storage, policy).await?;
+
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job_name = job::backup_job_name(&backup.name_any());
+    let existing = apply::get_opt(&jobs, &job_name).await?;
+    let Some(existing) = existing else {
+        return start(&backup, &cluster, &ctx, &ns, &storage).await;
+    };
+    observe(&backup, &cluster, &ctx, &ns, &existing).await
+}
+
+/// The deletion policy of a backup: its own, else its cluster's.
+fn effective_policy(backup: &MySQLBackup, cluster: &MySQLCluster) -> DeletionPolicy {
+    backup.spec.deletion_policy.unwrap_or_else(|| {
+        cluster
+            .spec
+            .backup
+            .as_ref()
+            .map(|b| b.deletion_policy)
+            .unwrap_or_default()
+    })
+}
+
+async fn ensure_metadata(
+    backup: &MySQLBackup,
+    api: &Api<MySQLBackup>,
+    storage: &bulwark_api::cluster::BackupStorage,
+    policy: DeletionPolicy,
+) -> Result<()> {
+    let record = serde_json::to_string(&StorageRecord {
+        storage: storage.clone(),
+    })
+    .map_err(|source| Error::Serialize {
+        kind: "StorageRecord",
+        source,
+    })?;
+    let has_record = backup.annotations().get(names::STORAGE_ANNOTATION) == Some(&record);
+    let wants_finalizer = policy == DeletionPolicy::Delete;
+    let has_finalizer = backup
+        .finalizers()
+        .iter()
+        .any(|f| f == names::BACKUP_DATA_FINALIZER);
+    if has_record && wants_finalizer == has_finalizer {
+        return Ok(());
+    }
+    let finalizers: Vec<&str> = if wants_finalizer {
+        vec![names::BACKUP_DATA_FINALIZER]
+    } else {
+        vec![]
+    };
+    let doc = serde_json::json!({
+        "apiVersion": MySQLBackup::api_version(&()),
+        "kind": MySQLBackup::kind(&()),
+        "metadata": {
+            "annotations": { names::STORAGE_ANNOTATION: record },
+            "finalizers": finalizers,
+        }
+    });
+    api.patch(
+        &backup.name_any(),
+        &PatchParams::apply(BACKUP_MANAGER).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .map_err(|source| Error::UpdateFinalizers {
+        kind: "MySQLBackup",
+        name: backup.name_any(),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Starts the backup Job, unless another backup of the cluster is running or no instance is
+/// ready; then the backup waits, Pending, with the reason in its message.
+async fn start(
+    backup: &MySQLBackup,
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    storage: &bulwark_api::cluster::BackupStorage,
+) -> Result<Action> {
+    let cluster_name = cluster.name_any();
+    let all: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
+    let siblings: Vec<MySQLBackup> = all
+        .list(&Default::default())
+        .await
+        .map_err(|source| Error::List {
+            kind: "MySQLBackup",
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.cluster_ref.name == cluster_name && b.name_any() != backup.name_any())
+        .collect();
+    if let Some(blocker) = first_in_line(backup, &siblings) {
+        return pending(
+            backup,
+            ctx,
+            ns,
+            format!("waiting for backup {blocker} of the cluster to finish"),
+        )
+        .await;
+    }
+
+    let credentials = cluster_validate::credential_sources(cluster);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let list = apply::list(
+        &pods,
+        &names::selector_string(&names::selector_labels(&cluster_name)),
+    )
+    .await?;
+    let Some(source) = job::pick_source(&cluster_name, &list) else {
+        return pending(
+            backup,
+            ctx,
+            ns,
+            "waiting for a ready instance to back up from".to_owned(),
+        )
+        .await;
+    };
+    let encryption = cluster
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.encryption.as_ref());
+    let access = job::storage_access(storage, encryption);
+    let job = job::backup_job(&job::BackupJobInput {
+        backup,
+        cluster,
+        source: &source,
+        access: &access,
+        password: credentials.source(Account::Backup),
+        image: &ctx.config.backup_image,
+    });
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let name = job.name_any();
+    apply::apply(&jobs, &name, &job, BACKUP_MANAGER).await?;
+    ctx.event(
+        backup,
+        Reason::BackupStarted,
+        format!(
+            "backup job {name} started on {} (node {})",
+            source.name, source.node
+        ),
+    )
+    .await;
+    tracing::info!(namespace = ns, backup = %backup.name_any(), job = %name, source = %source.name, "backup job created");
+    let status = serde_json::json!({
+        "phase": BackupPhase::Pending,
+        "sourcePod": source.name,
+        "message": format!("backup job {name} created"),
+    });
+    write_status(backup, ctx, ns, status, &[]).await?;
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+/// The backup that must finish before `backup` may start: one with a Job that is still
+/// running, else an older unfinished one (first come, first served).
+pub fn first_in_line(backup: &MySQLBackup, others: &[MySQLBackup]) -> Option<String> {
+    let key = |b: &MySQLBackup| {
+        (
+            b.meta().creation_timestamp.clone().map(|t| t.0),
+            b.name_any(),
+        )
+    };
+    let mine = key(backup);
+    let unfinished = |b: &&MySQLBackup| {
+        b.meta().deletion_timestamp.is_none()
+            && !matches!(
+                b.status.as_ref().and_then(|s| s.phase),
+                Some(BackupPhase::Succeeded | BackupPhase::Failed)
+            )
+    };
+    let running = others.iter().filter(unfinished).find(|b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Running)
+            || b.status
+                .as_ref()
+                .and_then(|s| s.source_pod.as_ref())
+                .is_some()
+    });
+    if let Some(b) = running {
+        return Some(b.name_any());
+    }
+    others
+        .iter()
+        .filter(unfinished)
+        .filter(|b| key(b) < mine)
+        .min_by_key(|b| key(b))
+        .map(|b| b.name_any())
+}
+
+async fn pending(backup: &MySQLBackup, ctx: &Context, ns: &str, message: String) -> Result<Action> {
+    let status = serde_json::json!({
+        "phase": BackupPhase::Pending,
+        "message": message,
+    });
+    write_status(backup, ctx, ns, status, &[]).await?;
+    Ok(Action::requeue(Duration::from_secs(10)))
+}
+
+/// Follows a backup Job to its end.
+async fn observe(
+    backup: &MySQLBackup,
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    job: &Job,
+) -> Result<Action> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let job_pods = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
+    let pod = job_pods
+        .iter()
+        .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
+    let location_base = backup
+        .annotations()
+        .get(names::STORAGE_ANNOTATION)
+        .and_then(|r| serde_json::from_str::<StorageRecord>(r).ok())
+        .map(|r| {
+            let enc = cluster
+                .spec
+                .backup
+                .as_ref()
+                .and_then(|b| b.encryption.as_ref());
+            job::storage_access(&r.storage, enc)
+        })
+        .unwrap_or_else(StorageAccess::default)
+        .location;
+    match outcome::backup_outcome(job, pod) {
+        Outcome::Pending => Ok(Action::requeue(Duration::from_secs(5))),
+        Outcome::Running { started } => {
+            let progress = match pod {
+                Some(p) => read_progress(&pods, &p.name_any()).await,
+                None => None,
+            };
+            let mut status = serde_json::json!({
+                "phase": BackupPhase::Running,
+                "message": "copying data",
+            });
+            if let Some(s) = started {
+                status["startTime"] = serde_json::to_value(Time(s)).expect("time serializes");
+            }
+            if let Some(p) = progress {
+                status["progress"] = serde_json::to_value(p).expect("progress serializes");
+            }
+            write_status(backup, ctx, ns, status, &[]).await?;
+            Ok(Action::requeue(Duration::from_secs(10)))
+        }
+        Outcome::Succeeded(r) => {
+            let message = format!(
+                "backup {} committed: {} bytes read, {} bytes stored",
+                r.id, r.plaintext_bytes, r.stored_bytes
+            );
+            let status = serde_json::json!({
+                "phase": BackupPhase::Succeeded,
+                "startTime": Time(r.started_at),
+                "completionTime": Time(r.finished_at),
+                "backupId": r.id,
+                "location": format!("{location_base}/{}", r.id),
+                "storedBytes": r.stored_bytes,
+                "plaintextBytes": r.plaintext_bytes,
+                "manifestSha256": r.manifest_sha256,
+                "binlogFile": r.binlog_file,
+                "binlogPosition": r.binlog_position,
+                "gtidSet": r.gtid_set,
+                "message": message,
+            });
+            let conds = [
+                Desired::new(
+                    condition::COMPLETE,
+                    Status::True,
+                    "BackupCommitted",
+                    message.clone(),
+                ),
+                Desired::new(
+                    condition::FAILED,
+                    Status::False,
+                    "BackupCommitted",
+                    "the backup succeeded",
+                ),
+            ];
+            write_status(backup, ctx, ns, status, &conds).await?;
+            ctx.metrics.backup_succeeded(
+                ns,
+                &cluster.name_any(),
+                r.finished_at,
+                (r.finished_at - r.started_at).num_milliseconds() as f64 / 1000.0,
+                r.stored_bytes,
+            );
+            ctx.event(backup, Reason::BackupSucceeded, message).await;
+            Ok(Action::await_change())
+        }
+        Outcome::Failed { message, finished } => fail(backup, ctx, ns, message, finished).await,
+    }
+}
+
+/// The latest progress the backup tool logged, if the logs can be read.
+async fn read_progress(pods: &Api<Pod>, pod: &str) -> Option<bulwark_api::BackupProgress> {
+    let params = LogParams {
+        container: Some("backup".to_owned()),
+        tail_lines: Some(20),
+        ..LogParams::default()
+    };
+    match pods.logs(pod, &params).await {
+        Ok(log) => outcome::parse_progress(&log),
+        Err(e) => {
+            tracing::debug!(pod, error = %crate::error::chain(&e), "backup logs not readable");
+            None
+        }
+    }
+}
+
+async fn fail(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    ns: &str,
+    message: String,
+    finished: Option<DateTime<Utc>>,
+) -> Result<Action> {
+    let finished = finished.unwrap_or_else(Utc::now);
+    let status = serde_json::json!({
+        "phase": BackupPhase::Failed,
+        "completionTime": Time(finished),
+        "message": message,
+    });
+    let conds = [
+        Desired::new(
+            condition::COMPLETE,
+            Status::False,
+            "BackupFailed",
+            "the backup failed",
+        ),
+        Desired::new(
+            condition::FAILED,
+            Status::True,
+            "BackupFailed",
+            message.clone(),
+        ),
+    ];
+    write_status(backup, ctx, ns, status, &conds).await?;
+    ctx.metrics.backup_failed(ns, &backup.spec.cluster_ref.name);
+    ctx.event(backup, Reason::BackupFailed, message).await;
+    tracing::warn!(namespace = ns, backup = %backup.name_any(), "backup failed");
+    Ok(Action::await_change())
+}
+
+/// Applies the backup controller's status fields and conditions.
+async fn write_status(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    ns: &str,
+    mut status: serde_json::Value,
+    desired: &[Desired],
+) -> Result<()> {
+    let previous = backup.status.clone().unwrap_or_default();
+    if !desired.is_empty() {
+        let now = Time(Utc::now());
+        let conds: Vec<_> = desired
+            .iter()
+            .map(|d| conditions::stamp(d, backup.meta().generation, &previous.conditions, &now))
+            .collect();
+        status["conditions"] = serde_json::to_value(conds).expect("conditions serialize");
+    }
+    // Keep what an earlier write recorded and this one does not mention.
+    if let (Ok(serde_json::Value::Object(prev)), Some(cur)) =
+        (serde_json::to_value(&previous), status.as_object_mut())
+    {
+        for (k, v) in prev {
+            if k != "progress" {
+                cur.entry(k).or_insert(v);
+            }
+        }
+        cur.retain(|_, v| !v.is_null());
+    }
+    let unchanged =
+        serde_json::from_value::<MySQLBackupStatus>(status.clone()).ok() == Some(previous);
+    if unchanged {
+        return Ok(());
+    }
+    let doc = serde_json::json!({
+        "apiVersion": MySQLBackup::api_version(&()),
+        "kind": MySQLBackup::kind(&()),
+        "status": status,
+    });
+    let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
+    apply::apply_status(&api, &backup.name_any(), doc, BACKUP_MANAGER).await?;
+    Ok(())
+}
+
+/// Deletion of a MySQLBackup: stops a running Job, and with the Delete policy removes the data
+/// through a deletion Job before letting the object go. Works without the cluster: the storage
+/// was recorded on the object.
+async fn finalize(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<MySQLBackup>,
+) -> Result<Action> {
+    if !backup
+        .finalizers()
+        .iter()
+        .any(|f| f == names::BACKUP_DATA_FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let name = backup.name_any();
+    // A backup still running is stopped first; the tool removes its partial data on SIGTERM.
+    let backup_job = job::backup_job_name(&name);
+    if let Some(j) = apply::get_opt(&jobs, &backup_job).await? {
+        if matches!(
+            outcome::backup_outcome(&j, None),
+            Outcome::Pending | Outcome::Running { .. }
+        ) {
+            if j.meta().deletion_timestamp.is_none() {
+                apply::delete_opt(&jobs, &backup_job).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    }
+    let backup_id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
+    let record = backup
+        .annotations()
+        .get(names::STORAGE_ANNOTATION)
+        .and_then(|r| serde_json::from_str::<StorageRecord>(r).ok());
+    let (Some(id), Some(record)) = (backup_id, record) else {
+        // Nothing was committed (or nothing is known about where): nothing to delete.
+        return release(backup, api).await;
+    };
+    let delete_name = job::delete_job_name(&name);
+    match apply::get_opt(&jobs, &delete_name).await? {
+        None => {
+            let access = job::storage_access(&record.storage, None);
+            let j = job::delete_job(
+                backup,
+                &backup.spec.cluster_ref.name,
+                &id,
+                &access,
+                &ctx.config.backup_image,
+            );
+            apply::apply(&jobs, &delete_name, &j, BACKUP_MANAGER).await?;
+            tracing::info!(namespace = ns, backup = %name, backup_id = %id, "data deletion job created");
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        Some(j) => {
+            let conds = j
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let is = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+            if is("Complete") {
+                ctx.event(
+                    backup,
+                    Reason::BackupDataDeleted,
+                    format!("backup {id} deleted from storage {}", record.storage.name),
+                )
+                .await;
+                release(backup, api).await
+            } else if is("Failed") {
+                ctx.event(
+                    backup,
+                    Reason::BackupDataDeleteFailed,
+                    format!(
+                        "deleting backup {id} from storage {} failed; retrying",
+                        record.storage.name
+                    ),
+                )
+                .await;
+                apply::delete_opt(&jobs, &delete_name).await?;
+                Ok(Action::requeue(Duration::from_secs(60)))
+            } else {
+                Ok(Action::requeue(Duration::from_secs(5)))
+            }
+        }
+    }
+}
+
+/// Removes the data finalizer.
+async fn release(backup: &MySQLBackup, api: &Api<MySQLBackup>) -> Result<Action> {
+    let doc = serde_json::json!({
+        "apiVersion": MySQLBackup::api_version(&()),
+        "kind": MySQLBackup::kind(&()),
+        "metadata": { "finalizers": [] }
+    });
+    match api
+        .patch(
+            &backup.name_any(),
+            &PatchParams::apply(BACKUP_MANAGER).force(),
+            &Patch::Apply(doc),
+        )
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        Err(e) if crate::error::is_not_found(&e) => Ok(Action::await_change()),
+        Err(source) => Err(Error::UpdateFinalizers {
+            kind: "MySQLBackup",
+            name: backup.name_any(),
+            source,
+        }),
+    }
+}

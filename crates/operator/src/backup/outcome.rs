@@ -1,0 +1,219 @@
+//! What a backup Job's state means for its MySQLBackup: running, succeeded with the manifest
+//! the tool reported in its termination message, or failed with the cause. Pure.
+
+use bulwark_api::BackupProgress;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+
+/// What `mysql-backup backup --result-file` writes on success (the `--json` fields we use).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupResult {
+    pub id: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub plaintext_bytes: u64,
+    pub stored_bytes: u64,
+    #[serde(default)]
+    pub binlog_file: Option<String>,
+    #[serde(default)]
+    pub binlog_position: Option<u64>,
+    #[serde(default)]
+    pub gtid_set: Option<String>,
+    pub manifest_sha256: String,
+}
+
+/// The state of a backup Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The Job exists but has not started a pod yet.
+    Pending,
+    /// The backup runs.
+    Running { started: Option<DateTime<Utc>> },
+    /// The backup was committed.
+    Succeeded(BackupResult),
+    /// No usable backup; the message says why.
+    Failed {
+        message: String,
+        finished: Option<DateTime<Utc>>,
+    },
+}
+
+fn job_condition<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The termination message of the `container` of `pod`, if it terminated with one.
+pub fn termination_message<'a>(pod: &'a Pod, container: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+}
+
+/// Interprets a backup Job and the pod it ran (if still there).
+pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
+    let message = pod.and_then(|p| termination_message(p, "backup"));
+    let finished = job
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref().map(|t| t.0));
+    if job_condition(job, "Complete").is_some() {
+        return match message.map(serde_json::from_str::<BackupResult>) {
+            Some(Ok(r)) => Outcome::Succeeded(r),
+            // Never report success without the tool's own account of the committed backup.
+            _ => Outcome::Failed {
+                message: "backup job completed without reporting a committed backup".to_owned(),
+                finished,
+            },
+        };
+    }
+    if let Some(c) = job_condition(job, "Failed") {
+        let cause = message
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned));
+        let message = match cause {
+            Some(e) => format!("backup failed: {e}"),
+            None => format!(
+                "backup job failed: {}",
+                c.message
+                    .clone()
+                    .or_else(|| c.reason.clone())
+                    .unwrap_or_else(|| "no reason given".to_owned())
+            ),
+        };
+        let finished = finished.or_else(|| c.last_transition_time.as_ref().map(|t| t.0));
+        return Outcome::Failed { message, finished };
+    }
+    let started = job
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref().map(|t| t.0));
+    match started {
+        Some(_) => Outcome::Running { started },
+        None => Outcome::Pending,
+    }
+}
+
+/// The latest progress line in the tool's JSON log output.
+pub fn parse_progress(log: &str) -> Option<BackupProgress> {
+    log.lines().rev().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        // mysql-backup flattens event fields into the line; nested is tracing's default.
+        let fields = v.get("fields").unwrap_or(&v);
+        if fields.get("message")?.as_str()? != "progress" {
+            return None;
+        }
+        Some(BackupProgress {
+            bytes_done: fields.get("bytes_done")?.as_i64()?,
+            bytes_per_second: fields.get("bytes_per_second")?.as_i64()?,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(conditions: serde_json::Value) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "j"},
+            "status": {"startTime": "2026-11-22T03:00:00Z", "conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    fn pod(message: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"containerStatuses": [{
+                "name": "backup", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "message": message}}
+            }]}
+        }))
+        .unwrap()
+    }
+
+    const RESULT: &str = r#"{"id":"20261122T030000Z-ab12","method":"physical","startedAt":"2026-11-22T03:00:01Z","finishedAt":"2026-11-22T03:04:00Z","plaintextBytes":1000,"storedBytes":400,"binlogFile":"mysql-bin.000003","binlogPosition":1234,"gtidSet":"0-100-42","manifestSha256":"aa","location":"/x"}"#;
+
+    #[test]
+    fn success_needs_the_tools_result() {
+        let complete = job(serde_json::json!([{"type": "Complete", "status": "True"}]));
+        match backup_outcome(&complete, Some(&pod(RESULT))) {
+            Outcome::Succeeded(r) => {
+                assert_eq!(r.id, "20261122T030000Z-ab12");
+                assert_eq!(r.gtid_set.as_deref(), Some("0-100-42"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            backup_outcome(&complete, None),
+            Outcome::Failed { ref message, .. } if message == "backup job completed without reporting a committed backup"
+        ));
+        assert!(matches!(
+            backup_outcome(&complete, Some(&pod("garbage"))),
+            Outcome::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn failures_carry_the_tools_cause_or_the_jobs() {
+        let failed = job(
+            serde_json::json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]),
+        );
+        assert!(matches!(
+            backup_outcome(&failed, Some(&pod(r#"{"error":"failed to connect to the server: access denied"}"#))),
+            Outcome::Failed { ref message, .. } if message == "backup failed: failed to connect to the server: access denied"
+        ));
+        assert!(matches!(
+            backup_outcome(&failed, None),
+            Outcome::Failed { ref message, .. } if message == "backup job failed: Job has reached the specified backoff limit"
+        ));
+        let running = job(serde_json::json!([]));
+        assert!(matches!(
+            backup_outcome(&running, None),
+            Outcome::Running { .. }
+        ));
+    }
+
+    #[test]
+    fn progress_comes_from_the_last_progress_line() {
+        let log = concat!(
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"progress","operation":"backup","bytes_done":10,"bytes_per_second":5}}"#,
+            "\n",
+            r#"{"timestamp":"t","level":"INFO","message":"progress","operation":"backup","bytes_done":20,"bytes_per_second":6}"#,
+            "\n",
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"other"}}"#,
+            "\n",
+            "not json\n"
+        );
+        assert_eq!(
+            parse_progress(log),
+            Some(BackupProgress {
+                bytes_done: 20,
+                bytes_per_second: 6
+            })
+        );
+        assert_eq!(parse_progress("nothing"), None);
+    }
+}

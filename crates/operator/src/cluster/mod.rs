@@ -1,0 +1,424 @@
+//! The MySQLCluster controller: read the referenced objects → validate → build the children →
+//! server-side apply them → maintain the role labels → write the status from what was applied.
+
+pub mod build;
+pub mod config;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bulwark_api::common::condition;
+use bulwark_api::{MySQLBackup, MySQLCluster};
+use chrono::Utc;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use rand::distributions::{Alphanumeric, DistString};
+
+use crate::apply::{self, CLUSTER_MANAGER, ROLE_MANAGER};
+use crate::backup::job::{storage_access, StorageRecord};
+use crate::conditions::{self, Desired, Status};
+use crate::context::{Context, Reason};
+use crate::error::Result;
+use crate::names::{self, component};
+use build::{Images, RestoreSource};
+use validate::{Refs, Validated};
+
+/// Reconciles one MySQLCluster.
+pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let refs = dereference(&cluster, &ctx, &ns).await?;
+    let validated = match validate::validate(&cluster, &refs) {
+        Ok(v) => v,
+        Err(message) => {
+            invalid(&cluster, &ctx, &ns, message).await?;
+            // Referenced Secrets and claims are not watched; look again now and then.
+            return Ok(Action::requeue(Duration::from_secs(60)));
+        }
+    };
+    let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs).await?;
+    let primary = current_primary(&cluster);
+    let pods = maintain_roles(&ctx, &ns, &name, &primary).await?;
+    collect_config_maps(&ctx, &ns, &name, &applied).await?;
+    let ready = report(&cluster, &ctx, &ns, &applied, &primary, &pods).await?;
+    Ok(if ready {
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        Action::requeue(Duration::from_secs(10))
+    })
+}
+
+/// Reads the Secrets, claims and backup a cluster refers to.
+async fn dereference(cluster: &MySQLCluster, ctx: &Context, ns: &str) -> Result<Refs> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    let backups: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
+    let mut refs = Refs::default();
+    for s in Refs::secret_names(cluster) {
+        if let Some(secret) = apply::get_opt(&secrets, &s).await? {
+            refs.secrets.insert(s, secret);
+        }
+    }
+    for c in Refs::claim_names(cluster) {
+        if apply::get_opt(&claims, &c).await?.is_some() {
+            refs.claims.insert(c);
+        }
+    }
+    if let Some(r) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.backup_ref.as_ref())
+    {
+        refs.bootstrap_backup = apply::get_opt(&backups, &r.name).await?;
+    }
+    Ok(refs)
+}
+
+/// Reports an invalid spec: Degraded=True with the cause, and nothing else changed.
+async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: String) -> Result<()> {
+    let previous = previous_conditions(cluster);
+    let degraded = Desired::new(
+        condition::DEGRADED,
+        Status::True,
+        "InvalidSpec",
+        message.clone(),
+    );
+    let desired = [
+        Desired::new(
+            condition::READY,
+            Status::False,
+            "InvalidSpec",
+            "the spec cannot be acted on; see the Degraded condition",
+        ),
+        Desired::new(
+            condition::PROGRESSING,
+            Status::False,
+            "InvalidSpec",
+            "waiting for a valid spec",
+        ),
+        degraded.clone(),
+    ];
+    if conditions::flipped(&degraded, &previous) {
+        ctx.event(cluster, Reason::InvalidSpec, message).await;
+    }
+    tracing::info!(namespace = ns, cluster = %cluster.name_any(), "cluster spec is invalid");
+    write_status(cluster, ctx, ns, &desired, None).await
+}
+
+/// The state of the children after they were applied.
+struct Applied {
+    stateful_set: StatefulSet,
+    config_map: String,
+}
+
+async fn apply_children(
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    validated: &Validated,
+    refs: &Refs,
+) -> Result<Applied> {
+    let name = cluster.name_any();
+    let client = &ctx.client;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret_name = names::credentials_secret(&name);
+    let existing = apply::get_opt(&secrets, &secret_name).await?;
+    let generate = || Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
+    if let Some(s) = build::credentials_secret(cluster, validated, existing.as_ref(), generate) {
+        // Only written when a password is missing: an apply would otherwise rewrite the values
+        // it read, racing with anyone rotating them.
+        let complete = existing.as_ref().is_some_and(|e| {
+            let have = e.data.clone().unwrap_or_default();
+            s.data
+                .iter()
+                .flatten()
+                .all(|(k, _)| have.get(k).is_some_and(|v| !v.0.is_empty()))
+        });
+        if !complete {
+            apply::apply(&secrets, &secret_name, &s, CLUSTER_MANAGER).await?;
+        }
+    }
+
+    let cm = build::config_map(cluster, validated);
+    let cm_name = cm.name_any();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    apply::apply(&cms, &cm_name, &cm, CLUSTER_MANAGER).await?;
+
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    for svc in [
+        build::headless_service(cluster),
+        build::role_service(cluster, names::ROLE_PRIMARY),
+        build::role_service(cluster, names::ROLE_REPLICA),
+    ] {
+        apply::apply(&services, &svc.name_any(), &svc, CLUSTER_MANAGER).await?;
+    }
+
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let existing_set = apply::get_opt(&sets, &name).await?;
+    let defaults = Images {
+        agent: ctx.config.backup_image.clone(),
+        exporter: ctx.config.exporter_image.clone(),
+    };
+    let images = Images::pinned(existing_set.as_ref(), &defaults);
+    let restore = restore_source(cluster, refs);
+    let set = build::stateful_set(cluster, validated, &cm_name, &images, restore);
+    let stateful_set = apply::apply(&sets, &name, &set, CLUSTER_MANAGER).await?;
+
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let pdb = build::pod_disruption_budget(cluster);
+    apply::apply(&pdbs, &name, &pdb, CLUSTER_MANAGER).await?;
+
+    Ok(Applied {
+        stateful_set,
+        config_map: cm_name,
+    })
+}
+
+/// The backup the pods of a bootstrapping cluster restore from, if any.
+fn restore_source(cluster: &MySQLCluster, refs: &Refs) -> Option<RestoreSource> {
+    let from = &cluster.spec.bootstrap.as_ref()?.from_backup;
+    let encryption = cluster
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.encryption.as_ref());
+    if let Some(b) = &refs.bootstrap_backup {
+        let id = b.status.as_ref()?.backup_id.clone()?;
+        let record: StorageRecord =
+            serde_json::from_str(b.annotations().get(names::STORAGE_ANNOTATION)?).ok()?;
+        return Some(RestoreSource {
+            backup_id: id,
+            storage: storage_access(&record.storage, encryption),
+        });
+    }
+    let storage = cluster
+        .spec
+        .backup
+        .as_ref()?
+        .storages
+        .iter()
+        .find(|s| Some(&s.name) == from.storage.as_ref())?;
+    Some(RestoreSource {
+        backup_id: from.backup_id.clone()?,
+        storage: storage_access(storage, encryption),
+    })
+}
+
+/// The pod that should run the primary: the one in the status, else ordinal 0.
+fn current_primary(cluster: &MySQLCluster) -> String {
+    let name = cluster.name_any();
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.current_primary.clone())
+        .filter(|p| names::pod_ordinal(&name, p).is_some_and(|o| o < cluster.spec.replicas))
+        .unwrap_or_else(|| names::pod(&name, 0))
+}
+
+/// Sets the role label of every server pod; returns the pods.
+async fn maintain_roles(ctx: &Context, ns: &str, cluster: &str, primary: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let list = apply::list(
+        &pods,
+        &names::selector_string(&names::selector_labels(cluster)),
+    )
+    .await?;
+    for pod in &list {
+        let pod_name = pod.name_any();
+        let role = if pod_name == primary {
+            names::ROLE_PRIMARY
+        } else {
+            names::ROLE_REPLICA
+        };
+        if pod.labels().get(names::ROLE_LABEL).map(String::as_str) == Some(role) {
+            continue;
+        }
+        let patch = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(pod_name.clone()),
+                labels: Some([(names::ROLE_LABEL.to_owned(), role.to_owned())].into()),
+                ..Default::default()
+            },
+            ..Pod::default()
+        };
+        apply::apply(&pods, &pod_name, &patch, ROLE_MANAGER).await?;
+        tracing::info!(namespace = ns, pod = %pod_name, role, "role label set");
+    }
+    Ok(list)
+}
+
+/// Deletes ConfigMaps of earlier configurations once the rollout no longer needs them.
+async fn collect_config_maps(
+    ctx: &Context,
+    ns: &str,
+    cluster: &str,
+    applied: &Applied,
+) -> Result<()> {
+    let status = applied.stateful_set.status.clone().unwrap_or_default();
+    let rolled_out = status.observed_generation >= applied.stateful_set.metadata.generation
+        && status.update_revision.is_some()
+        && status.update_revision == status.current_revision;
+    if !rolled_out {
+        return Ok(());
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = names::selector_string(&names::labels(cluster, component::CONFIG));
+    for cm in apply::list(&cms, &selector).await? {
+        if cm.name_any() != applied.config_map {
+            apply::delete_opt(&cms, &cm.name_any()).await?;
+        }
+    }
+    Ok(())
+}
+
+fn previous_conditions(
+    cluster: &MySQLCluster,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The status conditions of a valid cluster, from the applied StatefulSet and the pods.
+pub fn observe(
+    replicas: i32,
+    set: &StatefulSet,
+    primary: &str,
+    pods: &[Pod],
+) -> (i32, [Desired; 3]) {
+    let st = set.status.clone().unwrap_or_default();
+    let ready = st.ready_replicas.unwrap_or(0);
+    let primary_ready = pods.iter().any(|p| p.name_any() == primary && is_ready(p));
+    let ready_cond = if ready >= replicas && primary_ready {
+        Desired::new(
+            condition::READY,
+            Status::True,
+            "AllInstancesReady",
+            format!("{ready} of {replicas} instances ready; primary {primary}"),
+        )
+    } else if !primary_ready {
+        Desired::new(
+            condition::READY,
+            Status::False,
+            "PrimaryNotReady",
+            format!("{ready} of {replicas} instances ready; primary {primary} is not ready"),
+        )
+    } else {
+        Desired::new(
+            condition::READY,
+            Status::False,
+            "InstancesNotReady",
+            format!("{ready} of {replicas} instances ready"),
+        )
+    };
+    let generation_seen = st.observed_generation >= set.metadata.generation;
+    let updated = st.updated_replicas.unwrap_or(0);
+    let progressing = if !generation_seen || updated < replicas || st.replicas != replicas {
+        Desired::new(
+            condition::PROGRESSING,
+            Status::True,
+            "RollingOut",
+            format!("{updated} of {replicas} instances run the current spec"),
+        )
+    } else if ready < replicas {
+        Desired::new(
+            condition::PROGRESSING,
+            Status::True,
+            "WaitingForInstances",
+            format!("{ready} of {replicas} instances ready"),
+        )
+    } else {
+        Desired::new(
+            condition::PROGRESSING,
+            Status::False,
+            "Reconciled",
+            "the cluster matches its spec",
+        )
+    };
+    let degraded = Desired::new(
+        condition::DEGRADED,
+        Status::False,
+        "Reconciled",
+        "the spec is valid",
+    );
+    (ready, [ready_cond, progressing, degraded])
+}
+
+async fn report(
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    applied: &Applied,
+    primary: &str,
+    pods: &[Pod],
+) -> Result<bool> {
+    let (ready, desired) = observe(cluster.spec.replicas, &applied.stateful_set, primary, pods);
+    let previous = previous_conditions(cluster);
+    let ready_cond = &desired[0];
+    if conditions::flipped(ready_cond, &previous) {
+        let reason = if ready_cond.status == Status::True {
+            Reason::ClusterReady
+        } else {
+            Reason::ClusterNotReady
+        };
+        // The first observation of a new cluster is not news.
+        if !(previous.is_empty() && ready_cond.status == Status::False) {
+            ctx.event(cluster, reason, ready_cond.message.clone()).await;
+        }
+    }
+    let extra = serde_json::json!({
+        "readyReplicas": ready,
+        "currentPrimary": primary,
+    });
+    write_status(cluster, ctx, ns, &desired, Some(extra)).await?;
+    Ok(ready_cond.status == Status::True)
+}
+
+/// Applies the cluster controller's part of the status: its conditions, observedGeneration and
+/// the extra fields given.
+async fn write_status(
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    desired: &[Desired],
+    extra: Option<serde_json::Value>,
+) -> Result<()> {
+    let now = Time(Utc::now());
+    let generation = cluster.meta().generation;
+    let previous = previous_conditions(cluster);
+    let conds: Vec<_> = desired
+        .iter()
+        .map(|d| conditions::stamp(d, generation, &previous, &now))
+        .collect();
+    let mut status = serde_json::json!({
+        "observedGeneration": generation,
+        "conditions": conds,
+    });
+    if let Some(serde_json::Value::Object(extra)) = extra {
+        status.as_object_mut().expect("object").extend(extra);
+    }
+    let doc = serde_json::json!({
+        "apiVersion": MySQLCluster::api_version(&()),
+        "kind": MySQLCluster::kind(&()),
+        "status": status,
+    });
+    let api: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
+    apply::apply_status(&api, &cluster.name_any(), doc, CLUSTER_MANAGER).await?;
+    Ok(())
+}

@@ -1,0 +1,436 @@
+//! Validation of a MySQLCluster beyond what the CRD's schema and CEL rules check: references to
+//! Secrets, claims and backups, supported versions, schedules and configuration. Pure: the
+//! referenced objects are read beforehand.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::Engine as _;
+use bulwark_api::cluster::Engine;
+use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::names;
+
+/// The accounts the operator manages, with their key in the generated Secret.
+pub const ACCOUNTS: [Account; 4] = [
+    Account::Root,
+    Account::Replication,
+    Account::Backup,
+    Account::Metrics,
+];
+
+/// An account whose password the operator provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Account {
+    Root,
+    Replication,
+    Backup,
+    Metrics,
+}
+
+impl Account {
+    /// Key in the generated Secret and file name under the credentials mount.
+    pub fn key(self) -> &'static str {
+        match self {
+            Account::Root => "root",
+            Account::Replication => "replication",
+            Account::Backup => "backup",
+            Account::Metrics => "metrics",
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            Account::Root => "credentials.root",
+            Account::Replication => "credentials.replication",
+            Account::Backup => "credentials.backup",
+            Account::Metrics => "credentials.metrics",
+        }
+    }
+}
+
+/// Objects a cluster refers to, read before validation.
+#[derive(Debug, Default, Clone)]
+pub struct Refs {
+    /// Referenced Secrets that exist, by name.
+    pub secrets: BTreeMap<String, Secret>,
+    /// Referenced PersistentVolumeClaims that exist.
+    pub claims: BTreeSet<String>,
+    /// The MySQLBackup named by `bootstrap.fromBackup.backupRef`, if it exists.
+    pub bootstrap_backup: Option<MySQLBackup>,
+}
+
+impl Refs {
+    /// Names of the Secrets a cluster refers to.
+    pub fn secret_names(cluster: &MySQLCluster) -> BTreeSet<String> {
+        let spec = &cluster.spec;
+        let mut names = BTreeSet::new();
+        if let Some(c) = &spec.credentials {
+            for r in [&c.root, &c.replication, &c.backup, &c.metrics]
+                .into_iter()
+                .flatten()
+            {
+                names.insert(r.name.clone());
+            }
+        }
+        if let Some(b) = &spec.backup {
+            if let Some(e) = &b.encryption {
+                names.insert(e.key_secret_ref.name.clone());
+            }
+            for s in &b.storages {
+                if let Some(c) = s.s3.as_ref().and_then(|s3| s3.credentials_secret.as_ref()) {
+                    names.insert(c.name.clone());
+                }
+            }
+        }
+        names
+    }
+
+    /// Names of the PersistentVolumeClaims a cluster's backup storages refer to.
+    pub fn claim_names(cluster: &MySQLCluster) -> BTreeSet<String> {
+        cluster
+            .spec
+            .backup
+            .iter()
+            .flat_map(|b| &b.storages)
+            .filter_map(|s| s.pvc.as_ref().map(|p| p.claim_name.clone()))
+            .collect()
+    }
+}
+
+/// Where each account's password comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials(pub BTreeMap<Account, SecretKeyReference>);
+
+impl Credentials {
+    /// The Secret key holding `account`'s password.
+    pub fn source(&self, account: Account) -> &SecretKeyReference {
+        &self.0[&account]
+    }
+
+    /// Accounts whose password the operator generates.
+    pub fn generated(&self, cluster: &str) -> Vec<Account> {
+        let secret = names::credentials_secret(cluster);
+        self.0
+            .iter()
+            .filter(|(a, r)| r.name == secret && r.key == a.key())
+            .map(|(a, _)| *a)
+            .collect()
+    }
+}
+
+/// A cluster that passed validation, with what was derived on the way.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// Image of the server container.
+    pub server_image: String,
+    /// Password sources.
+    pub credentials: Credentials,
+    /// Content of my.cnf.
+    pub my_cnf: String,
+}
+
+/// Checks a cluster against the objects it refers to. The message of an invalid cluster lists
+/// every problem, in a fixed order, joined by "; ".
+pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String> {
+    let spec = &cluster.spec;
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let mut problems = Vec::new();
+
+    if let Some(v) = &spec.version {
+        if spec.image.is_none() {
+            if let Some(p) = check_version(spec.engine, v) {
+                problems.push(p);
+            }
+        }
+    }
+
+    let credentials = credential_sources(cluster);
+    let user = spec.credentials.clone().unwrap_or_default();
+    for (account, given) in [
+        (Account::Root, &user.root),
+        (Account::Replication, &user.replication),
+        (Account::Backup, &user.backup),
+        (Account::Metrics, &user.metrics),
+    ] {
+        if let Some(r) = given {
+            if let Some(p) = check_secret_key(refs, r, account.field()) {
+                problems.push(p);
+            }
+        }
+    }
+
+    for (k, v) in spec.mysqld_config.iter().flatten() {
+        if let Some(p) = super::config::check_option(k, v) {
+            problems.push(p);
+        }
+    }
+
+    if let Some(backup) = &spec.backup {
+        if let Some(enc) = &backup.encryption {
+            let r = &enc.key_secret_ref;
+            match check_secret_key(refs, r, "backup.encryption.keySecretRef") {
+                Some(p) => problems.push(p),
+                None => {
+                    let raw = secret_value(refs, r).unwrap_or_default();
+                    if !is_master_key(&raw) {
+                        problems.push(format!(
+                            "key {} of secret {} (backup.encryption.keySecretRef) is not a base64-encoded 32-byte key; create one with `openssl rand -base64 32`",
+                            r.key, r.name
+                        ));
+                    }
+                }
+            }
+        }
+        for s in &backup.storages {
+            if let Some(secret) = s.s3.as_ref().and_then(|s3| s3.credentials_secret.as_ref()) {
+                for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+                    let r = SecretKeyReference {
+                        name: secret.name.clone(),
+                        key: key.to_owned(),
+                    };
+                    let field = format!("backup.storages[{}].s3.credentialsSecret", s.name);
+                    if let Some(p) = check_secret_key(refs, &r, &field) {
+                        problems.push(p);
+                    }
+                }
+            }
+            if let Some(pvc) = &s.pvc {
+                if !refs.claims.contains(&pvc.claim_name) {
+                    problems.push(format!(
+                        "persistentvolumeclaim {} of backup storage {} does not exist",
+                        pvc.claim_name, s.name
+                    ));
+                }
+            }
+        }
+        for sc in &backup.schedules {
+            if let Err(e) =
+                crate::schedule::plan::CronSchedule::parse(&sc.schedule, sc.time_zone.as_deref())
+            {
+                problems.push(format!("schedule {}: {e}", sc.name));
+            }
+        }
+    }
+
+    if let Some(from) = spec.bootstrap.as_ref().map(|b| &b.from_backup) {
+        if let Some(r) = &from.backup_ref {
+            match &refs.bootstrap_backup {
+                None => problems.push(format!(
+                    "mysqlbackup {} named by bootstrap.fromBackup.backupRef does not exist",
+                    r.name
+                )),
+                Some(b) => {
+                    let st = b.status.clone().unwrap_or_default();
+                    if st.phase != Some(BackupPhase::Succeeded) || st.backup_id.is_none() {
+                        problems.push(format!(
+                            "mysqlbackup {} named by bootstrap.fromBackup.backupRef has not succeeded",
+                            r.name
+                        ));
+                    } else if b.spec.cluster_ref.name == name {
+                        problems.push("bootstrap.fromBackup.backupRef names a backup of this cluster itself; restore into a new cluster".to_owned());
+                    }
+                }
+            }
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(Validated {
+        server_image: server_image(cluster),
+        credentials,
+        my_cnf: super::config::render(spec.engine, spec.mysqld_config.as_ref()),
+    })
+}
+
+/// Where each account's password comes from: the user's Secret key, else the generated Secret.
+pub fn credential_sources(cluster: &MySQLCluster) -> Credentials {
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let user = cluster.spec.credentials.clone().unwrap_or_default();
+    let map = ACCOUNTS
+        .into_iter()
+        .map(|account| {
+            let given = match account {
+                Account::Root => &user.root,
+                Account::Replication => &user.replication,
+                Account::Backup => &user.backup,
+                Account::Metrics => &user.metrics,
+            };
+            let source = given.clone().unwrap_or_else(|| SecretKeyReference {
+                name: names::credentials_secret(name),
+                key: account.key().to_owned(),
+            });
+            (account, source)
+        })
+        .collect();
+    Credentials(map)
+}
+
+/// The image of the server: `spec.image`, else the engine's official image at `spec.version`.
+pub fn server_image(cluster: &MySQLCluster) -> String {
+    let spec = &cluster.spec;
+    if let Some(i) = &spec.image {
+        return i.clone();
+    }
+    let version = spec.version.as_deref().unwrap_or("latest");
+    match spec.engine {
+        Engine::MariaDb => format!("docker.io/library/mariadb:{version}"),
+        Engine::MySql => format!("docker.io/library/mysql:{version}"),
+    }
+}
+
+fn check_version(engine: Engine, version: &str) -> Option<String> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let supported = match engine {
+        Engine::MariaDb => (major, minor) >= (10, 11),
+        Engine::MySql => (major, minor) == (8, 0) || (major, minor) == (8, 4),
+    };
+    (!supported).then(|| match engine {
+        Engine::MariaDb => {
+            format!("mariadb version {version} is not supported: use 10.11 or later")
+        }
+        Engine::MySql => format!("mysql version {version} is not supported: use 8.0 or 8.4"),
+    })
+}
+
+fn secret_value(refs: &Refs, r: &SecretKeyReference) -> Option<Vec<u8>> {
+    let s = refs.secrets.get(&r.name)?;
+    if let Some(v) = s.data.as_ref().and_then(|d| d.get(&r.key)) {
+        return Some(v.0.clone());
+    }
+    s.string_data
+        .as_ref()
+        .and_then(|d| d.get(&r.key))
+        .map(|v| v.as_bytes().to_vec())
+}
+
+fn check_secret_key(refs: &Refs, r: &SecretKeyReference, field: &str) -> Option<String> {
+    if !refs.secrets.contains_key(&r.name) {
+        return Some(format!("secret {} named by {field} does not exist", r.name));
+    }
+    match secret_value(refs, r) {
+        None => Some(format!(
+            "secret {} named by {field} has no key {}",
+            r.name, r.key
+        )),
+        Some(v) if v.iter().all(|b| b.is_ascii_whitespace()) => Some(format!(
+            "key {} of secret {} named by {field} is empty",
+            r.key, r.name
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Whether `raw` is what `mysql-backup --encryption-key-file` accepts: 32 raw bytes or their
+/// base64 form (surrounding whitespace ignored).
+fn is_master_key(raw: &[u8]) -> bool {
+    if raw.len() == 32 {
+        return true;
+    }
+    let text = String::from_utf8_lossy(raw);
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map(|k| k.len() == 32)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn cluster(yaml: &str) -> MySQLCluster {
+        serde_yaml::from_str(yaml).expect("fixture parses")
+    }
+
+    const BASE: &str = r#"
+apiVersion: mysql.bulwark.dev/v1alpha1
+kind: MySQLCluster
+metadata: {name: ledger, namespace: accounts}
+spec:
+  engine: mariadb
+  version: "11.4"
+  storage: {size: 1Gi}
+"#;
+
+    fn secret(name: &str, kv: &[(&str, &[u8])]) -> (String, Secret) {
+        let data = kv
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
+            .collect();
+        (
+            name.to_owned(),
+            Secret {
+                data: Some(data),
+                ..Secret::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_plain_cluster_generates_every_password() {
+        let v = validate(&cluster(BASE), &Refs::default()).unwrap();
+        assert_eq!(v.server_image, "docker.io/library/mariadb:11.4");
+        assert_eq!(v.credentials.generated("ledger").len(), 4);
+        assert_eq!(
+            v.credentials.source(Account::Backup).name,
+            "ledger-credentials"
+        );
+    }
+
+    #[test]
+    fn problems_are_listed_in_a_fixed_order() {
+        let c = cluster(&format!(
+            "{BASE}  credentials:\n    root: {{name: vault, key: pw}}\n  mysqldConfig:\n    'bad key': x\n  backup:\n    encryption: {{keySecretRef: {{name: enc, key: k}}}}\n    storages:\n    - {{name: nas, pvc: {{claimName: dumps}}}}\n    schedules:\n    - {{name: nightly, schedule: '61 * * * *', storage: nas}}\n"
+        ));
+        let err = validate(&c, &Refs::default()).unwrap_err();
+        assert_eq!(
+            err,
+            "secret vault named by credentials.root does not exist; \
+             mysqldConfig key \"bad key\" is not an option name (letters, digits, '_', '-', '.'); \
+             secret enc named by backup.encryption.keySecretRef does not exist; \
+             persistentvolumeclaim dumps of backup storage nas does not exist; \
+             schedule nightly: invalid cron expression \"61 * * * *\""
+        );
+    }
+
+    #[test]
+    fn keys_and_versions_are_checked() {
+        let c = cluster(&format!(
+            "{BASE}  backup:\n    encryption: {{keySecretRef: {{name: enc, key: k}}}}\n    storages:\n    - {{name: nas, pvc: {{claimName: dumps}}}}\n"
+        ));
+        let mut refs = Refs::default();
+        refs.claims.insert("dumps".into());
+        refs.secrets.extend([secret("enc", &[("k", b"too short")])]);
+        let err = validate(&c, &refs).unwrap_err();
+        assert!(err.contains("is not a base64-encoded 32-byte key"), "{err}");
+        assert!(
+            !err.contains("too short"),
+            "secret values never appear: {err}"
+        );
+        refs.secrets.extend([secret(
+            "enc",
+            &[("k", b"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n")],
+        )]);
+        assert!(validate(&c, &refs).is_ok());
+
+        let old = cluster(
+            &BASE
+                .replace("engine: mariadb", "engine: mysql")
+                .replace("11.4", "5.7"),
+        );
+        assert_eq!(
+            validate(&old, &Refs::default()).unwrap_err(),
+            "mysql version 5.7 is not supported: use 8.0 or 8.4"
+        );
+        let custom =
+            cluster(&BASE.replace("version: \"11.4\"", "image: registry.local/mariadb:10.6"));
+        assert_eq!(
+            validate(&custom, &Refs::default()).unwrap().server_image,
+            "registry.local/mariadb:10.6"
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! What every reconcile shares: the client, the operator's configuration, metrics and the event
+//! recorder.
+
+use std::sync::Arc;
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
+use crate::metrics::Metrics;
+
+/// Images and settings given to the operator at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Image with `mysql-backup` and the backup tools: backup Jobs, init containers, agent.
+    pub backup_image: String,
+    /// Image of the Prometheus mysqld exporter sidecar.
+    pub exporter_image: String,
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    recorder: Recorder,
+}
+
+impl Context {
+    /// A context whose events are reported as `mysql-operator` (instance: the pod name, if known).
+    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>) -> Arc<Self> {
+        let reporter = Reporter {
+            controller: "mysql-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            metrics,
+        })
+    }
+
+    /// Publishes an event about `obj`; failures are logged, never fatal.
+    pub async fn event<K>(&self, obj: &K, reason: Reason, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let ev = Event {
+            type_: reason.event_type(),
+            reason: reason.as_str().into(),
+            note: Some(truncate(note.into(), 1000)),
+            action: reason.action().into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(reason = reason.as_str(), error = %crate::error::chain(&e), "failed to publish event");
+        }
+    }
+}
+
+/// Every event reason the operator emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The spec cannot be acted on.
+    InvalidSpec,
+    /// All instances became ready.
+    ClusterReady,
+    /// Instances stopped being ready.
+    ClusterNotReady,
+    /// The primary moved to another pod.
+    PrimaryChanged,
+    /// A backup Job was created.
+    BackupStarted,
+    BackupSucceeded,
+    BackupFailed,
+    /// A schedule created a backup.
+    BackupScheduled,
+    /// A schedule's run was skipped (a backup still running, or too late to start).
+    ScheduleSkipped,
+    /// Retention deleted a backup.
+    BackupPruned,
+    /// A backup's remote data was deleted.
+    BackupDataDeleted,
+    /// Deleting a backup's remote data failed; it is retried.
+    BackupDataDeleteFailed,
+    /// A reconcile failed; retried with backoff.
+    ReconcileFailed,
+}
+
+impl Reason {
+    /// The reason string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::ClusterReady => "ClusterReady",
+            Reason::ClusterNotReady => "ClusterNotReady",
+            Reason::PrimaryChanged => "PrimaryChanged",
+            Reason::BackupStarted => "BackupStarted",
+            Reason::BackupSucceeded => "BackupSucceeded",
+            Reason::BackupFailed => "BackupFailed",
+            Reason::BackupScheduled => "BackupScheduled",
+            Reason::ScheduleSkipped => "ScheduleSkipped",
+            Reason::BackupPruned => "BackupPruned",
+            Reason::BackupDataDeleted => "BackupDataDeleted",
+            Reason::BackupDataDeleteFailed => "BackupDataDeleteFailed",
+            Reason::ReconcileFailed => "ReconcileFailed",
+        }
+    }
+
+    fn event_type(self) -> EventType {
+        match self {
+            Reason::InvalidSpec
+            | Reason::ClusterNotReady
+            | Reason::BackupFailed
+            | Reason::ScheduleSkipped
+            | Reason::BackupDataDeleteFailed
+            | Reason::ReconcileFailed => EventType::Warning,
+            _ => EventType::Normal,
+        }
+    }
+
+    fn action(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec | Reason::ReconcileFailed => "Reconcile",
+            Reason::ClusterReady | Reason::ClusterNotReady | Reason::PrimaryChanged => "Observe",
+            Reason::BackupStarted | Reason::BackupSucceeded | Reason::BackupFailed => "Backup",
+            Reason::BackupScheduled | Reason::ScheduleSkipped => "Schedule",
+            Reason::BackupPruned => "Retention",
+            Reason::BackupDataDeleted | Reason::BackupDataDeleteFailed => "DeleteData",
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+pub fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

@@ -1,0 +1,161 @@
+//! Names and labels of the objects the operator creates, in one place so that every controller
+//! and the tests agree on them.
+
+use std::collections::BTreeMap;
+
+/// Label holding the cluster name on every object of a cluster.
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Label naming the application.
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// Label naming an object's part in the cluster.
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// Label naming the manager of an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of `app.kubernetes.io/name` on every server object.
+pub const APP_NAME: &str = "mysql";
+/// Value of `app.kubernetes.io/managed-by`.
+pub const MANAGED_BY: &str = "bulwark-operator";
+/// Label the operator maintains on server pods: `primary` or `replica`; the Services select by it.
+pub const ROLE_LABEL: &str = "mysql.bulwark.dev/role";
+/// Role label value of the pod running the primary.
+pub const ROLE_PRIMARY: &str = "primary";
+/// Role label value of the pods running replicas.
+pub const ROLE_REPLICA: &str = "replica";
+/// Label on MySQLBackup objects a schedule created: the schedule's name.
+pub const SCHEDULE_LABEL: &str = "mysql.bulwark.dev/schedule";
+/// Label on Jobs and pods: the MySQLBackup they belong to.
+pub const BACKUP_LABEL: &str = "mysql.bulwark.dev/backup";
+/// Annotation on scheduled MySQLBackups: the time the schedule fired for (RFC 3339).
+pub const SCHEDULED_AT_ANNOTATION: &str = "mysql.bulwark.dev/scheduled-at";
+/// Annotation on MySQLBackups: the storage the data went to, as JSON, so that the data can be
+/// deleted after the cluster (and with it the storage definition) is gone.
+pub const STORAGE_ANNOTATION: &str = "mysql.bulwark.dev/storage";
+/// Finalizer on MySQLBackups whose data is deleted with them.
+pub const BACKUP_DATA_FINALIZER: &str = "mysql.bulwark.dev/backup-data";
+
+/// Port of the MySQL protocol.
+pub const MYSQL_PORT: i32 = 3306;
+/// Port of the agent sidecar's health endpoints.
+pub const AGENT_PORT: i32 = 9081;
+/// Port of the metrics exporter sidecar.
+pub const EXPORTER_PORT: i32 = 9104;
+
+/// Component values.
+pub mod component {
+    /// Server pods, their StatefulSet, Services and PodDisruptionBudget.
+    pub const DATABASE: &str = "database";
+    /// The my.cnf ConfigMaps.
+    pub const CONFIG: &str = "config";
+    /// Generated credentials.
+    pub const CREDENTIALS: &str = "credentials";
+    /// Backup and deletion Jobs.
+    pub const BACKUP: &str = "backup";
+}
+
+/// Labels that select a cluster's server pods.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_owned(), APP_NAME.to_owned()),
+        (INSTANCE_LABEL.to_owned(), cluster.to_owned()),
+        (COMPONENT_LABEL.to_owned(), component::DATABASE.to_owned()),
+    ])
+}
+
+/// Labels of an object of a cluster with the given component.
+pub fn labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_owned(), APP_NAME.to_owned()),
+        (INSTANCE_LABEL.to_owned(), cluster.to_owned()),
+        (COMPONENT_LABEL.to_owned(), component.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+/// A label selector string matching every object of `labels`.
+pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Headless Service giving each pod a stable DNS name.
+pub fn headless_service(cluster: &str) -> String {
+    format!("{cluster}-headless")
+}
+
+/// Service routing to the primary.
+pub fn primary_service(cluster: &str) -> String {
+    format!("{cluster}-primary")
+}
+
+/// Service routing to the replicas.
+pub fn replicas_service(cluster: &str) -> String {
+    format!("{cluster}-replicas")
+}
+
+/// Secret holding the generated passwords.
+pub fn credentials_secret(cluster: &str) -> String {
+    format!("{cluster}-credentials")
+}
+
+/// ConfigMap holding my.cnf, named by a hash of its content.
+pub fn config_map(cluster: &str, content_hash: &str) -> String {
+    format!("{cluster}-config-{content_hash}")
+}
+
+/// Name of the pod with the given ordinal.
+pub fn pod(cluster: &str, ordinal: i32) -> String {
+    format!("{cluster}-{ordinal}")
+}
+
+/// Ordinal of a cluster's pod, from its name.
+pub fn pod_ordinal(cluster: &str, pod: &str) -> Option<i32> {
+    pod.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
+}
+
+/// The data PersistentVolumeClaim of a pod (volume claim template `data`).
+pub fn data_claim(pod: &str) -> String {
+    format!("data-{pod}")
+}
+
+/// DNS name of a pod through the headless Service.
+pub fn pod_host(cluster: &str, pod: &str) -> String {
+    format!("{pod}.{}", headless_service(cluster))
+}
+
+/// Name of a Job, at most 63 characters (Job names become label values): `<base>-<suffix>`,
+/// with the base shortened and a hash appended when too long.
+pub fn job(base: &str, suffix: &str) -> String {
+    let name = format!("{base}-{suffix}");
+    if name.len() <= 63 {
+        return name;
+    }
+    let hash = crate::hash::short(base.as_bytes());
+    let keep = 63 - suffix.len() - hash.len() - 2;
+    let cut = base[..keep].trim_end_matches('-');
+    format!("{cut}-{hash}-{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_parse_only_for_the_cluster() {
+        assert_eq!(pod_ordinal("shop", "shop-2"), Some(2));
+        assert_eq!(pod_ordinal("shop", "shop-db-2"), None);
+        assert_eq!(pod_ordinal("shop", "shopx-1"), None);
+    }
+
+    #[test]
+    fn job_names_fit_label_values() {
+        assert_eq!(job("nightly", "backup"), "nightly-backup");
+        let long = "a".repeat(80);
+        let name = job(&long, "backup");
+        assert_eq!(name.len(), 63, "{name}");
+        assert!(name.ends_with("-backup"));
+        assert_ne!(job(&long, "backup"), job(&"b".repeat(80), "backup"));
+    }
+}

@@ -1,0 +1,299 @@
+//! The backup scheduler: creates MySQLBackup objects on each schedule's cron, applies retention
+//! to each schedule's backups and reports schedule state and backup health in the cluster status.
+
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bulwark_api::cluster::{BackupRecord, BackupSchedule, ScheduleStatus};
+use bulwark_api::{BackupPhase, LocalObjectReference, MySQLBackup, MySQLBackupSpec, MySQLCluster};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use crate::apply::{self, SCHEDULER_MANAGER};
+use crate::conditions;
+use crate::context::{Context, Reason};
+use crate::error::{is_conflict, Error, Result};
+use crate::names::{self, component};
+use plan::{BackupView, CronSchedule, Fire};
+
+/// Reconciles the schedules of one MySQLCluster.
+pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let now = Utc::now();
+    let since = cluster
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(now);
+    let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    let backups: Vec<MySQLBackup> = api
+        .list(&Default::default())
+        .await
+        .map_err(|source| Error::List {
+            kind: "MySQLBackup",
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.cluster_ref.name == name && b.meta().deletion_timestamp.is_none())
+        .collect();
+    let views: Vec<BackupView> = backups.iter().map(view).collect();
+
+    let schedules: Vec<BackupSchedule> = cluster
+        .spec
+        .backup
+        .as_ref()
+        .map(|b| b.schedules.clone())
+        .unwrap_or_default();
+    let previous: BTreeMap<String, ScheduleStatus> = cluster
+        .status
+        .as_ref()
+        .map(|s| {
+            s.schedules
+                .iter()
+                .map(|x| (x.name.clone(), x.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let mut parsed = Vec::new();
+    let mut statuses = Vec::new();
+    let mut wake = Duration::from_secs(300);
+    for sc in &schedules {
+        // An unparsable schedule is reported by the cluster controller's Degraded condition.
+        let Ok(cron) = CronSchedule::parse(&sc.schedule, sc.time_zone.as_deref()) else {
+            continue;
+        };
+        let mine: Vec<BackupView> = views
+            .iter()
+            .filter(|v| v.schedule.as_deref() == Some(sc.name.as_str()))
+            .cloned()
+            .collect();
+        let busy = mine.iter().find(|v| v.is_active()).map(|v| v.name.clone());
+        let prev = previous.get(&sc.name);
+        let mut last_fired = prev.and_then(|p| p.last_schedule_time.as_ref().map(|t| t.0));
+        let decision = plan::decide(sc, &cron, last_fired, since, busy.is_some(), now);
+        match decision.fire {
+            Fire::Start(t) => {
+                create_backup(&cluster, &ctx, &api, sc, t).await?;
+                last_fired = Some(t);
+            }
+            Fire::SkipLate(t) => {
+                ctx.event(
+                    cluster.as_ref(),
+                    Reason::ScheduleSkipped,
+                    format!(
+                        "schedule {}: the run for {} was skipped: its starting deadline passed",
+                        sc.name,
+                        rfc3339(t)
+                    ),
+                )
+                .await;
+                last_fired = Some(t);
+            }
+            Fire::SkipBusy(t) => {
+                tracing::debug!(namespace = %ns, cluster = %name, schedule = %sc.name, due = %rfc3339(t), "previous backup still running; run deferred");
+                // Retried when the running backup finishes (its status change wakes us).
+            }
+            Fire::Idle => {}
+        }
+        if let Some(next) = decision.next {
+            let until = (next - now).to_std().unwrap_or_default();
+            wake = wake.min(until + Duration::from_millis(50));
+        }
+
+        for (victim, why) in plan::retention(
+            sc.retention.as_ref(),
+            sc.failed_backups_history_limit,
+            &mine,
+        ) {
+            apply::delete_opt(&api, &victim).await?;
+            ctx.event(
+                cluster.as_ref(),
+                Reason::BackupPruned,
+                format!("schedule {}: deleted backup {victim}: {why}", sc.name),
+            )
+            .await;
+            tracing::info!(namespace = %ns, cluster = %name, schedule = %sc.name, backup = %victim, "backup pruned");
+        }
+
+        statuses.push(ScheduleStatus {
+            name: sc.name.clone(),
+            last_schedule_time: last_fired.map(Time),
+            next_schedule_time: decision.next.map(Time),
+            last_successful_backup: last_success(&backups, Some(&sc.name)),
+        });
+        parsed.push((sc.clone(), cron));
+    }
+
+    let pairs: Vec<(&BackupSchedule, &CronSchedule)> = parsed.iter().map(|(s, c)| (s, c)).collect();
+    let health = plan::backup_health(&views, &pairs, since, now);
+    let prev_conds = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let cond = conditions::stamp(&health, cluster.meta().generation, &prev_conds, &Time(now));
+    let last = last_success(&backups, None);
+    let unchanged = cluster.status.as_ref().is_some_and(|s| {
+        s.schedules == statuses
+            && s.last_successful_backup == last
+            && s.conditions.iter().any(|c| c == &cond)
+    });
+    if !unchanged {
+        let doc = serde_json::json!({
+            "apiVersion": MySQLCluster::api_version(&()),
+            "kind": MySQLCluster::kind(&()),
+            "status": {
+                "schedules": statuses,
+                "lastSuccessfulBackup": last,
+                "conditions": [cond],
+            }
+        });
+        let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
+        apply::apply_status(&clusters, &name, doc, SCHEDULER_MANAGER).await?;
+    }
+    Ok(Action::requeue(wake.max(Duration::from_millis(200))))
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A backup as the pure planning functions see it.
+fn view(b: &MySQLBackup) -> BackupView {
+    let status = b.status.clone().unwrap_or_default();
+    let created = b
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(Utc::now);
+    BackupView {
+        name: b.name_any(),
+        schedule: b.labels().get(names::SCHEDULE_LABEL).cloned(),
+        phase: status.phase,
+        time: status.completion_time.map(|t| t.0).unwrap_or(created),
+    }
+}
+
+/// The latest Succeeded backup, of one schedule or of any.
+fn last_success(backups: &[MySQLBackup], schedule: Option<&str>) -> Option<BackupRecord> {
+    backups
+        .iter()
+        .filter(|b| {
+            schedule.is_none_or(|s| {
+                b.labels().get(names::SCHEDULE_LABEL).map(String::as_str) == Some(s)
+            })
+        })
+        .filter_map(|b| {
+            let st = b.status.as_ref()?;
+            (st.phase == Some(BackupPhase::Succeeded)).then(|| (st.completion_time.clone(), b))
+        })
+        .max_by(|(ta, a), (tb, b)| {
+            ta.as_ref()
+                .map(|t| t.0)
+                .cmp(&tb.as_ref().map(|t| t.0))
+                .then_with(|| a.name_any().cmp(&b.name_any()))
+        })
+        .map(|(t, b)| BackupRecord {
+            name: b.name_any(),
+            backup_id: b.status.as_ref().and_then(|s| s.backup_id.clone()),
+            completion_time: t,
+        })
+}
+
+/// Name of the backup a schedule creates for a fire time; the same time always gives the same
+/// name, so a repeated reconcile cannot create a second backup for one run.
+pub fn scheduled_backup_name(cluster: &str, schedule: &str, at: DateTime<Utc>) -> String {
+    format!("{cluster}-{schedule}-{}", at.format("%Y%m%d%H%M%S"))
+}
+
+async fn create_backup(
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    api: &Api<MySQLBackup>,
+    sc: &BackupSchedule,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    let cluster_name = cluster.name_any();
+    let name = scheduled_backup_name(&cluster_name, &sc.name, at);
+    let mut labels = names::labels(&cluster_name, component::BACKUP);
+    labels.insert(names::SCHEDULE_LABEL.to_owned(), sc.name.clone());
+    let owner = OwnerReference {
+        controller: Some(false),
+        block_owner_deletion: Some(true),
+        ..cluster
+            .controller_owner_ref(&())
+            .expect("a stored cluster has a name and uid")
+    };
+    let backup = MySQLBackup {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: cluster.namespace(),
+            labels: Some(labels),
+            annotations: Some([(names::SCHEDULED_AT_ANNOTATION.to_owned(), rfc3339(at))].into()),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: MySQLBackupSpec {
+            cluster_ref: LocalObjectReference {
+                name: cluster_name.clone(),
+            },
+            method: sc.method,
+            storage: sc.storage.clone(),
+            deletion_policy: None,
+        },
+        status: None,
+    };
+    let pp = PostParams {
+        field_manager: Some(SCHEDULER_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    match api.create(&pp, &backup).await {
+        Ok(_) => {
+            ctx.event(
+                cluster,
+                Reason::BackupScheduled,
+                format!(
+                    "schedule {}: created backup {name} for {}",
+                    sc.name,
+                    rfc3339(at)
+                ),
+            )
+            .await;
+            tracing::info!(namespace = ?cluster.namespace(), cluster = %cluster_name, schedule = %sc.name, backup = %name, "scheduled backup created");
+            Ok(())
+        }
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(source) => Err(Error::Create {
+            kind: "MySQLBackup",
+            name,
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduled_names_are_stable_per_fire_time() {
+        let t = DateTime::parse_from_rfc3339("2026-11-22T03:15:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            scheduled_backup_name("orders", "hourly", t),
+            "orders-hourly-20261122031500"
+        );
+    }
+}
