@@ -381,3 +381,338 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
     assert!(events.iter().any(|(_, m)| m.contains("secret vault")), "{events:?}");
     ns.delete().await.expect("delete namespace");
 }
+
+const BACKUP_CLUSTER: &str = r#"
+apiVersion: mysql.bulwark.dev/v1alpha1
+kind: MySQLCluster
+metadata: {name: vault}
+spec:
+  engine: mariadb
+  version: "11.4"
+  replicas: 2
+  storage: {size: 1Gi}
+  tolerations: [{key: dedicated, operator: Equal, value: db, effect: NoSchedule}]
+  backup:
+    encryption: {keySecretRef: {name: vault-backup-key, key: master-key}}
+    storages:
+      - name: nas
+        pvc: {claimName: dumps, subPath: mysql/vault}
+      - name: offsite
+        s3: {bucket: vault-backups, prefix: prod/vault, endpoint: "http://127.0.0.1:9000", region: eu-west-1, forcePathStyle: true, credentialsSecret: {name: vault-s3}}
+"#;
+
+async fn backup_prerequisites(client: &Client, n: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
+    apply_yaml(&secrets, "apiVersion: v1\nkind: Secret\nmetadata: {name: vault-backup-key}\nstringData: {master-key: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}\n").await;
+    apply_yaml(&secrets, "apiVersion: v1\nkind: Secret\nmetadata: {name: vault-s3}\nstringData: {AWS_ACCESS_KEY_ID: test, AWS_SECRET_ACCESS_KEY: test}\n").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), n);
+    apply_yaml(&claims, "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: dumps}\nspec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 10Gi}}}\n").await;
+}
+
+async fn wait_pods(client: &Client, n: &str, cluster: &str, count: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), n);
+    let selector = format!("app.kubernetes.io/instance={cluster},mysql.bulwark.dev/role");
+    wait_for("labelled pods", WAIT, || {
+        let pods = pods.clone();
+        let selector = selector.clone();
+        async move {
+            let l = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
+            if l.items.len() == count { Ok(()) } else { Err(format!("{} pods", l.items.len())) }
+        }
+    })
+    .await;
+}
+
+async fn backup_status(api: &Api<MySQLBackup>, name: &str, phase: BackupPhase) -> MySQLBackup {
+    wait_for(&format!("backup {name} {phase:?}"), WAIT, || {
+        let api = api.clone();
+        let name = name.to_owned();
+        async move {
+            let b = api.get(&name).await.map_err(|e| e.to_string())?;
+            let st = b.status.clone().unwrap_or_default();
+            if st.phase == Some(phase) { Ok(b) } else { Err(format!("{:?}: {:?}", st.phase, st.message)) }
+        }
+    })
+    .await
+}
+
+fn env_of(job: &Job) -> BTreeMap<String, String> {
+    let c = &job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let v = match (&e.value, &e.value_from) {
+                (Some(v), _) => v.clone(),
+                (None, Some(f)) => {
+                    let s = f.secret_key_ref.as_ref().unwrap();
+                    format!("secret:{}/{}", s.name, s.key)
+                }
+                _ => String::new(),
+            };
+            (e.name.clone(), v)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
+    let (client, ns) = setup("backup").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    apply_yaml(&clusters, BACKUP_CLUSTER).await;
+    wait_pods(&client, n, "vault", 2).await;
+
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: before-upgrade}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical, deletionPolicy: Delete}\n").await;
+    // No instance is ready: the backup waits and says why.
+    let waiting = wait_for("pending backup", WAIT, || {
+        let backups = backups.clone();
+        async move {
+            let b = backups.get("before-upgrade").await.map_err(|e| e.to_string())?;
+            let st = b.status.clone().unwrap_or_default();
+            match (st.phase, st.message.as_deref()) {
+                (Some(BackupPhase::Pending), Some(m)) if m.contains("ready instance") => Ok(b),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(waiting.finalizers().contains(&"mysql.bulwark.dev/backup-data".to_owned()));
+
+    make_ready(&client, n, "vault-0", "node-a").await;
+    make_ready(&client, n, "vault-1", "node-b").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    let job = wait_for("backup job", WAIT, || {
+        let jobs = jobs.clone();
+        async move { jobs.get("before-upgrade-backup").await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    assert_eq!(pod.node_name.as_deref(), Some("node-b"), "a ready replica is the source, and the job runs on its node");
+    assert_eq!(pod.tolerations.as_ref().unwrap()[0].key.as_deref(), Some("dedicated"));
+    let vols: BTreeMap<String, k8s_openapi::api::core::v1::Volume> =
+        pod.volumes.clone().unwrap().into_iter().map(|v| (v.name.clone(), v)).collect();
+    let data = vols["source-data"].persistent_volume_claim.as_ref().unwrap();
+    assert_eq!((data.claim_name.as_str(), data.read_only), ("data-vault-1", Some(true)));
+    assert_eq!(vols["backup-storage"].persistent_volume_claim.as_ref().unwrap().claim_name, "dumps");
+    assert_eq!(vols["backup-key"].secret.as_ref().unwrap().secret_name.as_deref(), Some("vault-backup-key"));
+    let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+    let storage_mount = mounts.iter().find(|m| m.name == "backup-storage").unwrap();
+    assert_eq!(storage_mount.sub_path.as_deref(), Some("mysql/vault"));
+    assert!(mounts.iter().find(|m| m.name == "source-data").unwrap().read_only == Some(true));
+    let env = env_of(&job);
+    assert_eq!(env["MYSQL_BACKUP_MYSQL_HOST"], "vault-1.vault-headless");
+    assert_eq!(env["MYSQL_BACKUP_REPO"], "/backup-storage");
+    assert_eq!(env["MYSQL_BACKUP_METHOD"], "physical");
+    assert_eq!(env["MYSQL_BACKUP_DATADIR"], "/var/lib/mysql");
+    assert_eq!(env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"], "/etc/bulwark/backup-key/master.key");
+    assert_eq!(env["MYSQL_BACKUP_RESULT_FILE"], "/dev/termination-log");
+    assert_eq!(pod.containers[0].image.as_deref(), Some(BACKUP_IMAGE));
+    assert_eq!(job.owner_references()[0].name, "before-upgrade");
+
+    // One backup at a time per cluster: a second one waits for the first.
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: adhoc-dump}\nspec: {clusterRef: {name: vault}, storage: offsite, method: logical}\n").await;
+    wait_for("second backup waits", WAIT, || {
+        let backups = backups.clone();
+        async move {
+            let b = backups.get("adhoc-dump").await.map_err(|e| e.to_string())?;
+            let m = b.status.and_then(|s| s.message).unwrap_or_default();
+            if m == "waiting for backup before-upgrade of the cluster to finish" { Ok(()) } else { Err(m) }
+        }
+    })
+    .await;
+    assert!(jobs.get_opt("adhoc-dump-backup").await.unwrap().is_none());
+
+    end_job_pod(&client, n, "before-upgrade-backup", "backup", true, &result_json("20261122T030000Z-9f3a")).await;
+    let done = backup_status(&backups, "before-upgrade", BackupPhase::Succeeded).await;
+    let st = done.status.unwrap();
+    assert_eq!(st.backup_id.as_deref(), Some("20261122T030000Z-9f3a"));
+    assert_eq!(st.location.as_deref(), Some("pvc://dumps/mysql/vault/20261122T030000Z-9f3a"));
+    assert_eq!((st.stored_bytes, st.plaintext_bytes), (Some(23456789), Some(123456789)));
+    assert_eq!((st.binlog_file.as_deref(), st.binlog_position, st.gtid_set.as_deref()), (Some("mysql-bin.000007"), Some(4242), Some("0-100-77")));
+    assert_eq!(st.source_pod.as_deref(), Some("vault-1"));
+    assert!(st.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+
+    // The next backup starts now; it is logical, so it is not pinned, and goes to S3.
+    let job2 = wait_for("second backup job", WAIT, || {
+        let jobs = jobs.clone();
+        async move { jobs.get("adhoc-dump-backup").await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    assert_eq!(pod2.node_name, None);
+    assert!(!pod2.volumes.unwrap().iter().any(|v| v.name == "source-data" || v.name == "backup-storage"));
+    let env2 = env_of(&job2);
+    assert_eq!(env2["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
+    assert_eq!(env2["MYSQL_BACKUP_S3_ENDPOINT"], "http://127.0.0.1:9000");
+    assert_eq!(env2["MYSQL_BACKUP_S3_PATH_STYLE"], "true");
+    assert_eq!(env2["AWS_ACCESS_KEY_ID"], "secret:vault-s3/AWS_ACCESS_KEY_ID");
+    assert_eq!(env2["MYSQL_BACKUP_METHOD"], "logical");
+    end_job_pod(&client, n, "adhoc-dump-backup", "backup", false, r#"{"error":"failed to connect to the server: Access denied for user 'bulwark_backup'"}"#).await;
+    let failed = backup_status(&backups, "adhoc-dump", BackupPhase::Failed).await;
+    assert_eq!(
+        failed.status.unwrap().message.as_deref(),
+        Some("backup failed: failed to connect to the server: Access denied for user 'bulwark_backup'")
+    );
+    let events = wait_for("backup events", WAIT, || {
+        let client = client.clone();
+        let n = n.to_owned();
+        async move {
+            let ev = events_for(&client, &n, "adhoc-dump").await;
+            if ev.iter().any(|(r, _)| r == "BackupFailed") { Ok(ev) } else { Err(format!("{ev:?}")) }
+        }
+    })
+    .await;
+    assert!(events.iter().any(|(_, m)| m.contains("Access denied")), "{events:?}");
+
+    // The cluster's status records the latest successful backup.
+    wait_for("cluster lastSuccessfulBackup", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
+            let last = c.status.as_ref().and_then(|s| s.last_successful_backup.clone());
+            match last {
+                Some(l) if l.name == "before-upgrade" && l.backup_id.as_deref() == Some("20261122T030000Z-9f3a") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+
+    // Delete policy: deleting the object runs a deletion Job for its data first.
+    backups.delete("before-upgrade", &DeleteParams::default()).await.unwrap();
+    let del = wait_for("deletion job", WAIT, || {
+        let jobs = jobs.clone();
+        async move { jobs.get("before-upgrade-delete").await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    let c = &del.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(c.args.clone().unwrap(), ["delete", "20261122T030000Z-9f3a"]);
+    assert!(backups.get_opt("before-upgrade").await.unwrap().is_some(), "held by the finalizer");
+    end_job_pod(&client, n, "before-upgrade-delete", "delete", true, "").await;
+    wait_for("backup object gone", WAIT, || {
+        let backups = backups.clone();
+        async move {
+            match backups.get_opt("before-upgrade").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
+            }
+        }
+    })
+    .await;
+    // Retain policy (the cluster's default): the object goes at once.
+    backups.delete("adhoc-dump", &DeleteParams::default()).await.unwrap();
+    wait_for("retained backup object gone", WAIT, || {
+        let backups = backups.clone();
+        async move {
+            match backups.get_opt("adhoc-dump").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
+            }
+        }
+    })
+    .await;
+    assert!(jobs.get_opt("adhoc-dump-delete").await.unwrap().is_none());
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_right_ones() {
+    let (client, ns) = setup("schedule").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let yaml = format!(
+        "{BACKUP_CLUSTER}    deletionPolicy: Delete\n    schedules:\n      - name: every2s\n        schedule: \"*/2 * * * * *\"\n        storage: nas\n        retention: {{keepLast: 2}}\n        failedBackupsHistoryLimit: 1\n"
+    );
+    apply_yaml(&clusters, &yaml).await;
+    wait_pods(&client, n, "vault", 2).await;
+    make_ready(&client, n, "vault-0", "node-a").await;
+    make_ready(&client, n, "vault-1", "node-b").await;
+
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    // Play the kubelet: end each backup job as it appears; the 3rd fails, the others succeed;
+    // also end deletion jobs. Meanwhile, never more than one unfinished backup may exist.
+    let mut outcomes: BTreeMap<String, (bool, String)> = BTreeMap::new();
+    let mut ended: std::collections::BTreeSet<String> = Default::default();
+    let start = Instant::now();
+    while outcomes.len() < 6 {
+        assert!(start.elapsed() < Duration::from_secs(90), "schedule too slow: {outcomes:?}");
+        let list = backups.list(&ListParams::default().labels("mysql.bulwark.dev/schedule=every2s")).await.unwrap().items;
+        let active: Vec<String> = list
+            .iter()
+            .filter(|b| !matches!(b.status.as_ref().and_then(|s| s.phase), Some(BackupPhase::Succeeded | BackupPhase::Failed)))
+            .map(|b| b.name_any())
+            .collect();
+        assert!(active.len() <= 1, "concurrency Forbid violated: {active:?}");
+        for j in jobs.list(&ListParams::default()).await.unwrap().items {
+            let name = j.name_any();
+            if ended.contains(&name) || j.status.as_ref().and_then(|s| s.active).unwrap_or(0) == 0 {
+                continue;
+            }
+            if let Some(backup) = name.strip_suffix("-backup") {
+                let ok = outcomes.len() != 2;
+                let id = format!("20261122T{:06}Z-{:04}", outcomes.len(), outcomes.len());
+                let msg = if ok { result_json(&id) } else { r#"{"error":"failed to stream the backup: disk full"}"#.to_owned() };
+                end_job_pod(&client, n, &name, "backup", ok, &msg).await;
+                outcomes.insert(backup.to_owned(), (ok, id));
+            } else if name.ends_with("-delete") {
+                end_job_pod(&client, n, &name, "delete", true, "").await;
+            }
+            ended.insert(name);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Stop the schedule, then let retention and the deletion jobs settle.
+    let suspended = yaml.replace("failedBackupsHistoryLimit: 1\n", "failedBackupsHistoryLimit: 1\n        suspend: true\n");
+    apply_yaml(&clusters, &suspended).await;
+    let succeeded: Vec<&String> = outcomes.iter().filter(|(_, (ok, _))| *ok).map(|(n, _)| n).collect();
+    let failed: Vec<&String> = outcomes.iter().filter(|(_, (ok, _))| !*ok).map(|(n, _)| n).collect();
+    // Names sort by scheduled time; the newest two successes stay, the one failure stays.
+    let mut expected: Vec<String> = succeeded[succeeded.len() - 2..].iter().map(|s| (*s).clone()).collect();
+    expected.extend(failed.iter().map(|s| (*s).clone()));
+    expected.sort();
+    let remaining = wait_for("retention", Duration::from_secs(60), || {
+        let backups = backups.clone();
+        let jobs = jobs.clone();
+        let client = client.clone();
+        let expected = expected.clone();
+        let n = n.to_owned();
+        async move {
+            for j in jobs.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items {
+                if j.name_any().ends_with("-delete") && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0 {
+                    end_job_pod(&client, &n, &j.name_any(), "delete", true, "").await;
+                }
+            }
+            let mut names: Vec<String> = backups.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.iter()
+                .filter(|b| b.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != BackupPhase::Pending && p != BackupPhase::Running))
+                .map(|b| b.name_any()).collect();
+            names.sort();
+            if names == expected { Ok(names) } else { Err(format!("{names:?} != {expected:?}")) }
+        }
+    })
+    .await;
+    assert_eq!(remaining.len(), 3);
+    // Every pruned success had its data deleted by id.
+    for (name, (ok, id)) in &outcomes {
+        if *ok && !expected.contains(name) {
+            let j = jobs.get(&format!("{name}-delete")).await.expect("deletion job of a pruned backup");
+            let args = j.spec.unwrap().template.spec.unwrap().containers[0].args.clone().unwrap();
+            assert_eq!(args, ["delete".to_owned(), id.clone()]);
+        }
+    }
+    let c = clusters.get("vault").await.unwrap();
+    let st = c.status.clone().unwrap();
+    let sched = &st.schedules[0];
+    assert_eq!(sched.name, "every2s");
+    assert!(sched.last_schedule_time.is_some());
+    assert_eq!(sched.next_schedule_time, None, "a suspended schedule has no next run");
+    assert_eq!(sched.last_successful_backup.as_ref().map(|b| &b.name), Some(succeeded[succeeded.len() - 1]));
+    let events = events_for(&client, n, "vault").await;
+    assert!(events.iter().any(|(r, _)| r == "BackupScheduled"), "{events:?}");
+    assert!(events.iter().any(|(r, m)| r == "BackupPruned" && m.contains("not kept by the retention rules")), "{events:?}");
+    ns.delete().await.expect("delete namespace");
+}

@@ -134,6 +134,7 @@ async fn ensure_metadata(
         "apiVersion": MySQLBackup::api_version(&()),
         "kind": MySQLBackup::kind(&()),
         "metadata": {
+            "name": backup.name_any(),
             "annotations": { names::STORAGE_ANNOTATION: record },
             "finalizers": finalizers,
         }
@@ -562,7 +563,7 @@ async fn release(backup: &MySQLBackup, api: &Api<MySQLBackup>) -> Result<Action>
     let doc = serde_json::json!({
         "apiVersion": MySQLBackup::api_version(&()),
         "kind": MySQLBackup::kind(&()),
-        "metadata": { "finalizers": [] }
+        "metadata": { "name": backup.name_any(), "finalizers": [] }
     });
     match api
         .patch(
