@@ -104,17 +104,17 @@ mod tests {
         let first = stamp(&d, Some(1), &[], &at(10));
         assert_eq!(first.last_transition_time, at(10));
         let d2 = Desired::new("Ready", Status::False, "Starting", "1 of 3 instances ready");
-        let second = stamp(&d2, Some(2), &[first.clone()], &at(20));
+        let second = stamp(&d2, Some(2), std::slice::from_ref(&first), &at(20));
         assert_eq!(second.last_transition_time, at(10));
         assert_eq!(second.observed_generation, Some(2));
-        assert!(!flipped(&d2, &[first.clone()]));
+        assert!(!flipped(&d2, std::slice::from_ref(&first)));
         let d3 = Desired::new(
             "Ready",
             Status::True,
             "AllInstancesReady",
             "3 of 3 instances ready",
         );
-        assert!(flipped(&d3, &[second.clone()]));
+        assert!(flipped(&d3, std::slice::from_ref(&second)));
         assert_eq!(
             stamp(&d3, Some(2), &[second], &at(30)).last_transition_time,
             at(30)

@@ -52,15 +52,22 @@ fn operator() {
 
 async fn setup(prefix: &str) -> (Client, TestNamespace) {
     let _ = tracing_subscriber_init();
-    tokio::task::spawn_blocking(operator).await.expect("operator thread");
+    tokio::task::spawn_blocking(operator)
+        .await
+        .expect("operator thread");
     let client = bulwark_testenv::client().await.expect("client");
-    let ns = TestNamespace::create(&client, prefix).await.expect("namespace");
+    let ns = TestNamespace::create(&client, prefix)
+        .await
+        .expect("namespace");
     (client, ns)
 }
 
 fn tracing_subscriber_init() -> Option<()> {
     if std::env::var_os("BULWARK_TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_test_writer()
+            .try_init();
     }
     Some(())
 }
@@ -92,9 +99,13 @@ where
     K::DynamicType: Default,
 {
     let obj: K = serde_yaml::from_str(yaml).expect("fixture parses");
-    api.patch(&obj.name_any(), &PatchParams::apply(TEST_MANAGER).force(), &Patch::Apply(&obj))
-        .await
-        .unwrap_or_else(|e| panic!("apply {}: {e}", obj.name_any()))
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::apply(TEST_MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {}: {e}", obj.name_any()))
 }
 
 fn condition(c: &MySQLCluster, type_: &str) -> Option<(String, String, String)> {
@@ -109,7 +120,12 @@ fn condition(c: &MySQLCluster, type_: &str) -> Option<(String, String, String)> 
 async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     let mut out: Vec<(String, String)> = Vec::new();
-    for e in api.list(&ListParams::default()).await.expect("events").items {
+    for e in api
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
         if e.involved_object.name.as_deref() == Some(name) {
             out.push((e.reason.unwrap_or_default(), e.message.unwrap_or_default()));
         }
@@ -147,7 +163,14 @@ async fn make_ready(client: &Client, ns: &str, pod: &str, node: &str) {
 }
 
 /// Ends a Job's pod as the kubelet would, with `message` as the container's termination message.
-async fn end_job_pod(client: &Client, ns: &str, job: &str, container: &str, succeeded: bool, message: &str) {
+async fn end_job_pod(
+    client: &Client,
+    ns: &str,
+    job: &str,
+    container: &str,
+    succeeded: bool,
+    message: &str,
+) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = wait_for(&format!("pod of job {job}"), WAIT, || {
         let pods = pods.clone();
@@ -156,11 +179,18 @@ async fn end_job_pod(client: &Client, ns: &str, job: &str, container: &str, succ
                 .list(&ListParams::default().labels(&format!("job-name={job}")))
                 .await
                 .map_err(|e| e.to_string())?;
-            l.items.into_iter().next().ok_or_else(|| "no pod yet".to_owned())
+            l.items
+                .into_iter()
+                .next()
+                .ok_or_else(|| "no pod yet".to_owned())
         }
     })
     .await;
-    let (phase, code) = if succeeded { ("Succeeded", 0) } else { ("Failed", 1) };
+    let (phase, code) = if succeeded {
+        ("Succeeded", 0)
+    } else {
+        ("Failed", 1)
+    };
     pods.patch_status(
         &pod.name_any(),
         &PatchParams::default(),
@@ -219,35 +249,88 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     })
     .await;
     let owner = &set.owner_references()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("MySQLCluster", uid.as_str(), Some(true)));
-    assert_eq!(set.labels().get("app.kubernetes.io/instance").map(String::as_str), Some("ledger"));
-    assert_eq!(set.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("bulwark-operator"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("MySQLCluster", uid.as_str(), Some(true))
+    );
+    assert_eq!(
+        set.labels()
+            .get("app.kubernetes.io/instance")
+            .map(String::as_str),
+        Some("ledger")
+    );
+    assert_eq!(
+        set.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("bulwark-operator")
+    );
     let spec = set.spec.clone().unwrap();
     assert_eq!(spec.replicas, Some(3));
     assert_eq!(spec.service_name.as_deref(), Some("ledger-headless"));
     let pvc = &spec.volume_claim_templates.as_ref().unwrap()[0];
     let pvc_spec = pvc.spec.as_ref().unwrap();
     assert_eq!(pvc_spec.storage_class_name.as_deref(), Some("fast-local"));
-    assert_eq!(pvc_spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0, "2Gi");
+    assert_eq!(
+        pvc_spec
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["storage"]
+            .0,
+        "2Gi"
+    );
     let pod = spec.template.spec.as_ref().unwrap();
     let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["mysqld", "agent", "exporter"]);
     let mysqld = &pod.containers[0];
-    assert_eq!(mysqld.image.as_deref(), Some("docker.io/library/mariadb:11.4"));
+    assert_eq!(
+        mysqld.image.as_deref(),
+        Some("docker.io/library/mariadb:11.4")
+    );
     assert_eq!(pod.containers[1].image.as_deref(), Some(BACKUP_IMAGE));
     assert_eq!(pod.containers[2].image.as_deref(), Some(EXPORTER_IMAGE));
-    let readiness = mysqld.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    let readiness = mysqld
+        .readiness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
     assert_eq!(readiness.path.as_deref(), Some("/readyz"));
     assert!(mysqld.liveness_probe.is_some() && mysqld.startup_probe.is_some());
     let root_env = &mysqld.env.as_ref().unwrap()[0];
     assert_eq!(root_env.name, "MARIADB_ROOT_PASSWORD");
-    let root_ref = root_env.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
-    assert_eq!((root_ref.name.as_str(), root_ref.key.as_str()), ("ledger-credentials", "root"));
+    let root_ref = root_env
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (root_ref.name.as_str(), root_ref.key.as_str()),
+        ("ledger-credentials", "root")
+    );
     let init = &pod.init_containers.as_ref().unwrap()[0];
-    assert_eq!(init.args.as_ref().unwrap()[..2], ["instance".to_owned(), "init".to_owned()]);
+    assert_eq!(
+        init.args.as_ref().unwrap()[..2],
+        ["instance".to_owned(), "init".to_owned()]
+    );
     let agent_args = pod.containers[1].args.clone().unwrap().join(" ");
-    assert!(agent_args.contains("--primary-host ledger-primary"), "{agent_args}");
-    let config_volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "config").unwrap();
+    assert!(
+        agent_args.contains("--primary-host ledger-primary"),
+        "{agent_args}"
+    );
+    let config_volume = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "config")
+        .unwrap();
     let first_cm = config_volume.config_map.as_ref().unwrap().name.clone();
     assert!(first_cm.starts_with("ledger-config-"), "{first_cm}");
 
@@ -257,10 +340,18 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     assert!(cm.data.as_ref().unwrap()["my.cnf"].contains("innodb_buffer_pool_size = 256M"));
 
     let services: Api<Service> = Api::namespaced(client.clone(), n);
-    let headless = services.get("ledger-headless").await.expect("headless").spec.unwrap();
+    let headless = services
+        .get("ledger-headless")
+        .await
+        .expect("headless")
+        .spec
+        .unwrap();
     assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
     assert_eq!(headless.publish_not_ready_addresses, Some(true));
-    for (svc, role, port) in [("ledger-primary", "primary", 31406), ("ledger-replicas", "replica", 31407)] {
+    for (svc, role, port) in [
+        ("ledger-primary", "primary", 31406),
+        ("ledger-replicas", "replica", 31407),
+    ] {
         let s = services.get(svc).await.expect("role service").spec.unwrap();
         assert_eq!(s.type_.as_deref(), Some("NodePort"));
         assert_eq!(s.selector.as_ref().unwrap()["mysql.bulwark.dev/role"], role);
@@ -268,32 +359,59 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), n);
     let pdb = pdbs.get("ledger").await.expect("pdb").spec.unwrap();
-    assert_eq!(pdb.max_unavailable, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)));
+    assert_eq!(
+        pdb.max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
-    let creds = secrets.get("ledger-credentials").await.expect("credentials");
+    let creds = secrets
+        .get("ledger-credentials")
+        .await
+        .expect("credentials");
     let data = creds.data.clone().unwrap();
-    assert_eq!(data.keys().collect::<Vec<_>>(), ["backup", "metrics", "replication", "root"]);
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["backup", "metrics", "replication", "root"]
+    );
     assert!(data.values().all(|v| v.0.len() == 32));
-    assert!(creds.owner_references().is_empty(), "credentials outlive the cluster, like its volumes");
+    assert!(
+        creds.owner_references().is_empty(),
+        "credentials outlive the cluster, like its volumes"
+    );
 
     // The StatefulSet controller creates the pods; the operator labels their roles.
     let pods: Api<Pod> = Api::namespaced(client.clone(), n);
     let roles = wait_for("role labels", WAIT, || {
         let pods = pods.clone();
         async move {
-            let l = pods.list(&ListParams::default().labels("app.kubernetes.io/instance=ledger")).await.map_err(|e| e.to_string())?;
+            let l = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=ledger"))
+                .await
+                .map_err(|e| e.to_string())?;
             let roles: BTreeMap<String, String> = l
                 .items
                 .iter()
-                .filter_map(|p| Some((p.name_any(), p.labels().get("mysql.bulwark.dev/role")?.clone())))
+                .filter_map(|p| {
+                    Some((
+                        p.name_any(),
+                        p.labels().get("mysql.bulwark.dev/role")?.clone(),
+                    ))
+                })
                 .collect();
-            if roles.len() == 3 { Ok(roles) } else { Err(format!("{roles:?}")) }
+            if roles.len() == 3 {
+                Ok(roles)
+            } else {
+                Err(format!("{roles:?}"))
+            }
         }
     })
     .await;
     assert_eq!(roles["ledger-0"], "primary");
-    assert_eq!((roles["ledger-1"].as_str(), roles["ledger-2"].as_str()), ("replica", "replica"));
+    assert_eq!(
+        (roles["ledger-1"].as_str(), roles["ledger-2"].as_str()),
+        ("replica", "replica")
+    );
 
     let status = wait_for("cluster status", WAIT, || {
         let clusters = clusters.clone();
@@ -307,7 +425,10 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     })
     .await;
     let (c, ready, degraded) = status;
-    assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "PrimaryNotReady"));
+    assert_eq!(
+        (ready.0.as_str(), ready.1.as_str()),
+        ("False", "PrimaryNotReady")
+    );
     assert_eq!(degraded.0, "False");
     let st = c.status.unwrap();
     assert_eq!(st.current_primary.as_deref(), Some("ledger-0"));
@@ -317,14 +438,23 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     // upgrade behaves the same way: it re-applies identical objects).
     let generation = sets.get("ledger").await.unwrap().metadata.generation;
     clusters
-        .patch("ledger", &PatchParams::apply(TEST_MANAGER), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})))
+        .patch(
+            "ledger",
+            &PatchParams::apply(TEST_MANAGER),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+        )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sets.get("ledger").await.unwrap().metadata.generation, generation);
+    assert_eq!(
+        sets.get("ledger").await.unwrap().metadata.generation,
+        generation
+    );
 
     // Scaling and configuration changes patch the same objects.
-    let changed = CLUSTER.replace("replicas: 3", "replicas: 2").replace("256M", "512M");
+    let changed = CLUSTER
+        .replace("replicas: 3", "replicas: 2")
+        .replace("256M", "512M");
     apply_yaml(&clusters, &changed).await;
     let set2 = wait_for("patched statefulset", WAIT, || {
         let sets = sets.clone();
@@ -332,16 +462,52 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
         async move {
             let s = sets.get("ledger").await.map_err(|e| e.to_string())?;
             let spec = s.spec.clone().unwrap();
-            let cm = spec.template.spec.as_ref().unwrap().volumes.as_ref().unwrap().iter().find(|v| v.name == "config").unwrap().config_map.clone().unwrap().name;
-            if spec.replicas == Some(2) && cm != first_cm { Ok(s) } else { Err(format!("replicas {:?}, config {cm}", spec.replicas)) }
+            let cm = spec
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == "config")
+                .unwrap()
+                .config_map
+                .clone()
+                .unwrap()
+                .name;
+            if spec.replicas == Some(2) && cm != first_cm {
+                Ok(s)
+            } else {
+                Err(format!("replicas {:?}, config {cm}", spec.replicas))
+            }
         }
     })
     .await;
-    assert_eq!(set2.uid(), set.uid(), "the StatefulSet is patched, not recreated");
+    assert_eq!(
+        set2.uid(),
+        set.uid(),
+        "the StatefulSet is patched, not recreated"
+    );
     let creds2 = secrets.get("ledger-credentials").await.unwrap();
     assert_eq!(creds2.data, creds.data, "passwords are never regenerated");
-    let new_cm = set2.spec.unwrap().template.spec.unwrap().volumes.unwrap().into_iter().find(|v| v.name == "config").unwrap().config_map.unwrap().name;
-    assert!(cms.get(&new_cm).await.unwrap().data.unwrap()["my.cnf"].contains("innodb_buffer_pool_size = 512M"));
+    let new_cm = set2
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "config")
+        .unwrap()
+        .config_map
+        .unwrap()
+        .name;
+    assert!(cms.get(&new_cm).await.unwrap().data.unwrap()["my.cnf"]
+        .contains("innodb_buffer_pool_size = 512M"));
     ns.delete().await.expect("delete namespace");
 }
 
@@ -351,34 +517,56 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
     let n = ns.name();
     let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
     let bad = CLUSTER
-        .replace("  metrics: {enabled: true}\n", "  credentials:\n    root: {name: vault, key: root-password}\n")
-        .replace("nodePorts: {write: 31406, read: 31407}", "nodePorts: {write: 31416, read: 31417}");
+        .replace(
+            "  metrics: {enabled: true}\n",
+            "  credentials:\n    root: {name: vault, key: root-password}\n",
+        )
+        .replace(
+            "nodePorts: {write: 31406, read: 31407}",
+            "nodePorts: {write: 31416, read: 31417}",
+        );
     apply_yaml(&clusters, &bad).await;
     let (c, degraded) = wait_for("Degraded condition", WAIT, || {
         let clusters = clusters.clone();
         async move {
             let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
-            condition(&c, "Degraded").map(|d| (c.clone(), d)).ok_or_else(|| "no condition".to_owned())
+            condition(&c, "Degraded")
+                .map(|d| (c.clone(), d))
+                .ok_or_else(|| "no condition".to_owned())
         }
     })
     .await;
     assert_eq!(
         degraded,
-        ("True".to_owned(), "InvalidSpec".to_owned(), "secret vault named by credentials.root does not exist".to_owned())
+        (
+            "True".to_owned(),
+            "InvalidSpec".to_owned(),
+            "secret vault named by credentials.root does not exist".to_owned()
+        )
     );
     assert_eq!(condition(&c, "Ready").unwrap().0, "False");
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
-    assert!(sets.get_opt("ledger").await.unwrap().is_none(), "nothing is built from an invalid spec");
+    assert!(
+        sets.get_opt("ledger").await.unwrap().is_none(),
+        "nothing is built from an invalid spec"
+    );
     let events = wait_for("InvalidSpec event", WAIT, || {
         let client = client.clone();
         let n = n.to_owned();
         async move {
             let ev = events_for(&client, &n, "ledger").await;
-            if ev.iter().any(|(r, _)| r == "InvalidSpec") { Ok(ev) } else { Err(format!("{ev:?}")) }
+            if ev.iter().any(|(r, _)| r == "InvalidSpec") {
+                Ok(ev)
+            } else {
+                Err(format!("{ev:?}"))
+            }
         }
     })
     .await;
-    assert!(events.iter().any(|(_, m)| m.contains("secret vault")), "{events:?}");
+    assert!(
+        events.iter().any(|(_, m)| m.contains("secret vault")),
+        "{events:?}"
+    );
     ns.delete().await.expect("delete namespace");
 }
 
@@ -416,8 +604,15 @@ async fn wait_pods(client: &Client, n: &str, cluster: &str, count: usize) {
         let pods = pods.clone();
         let selector = selector.clone();
         async move {
-            let l = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
-            if l.items.len() == count { Ok(()) } else { Err(format!("{} pods", l.items.len())) }
+            let l = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            if l.items.len() == count {
+                Ok(())
+            } else {
+                Err(format!("{} pods", l.items.len()))
+            }
         }
     })
     .await;
@@ -430,14 +625,26 @@ async fn backup_status(api: &Api<MySQLBackup>, name: &str, phase: BackupPhase) -
         async move {
             let b = api.get(&name).await.map_err(|e| e.to_string())?;
             let st = b.status.clone().unwrap_or_default();
-            if st.phase == Some(phase) { Ok(b) } else { Err(format!("{:?}: {:?}", st.phase, st.message)) }
+            if st.phase == Some(phase) {
+                Ok(b)
+            } else {
+                Err(format!("{:?}: {:?}", st.phase, st.message))
+            }
         }
     })
     .await
 }
 
 fn env_of(job: &Job) -> BTreeMap<String, String> {
-    let c = &job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
     c.env
         .iter()
         .flatten()
@@ -470,7 +677,10 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     let waiting = wait_for("pending backup", WAIT, || {
         let backups = backups.clone();
         async move {
-            let b = backups.get("before-upgrade").await.map_err(|e| e.to_string())?;
+            let b = backups
+                .get("before-upgrade")
+                .await
+                .map_err(|e| e.to_string())?;
             let st = b.status.clone().unwrap_or_default();
             match (st.phase, st.message.as_deref()) {
                 (Some(BackupPhase::Pending), Some(m)) if m.contains("ready instance") => Ok(b),
@@ -479,35 +689,84 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         }
     })
     .await;
-    assert!(waiting.finalizers().contains(&"mysql.bulwark.dev/backup-data".to_owned()));
+    assert!(waiting
+        .finalizers()
+        .contains(&"mysql.bulwark.dev/backup-data".to_owned()));
 
     make_ready(&client, n, "vault-0", "node-a").await;
     make_ready(&client, n, "vault-1", "node-b").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
     let job = wait_for("backup job", WAIT, || {
         let jobs = jobs.clone();
-        async move { jobs.get("before-upgrade-backup").await.map_err(|e| e.to_string()) }
+        async move {
+            jobs.get("before-upgrade-backup")
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    assert_eq!(pod.node_name.as_deref(), Some("node-b"), "a ready replica is the source, and the job runs on its node");
-    assert_eq!(pod.tolerations.as_ref().unwrap()[0].key.as_deref(), Some("dedicated"));
-    let vols: BTreeMap<String, k8s_openapi::api::core::v1::Volume> =
-        pod.volumes.clone().unwrap().into_iter().map(|v| (v.name.clone(), v)).collect();
-    let data = vols["source-data"].persistent_volume_claim.as_ref().unwrap();
-    assert_eq!((data.claim_name.as_str(), data.read_only), ("data-vault-1", Some(true)));
-    assert_eq!(vols["backup-storage"].persistent_volume_claim.as_ref().unwrap().claim_name, "dumps");
-    assert_eq!(vols["backup-key"].secret.as_ref().unwrap().secret_name.as_deref(), Some("vault-backup-key"));
+    assert_eq!(
+        pod.node_name.as_deref(),
+        Some("node-b"),
+        "a ready replica is the source, and the job runs on its node"
+    );
+    assert_eq!(
+        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("dedicated")
+    );
+    let vols: BTreeMap<String, k8s_openapi::api::core::v1::Volume> = pod
+        .volumes
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.name.clone(), v))
+        .collect();
+    let data = vols["source-data"]
+        .persistent_volume_claim
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (data.claim_name.as_str(), data.read_only),
+        ("data-vault-1", Some(true))
+    );
+    assert_eq!(
+        vols["backup-storage"]
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap()
+            .claim_name,
+        "dumps"
+    );
+    assert_eq!(
+        vols["backup-key"]
+            .secret
+            .as_ref()
+            .unwrap()
+            .secret_name
+            .as_deref(),
+        Some("vault-backup-key")
+    );
     let mounts = pod.containers[0].volume_mounts.clone().unwrap();
     let storage_mount = mounts.iter().find(|m| m.name == "backup-storage").unwrap();
     assert_eq!(storage_mount.sub_path.as_deref(), Some("mysql/vault"));
-    assert!(mounts.iter().find(|m| m.name == "source-data").unwrap().read_only == Some(true));
+    assert!(
+        mounts
+            .iter()
+            .find(|m| m.name == "source-data")
+            .unwrap()
+            .read_only
+            == Some(true)
+    );
     let env = env_of(&job);
     assert_eq!(env["MYSQL_BACKUP_MYSQL_HOST"], "vault-1.vault-headless");
     assert_eq!(env["MYSQL_BACKUP_REPO"], "/backup-storage");
     assert_eq!(env["MYSQL_BACKUP_METHOD"], "physical");
     assert_eq!(env["MYSQL_BACKUP_DATADIR"], "/var/lib/mysql");
-    assert_eq!(env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"], "/etc/bulwark/backup-key/master.key");
+    assert_eq!(
+        env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"],
+        "/etc/bulwark/backup-key/master.key"
+    );
     assert_eq!(env["MYSQL_BACKUP_RESULT_FILE"], "/dev/termination-log");
     assert_eq!(pod.containers[0].image.as_deref(), Some(BACKUP_IMAGE));
     assert_eq!(job.owner_references()[0].name, "before-upgrade");
@@ -519,38 +778,85 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         async move {
             let b = backups.get("adhoc-dump").await.map_err(|e| e.to_string())?;
             let m = b.status.and_then(|s| s.message).unwrap_or_default();
-            if m == "waiting for backup before-upgrade of the cluster to finish" { Ok(()) } else { Err(m) }
+            if m == "waiting for backup before-upgrade of the cluster to finish" {
+                Ok(())
+            } else {
+                Err(m)
+            }
         }
     })
     .await;
     assert!(jobs.get_opt("adhoc-dump-backup").await.unwrap().is_none());
 
-    end_job_pod(&client, n, "before-upgrade-backup", "backup", true, &result_json("20261122T030000Z-9f3a")).await;
+    end_job_pod(
+        &client,
+        n,
+        "before-upgrade-backup",
+        "backup",
+        true,
+        &result_json("20261122T030000Z-9f3a"),
+    )
+    .await;
     let done = backup_status(&backups, "before-upgrade", BackupPhase::Succeeded).await;
     let st = done.status.unwrap();
     assert_eq!(st.backup_id.as_deref(), Some("20261122T030000Z-9f3a"));
-    assert_eq!(st.location.as_deref(), Some("pvc://dumps/mysql/vault/20261122T030000Z-9f3a"));
-    assert_eq!((st.stored_bytes, st.plaintext_bytes), (Some(23456789), Some(123456789)));
-    assert_eq!((st.binlog_file.as_deref(), st.binlog_position, st.gtid_set.as_deref()), (Some("mysql-bin.000007"), Some(4242), Some("0-100-77")));
+    assert_eq!(
+        st.location.as_deref(),
+        Some("pvc://dumps/mysql/vault/20261122T030000Z-9f3a")
+    );
+    assert_eq!(
+        (st.stored_bytes, st.plaintext_bytes),
+        (Some(23456789), Some(123456789))
+    );
+    assert_eq!(
+        (
+            st.binlog_file.as_deref(),
+            st.binlog_position,
+            st.gtid_set.as_deref()
+        ),
+        (Some("mysql-bin.000007"), Some(4242), Some("0-100-77"))
+    );
     assert_eq!(st.source_pod.as_deref(), Some("vault-1"));
-    assert!(st.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+    assert!(st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True"));
 
     // The next backup starts now; it is logical, so it is not pinned, and goes to S3.
     let job2 = wait_for("second backup job", WAIT, || {
         let jobs = jobs.clone();
-        async move { jobs.get("adhoc-dump-backup").await.map_err(|e| e.to_string()) }
+        async move {
+            jobs.get("adhoc-dump-backup")
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
     let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(pod2.node_name, None);
-    assert!(!pod2.volumes.unwrap().iter().any(|v| v.name == "source-data" || v.name == "backup-storage"));
+    assert!(!pod2
+        .volumes
+        .unwrap()
+        .iter()
+        .any(|v| v.name == "source-data" || v.name == "backup-storage"));
     let env2 = env_of(&job2);
     assert_eq!(env2["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
     assert_eq!(env2["MYSQL_BACKUP_S3_ENDPOINT"], "http://127.0.0.1:9000");
     assert_eq!(env2["MYSQL_BACKUP_S3_PATH_STYLE"], "true");
-    assert_eq!(env2["AWS_ACCESS_KEY_ID"], "secret:vault-s3/AWS_ACCESS_KEY_ID");
+    assert_eq!(
+        env2["AWS_ACCESS_KEY_ID"],
+        "secret:vault-s3/AWS_ACCESS_KEY_ID"
+    );
     assert_eq!(env2["MYSQL_BACKUP_METHOD"], "logical");
-    end_job_pod(&client, n, "adhoc-dump-backup", "backup", false, r#"{"error":"failed to connect to the server: Access denied for user 'bulwark_backup'"}"#).await;
+    end_job_pod(
+        &client,
+        n,
+        "adhoc-dump-backup",
+        "backup",
+        false,
+        r#"{"error":"failed to connect to the server: Access denied for user 'bulwark_backup'"}"#,
+    )
+    .await;
     let failed = backup_status(&backups, "adhoc-dump", BackupPhase::Failed).await;
     assert_eq!(
         failed.status.unwrap().message.as_deref(),
@@ -561,20 +867,35 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         let n = n.to_owned();
         async move {
             let ev = events_for(&client, &n, "adhoc-dump").await;
-            if ev.iter().any(|(r, _)| r == "BackupFailed") { Ok(ev) } else { Err(format!("{ev:?}")) }
+            if ev.iter().any(|(r, _)| r == "BackupFailed") {
+                Ok(ev)
+            } else {
+                Err(format!("{ev:?}"))
+            }
         }
     })
     .await;
-    assert!(events.iter().any(|(_, m)| m.contains("Access denied")), "{events:?}");
+    assert!(
+        events.iter().any(|(_, m)| m.contains("Access denied")),
+        "{events:?}"
+    );
 
     // The cluster's status records the latest successful backup.
     wait_for("cluster lastSuccessfulBackup", WAIT, || {
         let clusters = clusters.clone();
         async move {
             let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
-            let last = c.status.as_ref().and_then(|s| s.last_successful_backup.clone());
+            let last = c
+                .status
+                .as_ref()
+                .and_then(|s| s.last_successful_backup.clone());
             match last {
-                Some(l) if l.name == "before-upgrade" && l.backup_id.as_deref() == Some("20261122T030000Z-9f3a") => Ok(()),
+                Some(l)
+                    if l.name == "before-upgrade"
+                        && l.backup_id.as_deref() == Some("20261122T030000Z-9f3a") =>
+                {
+                    Ok(())
+                }
                 other => Err(format!("{other:?}")),
             }
         }
@@ -582,20 +903,42 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     .await;
 
     // Delete policy: deleting the object runs a deletion Job for its data first.
-    backups.delete("before-upgrade", &DeleteParams::default()).await.unwrap();
+    backups
+        .delete("before-upgrade", &DeleteParams::default())
+        .await
+        .unwrap();
     let del = wait_for("deletion job", WAIT, || {
         let jobs = jobs.clone();
-        async move { jobs.get("before-upgrade-delete").await.map_err(|e| e.to_string()) }
+        async move {
+            jobs.get("before-upgrade-delete")
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
-    let c = &del.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let c = &del
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
     assert_eq!(c.args.clone().unwrap(), ["delete", "20261122T030000Z-9f3a"]);
-    assert!(backups.get_opt("before-upgrade").await.unwrap().is_some(), "held by the finalizer");
+    assert!(
+        backups.get_opt("before-upgrade").await.unwrap().is_some(),
+        "held by the finalizer"
+    );
     end_job_pod(&client, n, "before-upgrade-delete", "delete", true, "").await;
     wait_for("backup object gone", WAIT, || {
         let backups = backups.clone();
         async move {
-            match backups.get_opt("before-upgrade").await.map_err(|e| e.to_string())? {
+            match backups
+                .get_opt("before-upgrade")
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 None => Ok(()),
                 Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
             }
@@ -603,11 +946,18 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     })
     .await;
     // Retain policy (the cluster's default): the object goes at once.
-    backups.delete("adhoc-dump", &DeleteParams::default()).await.unwrap();
+    backups
+        .delete("adhoc-dump", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_for("retained backup object gone", WAIT, || {
         let backups = backups.clone();
         async move {
-            match backups.get_opt("adhoc-dump").await.map_err(|e| e.to_string())? {
+            match backups
+                .get_opt("adhoc-dump")
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 None => Ok(()),
                 Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
             }
@@ -640,11 +990,23 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     let mut ended: std::collections::BTreeSet<String> = Default::default();
     let start = Instant::now();
     while outcomes.len() < 6 {
-        assert!(start.elapsed() < Duration::from_secs(90), "schedule too slow: {outcomes:?}");
-        let list = backups.list(&ListParams::default().labels("mysql.bulwark.dev/schedule=every2s")).await.unwrap().items;
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "schedule too slow: {outcomes:?}"
+        );
+        let list = backups
+            .list(&ListParams::default().labels("mysql.bulwark.dev/schedule=every2s"))
+            .await
+            .unwrap()
+            .items;
         let active: Vec<String> = list
             .iter()
-            .filter(|b| !matches!(b.status.as_ref().and_then(|s| s.phase), Some(BackupPhase::Succeeded | BackupPhase::Failed)))
+            .filter(|b| {
+                !matches!(
+                    b.status.as_ref().and_then(|s| s.phase),
+                    Some(BackupPhase::Succeeded | BackupPhase::Failed)
+                )
+            })
             .map(|b| b.name_any())
             .collect();
         assert!(active.len() <= 1, "concurrency Forbid violated: {active:?}");
@@ -656,7 +1018,11 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
             if let Some(backup) = name.strip_suffix("-backup") {
                 let ok = outcomes.len() != 2;
                 let id = format!("20261122T{:06}Z-{:04}", outcomes.len(), outcomes.len());
-                let msg = if ok { result_json(&id) } else { r#"{"error":"failed to stream the backup: disk full"}"#.to_owned() };
+                let msg = if ok {
+                    result_json(&id)
+                } else {
+                    r#"{"error":"failed to stream the backup: disk full"}"#.to_owned()
+                };
                 end_job_pod(&client, n, &name, "backup", ok, &msg).await;
                 outcomes.insert(backup.to_owned(), (ok, id));
             } else if name.ends_with("-delete") {
@@ -667,12 +1033,26 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Stop the schedule, then let retention and the deletion jobs settle.
-    let suspended = yaml.replace("failedBackupsHistoryLimit: 1\n", "failedBackupsHistoryLimit: 1\n        suspend: true\n");
+    let suspended = yaml.replace(
+        "failedBackupsHistoryLimit: 1\n",
+        "failedBackupsHistoryLimit: 1\n        suspend: true\n",
+    );
     apply_yaml(&clusters, &suspended).await;
-    let succeeded: Vec<&String> = outcomes.iter().filter(|(_, (ok, _))| *ok).map(|(n, _)| n).collect();
-    let failed: Vec<&String> = outcomes.iter().filter(|(_, (ok, _))| !*ok).map(|(n, _)| n).collect();
+    let succeeded: Vec<&String> = outcomes
+        .iter()
+        .filter(|(_, (ok, _))| *ok)
+        .map(|(n, _)| n)
+        .collect();
+    let failed: Vec<&String> = outcomes
+        .iter()
+        .filter(|(_, (ok, _))| !*ok)
+        .map(|(n, _)| n)
+        .collect();
     // Names sort by scheduled time; the newest two successes stay, the one failure stays.
-    let mut expected: Vec<String> = succeeded[succeeded.len() - 2..].iter().map(|s| (*s).clone()).collect();
+    let mut expected: Vec<String> = succeeded[succeeded.len() - 2..]
+        .iter()
+        .map(|s| (*s).clone())
+        .collect();
     expected.extend(failed.iter().map(|s| (*s).clone()));
     expected.sort();
     let remaining = wait_for("retention", Duration::from_secs(60), || {
@@ -682,16 +1062,38 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
         let expected = expected.clone();
         let n = n.to_owned();
         async move {
-            for j in jobs.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items {
-                if j.name_any().ends_with("-delete") && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0 {
+            for j in jobs
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+            {
+                if j.name_any().ends_with("-delete")
+                    && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0
+                {
                     end_job_pod(&client, &n, &j.name_any(), "delete", true, "").await;
                 }
             }
-            let mut names: Vec<String> = backups.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.iter()
-                .filter(|b| b.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p != BackupPhase::Pending && p != BackupPhase::Running))
-                .map(|b| b.name_any()).collect();
+            let mut names: Vec<String> = backups
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .filter(|b| {
+                    b.status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(|p| p != BackupPhase::Pending && p != BackupPhase::Running)
+                })
+                .map(|b| b.name_any())
+                .collect();
             names.sort();
-            if names == expected { Ok(names) } else { Err(format!("{names:?} != {expected:?}")) }
+            if names == expected {
+                Ok(names)
+            } else {
+                Err(format!("{names:?} != {expected:?}"))
+            }
         }
     })
     .await;
@@ -699,8 +1101,14 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     // Every pruned success had its data deleted by id.
     for (name, (ok, id)) in &outcomes {
         if *ok && !expected.contains(name) {
-            let j = jobs.get(&format!("{name}-delete")).await.expect("deletion job of a pruned backup");
-            let args = j.spec.unwrap().template.spec.unwrap().containers[0].args.clone().unwrap();
+            let j = jobs
+                .get(&format!("{name}-delete"))
+                .await
+                .expect("deletion job of a pruned backup");
+            let args = j.spec.unwrap().template.spec.unwrap().containers[0]
+                .args
+                .clone()
+                .unwrap();
             assert_eq!(args, ["delete".to_owned(), id.clone()]);
         }
     }
@@ -709,10 +1117,124 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     let sched = &st.schedules[0];
     assert_eq!(sched.name, "every2s");
     assert!(sched.last_schedule_time.is_some());
-    assert_eq!(sched.next_schedule_time, None, "a suspended schedule has no next run");
-    assert_eq!(sched.last_successful_backup.as_ref().map(|b| &b.name), Some(succeeded[succeeded.len() - 1]));
+    assert_eq!(
+        sched.next_schedule_time, None,
+        "a suspended schedule has no next run"
+    );
+    assert_eq!(
+        sched.last_successful_backup.as_ref().map(|b| &b.name),
+        Some(succeeded[succeeded.len() - 1])
+    );
     let events = events_for(&client, n, "vault").await;
-    assert!(events.iter().any(|(r, _)| r == "BackupScheduled"), "{events:?}");
-    assert!(events.iter().any(|(r, m)| r == "BackupPruned" && m.contains("not kept by the retention rules")), "{events:?}");
+    assert!(
+        events.iter().any(|(r, _)| r == "BackupScheduled"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "BackupPruned" && m.contains("not kept by the retention rules")),
+        "{events:?}"
+    );
     ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
+    let (client, ns) = setup("restore").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let yaml = format!("{BACKUP_CLUSTER}  bootstrap:\n    fromBackup: {{storage: offsite, backupId: 20261101T000000Z-0a0b}}\n");
+    apply_yaml(&clusters, &yaml).await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
+    let set = wait_for("statefulset", WAIT, || {
+        let sets = sets.clone();
+        async move { sets.get("vault").await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    let pod = set.spec.unwrap().template.spec.unwrap();
+    let inits: Vec<&str> = pod
+        .init_containers
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        inits,
+        ["init", "restore"],
+        "the restore runs after init and before mysqld"
+    );
+    let restore = &pod.init_containers.as_ref().unwrap()[1];
+    let args = restore.args.clone().unwrap();
+    assert_eq!(
+        &args[..4],
+        ["instance", "restore", "--datadir", "/var/lib/mysql"]
+    );
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("20261101T000000Z-0a0b")
+    );
+    let env: BTreeMap<String, String> = restore
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    assert_eq!(env["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
+    assert_eq!(
+        env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"],
+        "/etc/bulwark/backup-key/master.key"
+    );
+    // Bootstrap is fixed at creation: it cannot be pointed at another backup later.
+    let moved = yaml.replace("20261101T000000Z-0a0b", "20261102T000000Z-0c0d");
+    let obj: MySQLCluster = serde_yaml::from_str(&moved).unwrap();
+    let err = clusters
+        .patch(
+            "vault",
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .expect_err("bootstrap is immutable");
+    assert!(err.to_string().contains("bootstrap is immutable"), "{err}");
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_the_prometheus_text_format() {
+    let metrics = Arc::new(Metrics::default());
+    metrics.reconciled("cluster", 0.01);
+    let listener = bulwark_operator::http::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(bulwark_operator::http::serve(
+        listener,
+        metrics,
+        ready.clone(),
+    ));
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+    let m = get(addr, "/metrics").await;
+    assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+    assert!(
+        m.contains("bulwark_reconciles_total{controller=\"cluster\"} 1"),
+        "{m}"
+    );
+    assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
 }

@@ -22,7 +22,7 @@ use crate::conditions::{self, Desired, Status};
 use crate::context::{Context, Reason};
 use crate::error::{Error, Result};
 use crate::names;
-use job::{StorageAccess, StorageRecord};
+use job::StorageRecord;
 use outcome::Outcome;
 
 /// Reconciles one MySQLBackup.
@@ -306,7 +306,7 @@ async fn observe(
                 .and_then(|b| b.encryption.as_ref());
             job::storage_access(&r.storage, enc)
         })
-        .unwrap_or_else(StorageAccess::default)
+        .unwrap_or_default()
         .location;
     match outcome::backup_outcome(job, pod) {
         Outcome::Pending => Ok(Action::requeue(Duration::from_secs(5))),

@@ -677,3 +677,80 @@ pub struct RestoreSource {
     pub backup_id: String,
     pub storage: crate::backup::job::StorageAccess,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::validate::{validate, Refs};
+
+    fn cluster() -> MySQLCluster {
+        let mut c: MySQLCluster = serde_yaml::from_str(
+            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: ledger, namespace: accounts, uid: 1a2b}\nspec: {engine: mysql, version: '8.4', replicas: 3, storage: {size: 1Gi}, metrics: {enabled: true}}\n",
+        )
+        .unwrap();
+        c.metadata.uid = Some("1a2b".into());
+        c
+    }
+
+    #[test]
+    fn an_operator_upgrade_keeps_the_pod_template_of_a_running_cluster() {
+        let c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let old = Images {
+            agent: "bulwark/mysql-backup:0.1.0".into(),
+            exporter: "exporter:1".into(),
+        };
+        let new = Images {
+            agent: "bulwark/mysql-backup:0.2.0".into(),
+            exporter: "exporter:2".into(),
+        };
+        let running = stateful_set(&c, &v, "ledger-config-x", &old, None);
+        // The upgraded operator, with new defaults, rebuilds the same template.
+        let pinned = Images::pinned(Some(&running), &new);
+        assert_eq!(pinned, old);
+        assert_eq!(
+            stateful_set(&c, &v, "ledger-config-x", &pinned, None),
+            running
+        );
+        // A new cluster gets the new defaults.
+        assert_eq!(Images::pinned(None, &new), new);
+    }
+
+    #[test]
+    fn the_config_map_name_follows_its_content() {
+        let mut c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let a = config_map(&c, &v).metadata.name.unwrap();
+        assert_eq!(a, config_map(&c, &v).metadata.name.unwrap());
+        c.spec.mysqld_config = Some([("max_connections".to_owned(), "50".to_owned())].into());
+        let v2 = validate(&c, &Refs::default()).unwrap();
+        assert_ne!(a, config_map(&c, &v2).metadata.name.unwrap());
+    }
+
+    #[test]
+    fn mysql_pods_get_mysql_settings() {
+        let c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let images = Images {
+            agent: "a".into(),
+            exporter: "e".into(),
+        };
+        let s = stateful_set(&c, &v, "cm", &images, None);
+        let pod = s.spec.unwrap().template.spec.unwrap();
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("docker.io/library/mysql:8.4")
+        );
+        assert_eq!(
+            pod.containers[0].env.as_ref().unwrap()[0].name,
+            "MYSQL_ROOT_PASSWORD"
+        );
+        let init = pod.init_containers.unwrap()[0]
+            .args
+            .clone()
+            .unwrap()
+            .join(" ");
+        assert!(init.contains("--engine mysql"), "{init}");
+        assert_eq!(pod.containers[2].name, "exporter");
+    }
+}
