@@ -3,4 +3,8 @@
 //! the health endpoints and keeps accounts, role and replication as the pod's labels say.
 
 pub mod bootstrap;
+pub mod http;
 pub mod init;
+pub mod labels;
+pub mod sql;
+pub mod topology;
