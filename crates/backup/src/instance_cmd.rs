@@ -1,17 +1,24 @@
 //! The binary's `instance` subcommands (what runs inside each MySQL pod): argument parsing
 //! and output over `mysql_backup::instance`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use mysql_backup::format::{Flavor, Method};
+use mysql_backup::instance::agent::{self, AgentConfig, PendingRestoreConfig};
 use mysql_backup::instance::bootstrap::{self, DatadirState};
 use mysql_backup::instance::init::{self, InitRequest};
+use mysql_backup::instance::sql::Source;
 use mysql_backup::progress::{Progress, Reporter};
 use mysql_backup::Error;
 use serde_json::json;
 
-use super::{absolute, print_json, shutdown_signal, BackupSelector, ProgressArgs};
+use super::{
+    absolute, print_json, s3_options, shutdown_signal, workers, BackupSelector, KeyArgs,
+    ProgressArgs, S3Args,
+};
 
 #[derive(Subcommand)]
 pub(crate) enum InstanceCommand {
@@ -20,6 +27,9 @@ pub(crate) enum InstanceCommand {
     /// Bootstrap an empty datadir from a backup (an init container after `init`); a datadir
     /// that already holds a server is left alone.
     Restore(RestoreArgs),
+    /// The sidecar: health endpoints, accounts, role and replication for the mysqld beside
+    /// it, and the pending logical restore.
+    Agent(AgentArgs),
 }
 
 #[derive(Args)]
@@ -75,11 +85,123 @@ pub(crate) struct RestoreArgs {
     progress: ProgressArgs,
 }
 
+#[derive(Args)]
+pub(crate) struct AgentArgs {
+    /// mysqld's unix socket.
+    #[arg(
+        long,
+        env = "MYSQL_BACKUP_INSTANCE_SOCKET",
+        default_value = "/run/mysqld/mysqld.sock"
+    )]
+    socket: PathBuf,
+    /// Address of the probe server (/healthz, /readyz).
+    #[arg(
+        long,
+        env = "MYSQL_BACKUP_INSTANCE_LISTEN",
+        default_value = "0.0.0.0:9081"
+    )]
+    listen: SocketAddr,
+    /// The pod's labels (downward API); the role label is read from it every pass.
+    #[arg(
+        long,
+        env = "MYSQL_BACKUP_INSTANCE_LABELS_FILE",
+        default_value = "/etc/podinfo/labels"
+    )]
+    labels_file: PathBuf,
+    /// Directory with the password files root, replication, backup and metrics.
+    #[arg(
+        long,
+        env = "MYSQL_BACKUP_INSTANCE_CREDENTIALS_DIR",
+        default_value = "/etc/bulwark/credentials"
+    )]
+    credentials_dir: PathBuf,
+    /// Host replicas replicate from (the cluster's primary Service).
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_PRIMARY_HOST")]
+    primary_host: String,
+    /// Port replicas replicate from.
+    #[arg(
+        long,
+        env = "MYSQL_BACKUP_INSTANCE_PRIMARY_PORT",
+        default_value_t = 3306
+    )]
+    primary_port: u16,
+    /// Largest replication lag at which a replica is still ready.
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_MAX_REPLICA_LAG", value_parser = humantime::parse_duration, default_value = "30s")]
+    max_replica_lag: Duration,
+    /// Time between passes (labels read, server observed, one action taken).
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_INTERVAL", value_parser = humantime::parse_duration, default_value = "2s")]
+    interval: Duration,
+    /// Time mysqld has to answer a health check.
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_HEALTH_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2s")]
+    health_timeout: Duration,
+    /// File naming a logical backup to load once this pod is primary (left by `instance
+    /// restore`); needs --repo.
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_PENDING_LOGICAL_RESTORE")]
+    pending_logical_restore: Option<PathBuf>,
+    /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
+    #[arg(long, env = "MYSQL_BACKUP_REPO")]
+    repo: Option<String>,
+    #[command(flatten)]
+    s3: S3Args,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Chunks read and decoded in parallel while loading (default: number of CPUs + 2).
+    #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
+    workers: Option<usize>,
+    /// SQL client for the load instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    tool: Option<String>,
+}
+
 pub(crate) async fn run(command: InstanceCommand) -> anyhow::Result<()> {
     match command {
         InstanceCommand::Init(a) => cmd_init(a),
         InstanceCommand::Restore(a) => cmd_restore(a).await,
+        InstanceCommand::Agent(a) => cmd_agent(a).await,
     }
+}
+
+async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
+    if a.interval.is_zero() {
+        return Err(Error::InvalidArgument("--interval must be positive".into()).into());
+    }
+    let pending = match &a.pending_logical_restore {
+        Some(file) => {
+            if a.repo.is_none() {
+                tracing::warn!(pending_file = %file.display(), "no --repo given: a pending logical restore would fail");
+            }
+            Some(PendingRestoreConfig {
+                file: absolute(file)?,
+                repo_url: a.repo.clone(),
+                s3: s3_options(&a.s3, 0),
+                key_file: a
+                    .key
+                    .encryption_key_file
+                    .as_deref()
+                    .map(absolute)
+                    .transpose()?,
+                parallel: workers(a.workers) + 2,
+                tool: a.tool.clone(),
+            })
+        }
+        None => None,
+    };
+    let config = AgentConfig {
+        socket: absolute(&a.socket)?,
+        listen: a.listen,
+        labels_file: absolute(&a.labels_file)?,
+        credentials_dir: absolute(&a.credentials_dir)?,
+        source: Source {
+            host: a.primary_host,
+            port: a.primary_port,
+        },
+        max_replica_lag: a.max_replica_lag,
+        interval: a.interval,
+        health_timeout: a.health_timeout,
+        pending,
+    };
+    agent::run(config, shutdown_signal()).await?;
+    Ok(())
 }
 
 async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {

@@ -85,6 +85,12 @@ struct RepoArgs {
     /// Repository: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]
     repo: String,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+#[derive(Args, Clone)]
+struct S3Args {
     /// S3 endpoint for S3-compatible services (http://host:port).
     #[arg(long, env = "MYSQL_BACKUP_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
@@ -455,10 +461,10 @@ fn workers(n: Option<usize>) -> usize {
     .max(1)
 }
 
-async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
+fn s3_options(args: &S3Args, segment_size: u64) -> S3Options {
     // Parts sized so a capped segment stays far below S3's 10,000-part limit.
     let auto_part = (segment_size / 8000).max(8 << 20) as usize;
-    let opts = S3Options {
+    S3Options {
         endpoint: args.s3_endpoint.clone(),
         region: args.s3_region.clone(),
         path_style: args.s3_path_style,
@@ -466,7 +472,11 @@ async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Err
         parts_in_flight: args.s3_parts_in_flight,
         request_timeout: Some(args.s3_request_timeout),
         max_retries: Some(args.s3_max_retries),
-    };
+    }
+}
+
+async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
+    let opts = s3_options(&args.s3, segment_size);
     let store = store::open(&args.repo, &opts)
         .await
         .map_err(Error::OpenRepository)?;

@@ -71,7 +71,7 @@ impl Connection {
         args
     }
 
-    fn opts(&self) -> mysql_async::Opts {
+    pub(crate) fn opts(&self) -> mysql_async::Opts {
         let mut b = mysql_async::OptsBuilder::default()
             .user(self.user.clone())
             .pass(self.password.as_ref().map(|p| p.to_string()))

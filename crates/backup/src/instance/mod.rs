@@ -2,6 +2,7 @@
 //! `bootstrap` restores a new cluster's datadir from a backup, and the `agent` sidecar serves
 //! the health endpoints and keeps accounts, role and replication as the pod's labels say.
 
+pub mod agent;
 pub mod bootstrap;
 pub mod http;
 pub mod init;
