@@ -398,6 +398,26 @@ fn agents_replicate_switch_over_and_answer_probes() {
         a.logs()
     );
 
+    // A rotated replication password: both agents converge the account, and the replica
+    // re-points replication with the new one.
+    std::fs::write(creds.join("replication"), "n3w-repl-secret\n").unwrap();
+    wait_for(
+        "the new replication password on the primary",
+        &[&a, &b],
+        || sql_tcp(&b_db, "bulwark_replication", "n3w-repl-secret", "SELECT 1").ok(),
+    );
+    wait_for(
+        "the replica to re-point with the new password",
+        &[&a, &b],
+        || (a.logs().matches("replication source changed").count() >= 2).then_some(()),
+    );
+    b_db.sql("INSERT INTO harbor.ships VALUES (4, 'Fram')")
+        .unwrap();
+    wait_for("rows after the rotation", &[&a, &b], || {
+        (a_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "4").then_some(())
+    });
+    wait_status(&a, &[&b], "/readyz", 200, "replicating");
+
     // A frozen mysqld accepts connections but does not answer: liveness fails, and recovers.
     let frozen = Frozen::freeze(mariadbd_pid(&a_db));
     let (code, body) = a.get("/healthz");

@@ -378,6 +378,8 @@ struct Agent {
     last_change: Option<Instant>,
     last_start: Option<Instant>,
     last_role: Option<Result<Role, String>>,
+    /// The last failed action and its error, so a failure repeated every pass is logged once.
+    last_failure: Option<String>,
     restore: RestoreState,
 }
 
@@ -393,6 +395,7 @@ impl Agent {
             last_change: None,
             last_start: None,
             last_role: None,
+            last_failure: None,
             restore: RestoreState::default(),
         }
     }
@@ -475,9 +478,19 @@ impl Agent {
             max_lag: self.config.max_replica_lag,
         });
         if let Some(action) = decision.action.clone() {
-            if let Err(e) = self.apply(&action, &creds).await {
+            let applied = self.apply(&action, &creds).await;
+            if applied.is_ok() {
+                self.last_failure = None;
+            }
+            if let Err(e) = applied {
                 let msg = crate::error::chain(&e);
-                tracing::warn!(action = action.name(), error = %msg, "action failed");
+                let failure = format!("{}: {msg}", action.name());
+                if self.last_failure.as_ref() != Some(&failure) {
+                    tracing::warn!(action = action.name(), error = %msg, "action failed");
+                    self.last_failure = Some(failure);
+                } else {
+                    tracing::debug!(action = action.name(), error = %msg, "action failed again");
+                }
                 if e.connection_lost() {
                     return Err(e);
                 }

@@ -19,7 +19,7 @@ pub const SERVER_ID_BASE: u32 = 100;
 pub enum InitError {
     #[error("failed to parse pod name {0:?}: expected <statefulset>-<ordinal>, e.g. db-0")]
     ParsePodName(String),
-    #[error("failed to accept cluster name {0:?}: expected a DNS label (a-z, 0-9, -)")]
+    #[error("failed to parse cluster name {0:?}: expected a DNS label (a-z, 0-9, -)")]
     ParseClusterName(String),
     #[error("failed to read the configuration file {path}")]
     ReadConfig {
