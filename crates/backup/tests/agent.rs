@@ -333,6 +333,14 @@ fn agents_replicate_switch_over_and_answer_probes() {
             "1"
         );
         assert!(sql_tcp(db, "bulwark_exporter", "wrong", "SELECT 1").is_err());
+        // What mysqld_exporter reads, replication status included.
+        sql_tcp(
+            db,
+            "bulwark_exporter",
+            "m3trics-secret",
+            "SHOW SLAVE STATUS; SHOW GLOBAL STATUS LIKE 'Uptime'; SELECT COUNT(*) FROM information_schema.processlist",
+        )
+        .unwrap();
     }
     let binlog = a_db.sql("SHOW BINLOG EVENTS").unwrap();
     assert!(

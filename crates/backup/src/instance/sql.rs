@@ -51,8 +51,8 @@ impl Statement {
     }
 }
 
-/// A single-quoted SQL string literal (backslash escapes; the agent's session turns
-/// NO_BACKSLASH_ESCAPES off).
+/// A single-quoted SQL string literal (backslash escapes: the agent's session clears
+/// sql_mode, so NO_BACKSLASH_ESCAPES is off).
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('\'');
@@ -71,12 +71,11 @@ pub fn quote(s: &str) -> String {
     out
 }
 
-/// Makes the agent's session predictable: backslash escapes on, nothing it does replicated.
+/// Makes the agent's session predictable: no sql_mode (so backslash escapes work in
+/// [`quote`]d literals; nothing the agent sends depends on a mode), nothing it does replicated.
 pub fn session_setup() -> Vec<Statement> {
     vec![
-        Statement::plain(
-            "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '')",
-        ),
+        Statement::plain("SET SESSION sql_mode = ''"),
         Statement::plain("SET SESSION sql_log_bin = 0"),
     ]
 }
@@ -103,7 +102,9 @@ pub fn grants(flavor: Flavor, user: &str) -> &'static str {
             "RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, BACKUP_ADMIN, \
              SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
         }
-        (_, _) => "PROCESS, REPLICATION CLIENT, SELECT",
+        // MariaDB 10.5.9+ wants SLAVE MONITOR for SHOW SLAVE STATUS (replication metrics).
+        (Flavor::Mariadb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR, SELECT",
+        (Flavor::Mysql, _) => "PROCESS, REPLICATION CLIENT, SELECT",
     }
 }
 
