@@ -228,7 +228,10 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         DatadirState::Unexpected(entries) => {
             return Err(bootstrap::BootstrapError::AcceptDatadir {
                 path: datadir.display().to_string(),
-                entries: entries.join(", "),
+                entries: match entries.len() {
+                    n if n > 10 => format!("{} and {} more", entries[..10].join(", "), n - 10),
+                    _ => entries.join(", "),
+                },
             }
             .into())
         }
