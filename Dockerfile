@@ -5,7 +5,7 @@
 # (charts/mysql-operator) passes its settings as MYSQL_OPERATOR_* environment variables.
 
 # The toolchain must be at least the highest rust-version in Cargo.lock's dependency graph
-# (1.89 at the time of writing; the workspace's own rust-version is 1.85). 1.95 is the version
+# (1.89, which is also the workspace's rust-version). 1.95 is the version
 # the tests run with.
 ARG RUST_VERSION=1.95
 
