@@ -57,6 +57,9 @@ pub(crate) struct InitArgs {
         default_value = "/etc/mysql/conf.d"
     )]
     conf_dir: PathBuf,
+    /// Data directory to create when absent (a subdirectory of the data volume).
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_INIT_DATADIR")]
+    datadir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -334,6 +337,7 @@ fn cmd_init(a: InitArgs) -> anyhow::Result<()> {
         engine: a.engine,
         config_file: a.config_file,
         conf_dir: a.conf_dir,
+        datadir: a.datadir,
     })?;
     tracing::info!(
         server_id = outcome.server_id,

@@ -33,6 +33,12 @@ pub enum InitError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to create the data directory {path}")]
+    CreateDatadir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to write the server configuration")]
     WriteConfig(#[from] OutfileError),
 }
@@ -50,6 +56,10 @@ pub struct InitRequest {
     pub config_file: PathBuf,
     /// mysqld's include directory (`!includedir`).
     pub conf_dir: PathBuf,
+    /// A data directory to create (owned by this process's user) when it does not exist: a
+    /// subdirectory of the data volume, so that the server never sees the volume root and
+    /// its `lost+found`.
+    pub datadir: Option<PathBuf>,
 }
 
 /// What `instance init` wrote.
@@ -138,6 +148,19 @@ pub fn run(req: &InitRequest) -> Result<InitOutcome, InitError> {
         path: req.conf_dir.display().to_string(),
         source,
     })?;
+    if let Some(d) = &req.datadir {
+        use std::os::unix::fs::DirBuilderExt;
+        if !d.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(d)
+                .map_err(|source| InitError::CreateDatadir {
+                    path: d.display().to_string(),
+                    source,
+                })?;
+        }
+    }
     let cluster_config = req.conf_dir.join(CLUSTER_CONFIG_NAME);
     let instance_path = req.conf_dir.join(INSTANCE_CONFIG_NAME);
     outfile::write_atomic(&cluster_config, &config, 0o644)?;
@@ -223,9 +246,15 @@ mod tests {
             engine: Flavor::Mariadb,
             config_file: cfg,
             conf_dir: dir.path().join("conf.d"),
+            datadir: Some(dir.path().join("volume/mysql")),
         };
         let out = run(&req).unwrap();
         assert_eq!(out.server_id, 101);
+        assert!(dir.path().join("volume/mysql").is_dir());
+        // An existing data directory is left as it is.
+        std::fs::write(dir.path().join("volume/mysql/ibdata1"), b"x").unwrap();
+        run(&req).unwrap();
+        assert!(dir.path().join("volume/mysql/ibdata1").exists());
         assert_eq!(
             std::fs::read_to_string(&out.cluster_config).unwrap(),
             "[mysqld]\nmax_connections = 50\n"
