@@ -300,7 +300,22 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
         .as_ref()
         .unwrap();
     assert_eq!(readiness.path.as_deref(), Some("/readyz"));
-    assert!(mysqld.liveness_probe.is_some() && mysqld.startup_probe.is_some());
+    assert!(mysqld.liveness_probe.is_some());
+    let data_mount = mysqld
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == "data")
+        .unwrap();
+    assert_eq!(
+        (
+            data_mount.mount_path.as_str(),
+            data_mount.sub_path.as_deref()
+        ),
+        ("/var/lib/mysql", Some("mysql")),
+        "the datadir is a subdirectory of the volume, never its root"
+    );
     let root_env = &mysqld.env.as_ref().unwrap()[0];
     assert_eq!(root_env.name, "MARIADB_ROOT_PASSWORD");
     let root_ref = root_env
@@ -750,13 +765,10 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     let mounts = pod.containers[0].volume_mounts.clone().unwrap();
     let storage_mount = mounts.iter().find(|m| m.name == "backup-storage").unwrap();
     assert_eq!(storage_mount.sub_path.as_deref(), Some("mysql/vault"));
-    assert!(
-        mounts
-            .iter()
-            .find(|m| m.name == "source-data")
-            .unwrap()
-            .read_only
-            == Some(true)
+    let source_mount = mounts.iter().find(|m| m.name == "source-data").unwrap();
+    assert_eq!(
+        (source_mount.read_only, source_mount.sub_path.as_deref()),
+        (Some(true), Some("mysql"))
     );
     let env = env_of(&job);
     assert_eq!(env["MYSQL_BACKUP_MYSQL_HOST"], "vault-1.vault-headless");

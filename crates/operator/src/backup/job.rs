@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::build::paths;
 use crate::names::{self, component};
 
 /// Where a storage is mounted in Job and restore containers.
@@ -355,11 +356,10 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
             }),
             ..Volume::default()
         });
-        mounts.push(mount(
-            "source-data",
-            super::super::cluster::build::paths::DATADIR,
-            true,
-        ));
+        mounts.push(VolumeMount {
+            sub_path: Some(paths::DATADIR_SUBPATH.to_owned()),
+            ..mount("source-data", paths::DATADIR, true)
+        });
     }
 
     let container = Container {
@@ -390,10 +390,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
 }
 
 fn env_datadir() -> EnvVar {
-    env(
-        "MYSQL_BACKUP_DATADIR",
-        super::super::cluster::build::paths::DATADIR,
-    )
+    env("MYSQL_BACKUP_DATADIR", paths::DATADIR)
 }
 
 fn restricted() -> k8s_openapi::api::core::v1::SecurityContext {

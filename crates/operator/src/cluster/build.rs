@@ -29,8 +29,14 @@ use crate::names::{self, component};
 
 /// Where the operator's files appear inside the server pods.
 pub mod paths {
-    /// The server's data directory (the `data` volume).
+    /// The server's data directory: the `mysql` subdirectory of the `data` volume, so that the
+    /// server never sees the volume root (and a filesystem's `lost+found`).
     pub const DATADIR: &str = "/var/lib/mysql";
+    /// Subdirectory of the `data` volume that is the data directory.
+    pub const DATADIR_SUBPATH: &str = "mysql";
+    /// The root of the `data` volume, for the operator's own files next to the data directory
+    /// (they survive pod restarts but are not part of the server's data).
+    pub const VOLUME_ROOT: &str = "/var/lib/bulwark";
     /// Directory the server reads extra option files from (both official images include it).
     pub const CONF_DIR: &str = "/etc/mysql/conf.d";
     /// The rendered my.cnf ConfigMap.
@@ -430,6 +436,7 @@ pub fn stateful_set(
         volume_mounts: Some(vec![
             mount("config", paths::CONFIG_DIR, true),
             mount("conf", paths::CONF_DIR, false),
+            mount("data", paths::VOLUME_ROOT, false),
         ]),
         security_context: Some(restricted()),
         ..Container::default()
@@ -460,7 +467,7 @@ pub fn stateful_set(
         mount("run", paths::RUN_DIR, false),
         mount("credentials", paths::CREDENTIALS_DIR, true),
         mount("podinfo", paths::PODINFO_DIR, true),
-        mount("data", paths::DATADIR, false),
+        mount("data", paths::VOLUME_ROOT, false),
     ];
 
     if let Some(r) = restore {
@@ -471,11 +478,16 @@ pub fn stateful_set(
             paths::DATADIR.to_owned(),
             "--pending-file".to_owned(),
             PENDING_LOGICAL_RESTORE.to_owned(),
+            "--gtid-file".to_owned(),
+            RESTORED_GTID.to_owned(),
         ];
         args.push(r.backup_id.clone());
         let mut env = r.storage.env.clone();
         env.push(pod_name_env());
-        let mut mounts = vec![mount("data", paths::DATADIR, false)];
+        let mut mounts = vec![
+            datadir_mount(false),
+            mount("data", paths::VOLUME_ROOT, false),
+        ];
         mounts.extend(r.storage.mounts.iter().cloned());
         volumes.extend(r.storage.volumes.iter().cloned());
         init_containers.push(Container {
@@ -506,14 +518,14 @@ pub fn stateful_set(
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
-        // A long crash recovery must not be cut short: liveness only starts once the agent has
-        // seen the server answer (startup allows an hour).
-        startup_probe: Some(http_probe("/healthz", 10, 360)),
+        // The agent answers /healthz with 200 while the server is not listening yet, so a long
+        // crash recovery is never cut short; only a server that accepts connections and then
+        // hangs fails it.
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         resources: spec.resources.clone(),
         volume_mounts: Some(vec![
-            mount("data", paths::DATADIR, false),
+            datadir_mount(false),
             mount("conf", paths::CONF_DIR, true),
             mount("run", paths::RUN_DIR, false),
             mount("tmp", "/tmp", false),
@@ -667,9 +679,19 @@ pub fn stateful_set(
     }
 }
 
-/// File (on the data volume's parent, the pod's data mount) telling the agent to load a logical
+/// File on the data volume, beside the data directory, telling the agent to load a logical
 /// backup once the server runs.
-pub const PENDING_LOGICAL_RESTORE: &str = "/var/lib/mysql/.bulwark-pending-logical-restore";
+pub const PENDING_LOGICAL_RESTORE: &str = "/var/lib/bulwark/pending-logical-restore";
+/// File on the data volume, beside the data directory, with the GTID set a physical restore
+/// ended at; the agent continues replication from it.
+pub const RESTORED_GTID: &str = "/var/lib/bulwark/restored-gtid";
+
+fn datadir_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        sub_path: Some(paths::DATADIR_SUBPATH.to_owned()),
+        ..mount("data", paths::DATADIR, read_only)
+    }
+}
 
 /// The backup a new cluster's pods restore before the server starts.
 #[derive(Debug, Clone)]
