@@ -297,8 +297,9 @@ pub struct BackupSpec {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub schedules: Vec<BackupSchedule>,
 
-    /// What happens to the data of scheduled backups when their MySQLBackup objects are deleted
-    /// (by retention or by deleting the cluster): `Retain` (default) or `Delete`.
+    /// What happens to the data of this cluster's backups (unless a MySQLBackup sets its own)
+    /// when their MySQLBackup objects are deleted, by retention or by hand: `Retain` (default)
+    /// or `Delete`. MySQLBackup objects are not deleted with the cluster.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 }

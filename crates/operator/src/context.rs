@@ -23,6 +23,8 @@ pub struct Context {
     pub config: Config,
     pub metrics: Arc<Metrics>,
     recorder: Recorder,
+    /// Consecutive failed reconciles per controller and object, for backoff.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl Context {
@@ -37,7 +39,24 @@ impl Context {
             client,
             config,
             metrics,
+            failures: Default::default(),
         })
+    }
+
+    /// Counts a failed reconcile of `key`; returns the consecutive failures so far.
+    pub fn count_failure(&self, key: &str) -> u32 {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(key.to_owned()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn reset_failures(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
     }
 
     /// Publishes an event about `obj`; failures are logged, never fatal.
@@ -67,8 +86,12 @@ pub enum Reason {
     ClusterReady,
     /// Instances stopped being ready.
     ClusterNotReady,
-    /// The primary moved to another pod.
-    PrimaryChanged,
+    /// A spec that was invalid became valid.
+    SpecValid,
+    /// The `BackupHealthy` condition turned True.
+    BackupsHealthy,
+    /// The `BackupHealthy` condition turned False.
+    BackupsUnhealthy,
     /// A backup Job was created.
     BackupStarted,
     BackupSucceeded,
@@ -94,7 +117,9 @@ impl Reason {
             Reason::InvalidSpec => "InvalidSpec",
             Reason::ClusterReady => "ClusterReady",
             Reason::ClusterNotReady => "ClusterNotReady",
-            Reason::PrimaryChanged => "PrimaryChanged",
+            Reason::SpecValid => "SpecValid",
+            Reason::BackupsHealthy => "BackupsHealthy",
+            Reason::BackupsUnhealthy => "BackupsUnhealthy",
             Reason::BackupStarted => "BackupStarted",
             Reason::BackupSucceeded => "BackupSucceeded",
             Reason::BackupFailed => "BackupFailed",
@@ -114,6 +139,7 @@ impl Reason {
             | Reason::BackupFailed
             | Reason::ScheduleSkipped
             | Reason::BackupDataDeleteFailed
+            | Reason::BackupsUnhealthy
             | Reason::ReconcileFailed => EventType::Warning,
             _ => EventType::Normal,
         }
@@ -121,8 +147,9 @@ impl Reason {
 
     fn action(self) -> &'static str {
         match self {
-            Reason::InvalidSpec | Reason::ReconcileFailed => "Reconcile",
-            Reason::ClusterReady | Reason::ClusterNotReady | Reason::PrimaryChanged => "Observe",
+            Reason::InvalidSpec | Reason::SpecValid | Reason::ReconcileFailed => "Reconcile",
+            Reason::ClusterReady | Reason::ClusterNotReady => "Observe",
+            Reason::BackupsHealthy | Reason::BackupsUnhealthy => "Backup",
             Reason::BackupStarted | Reason::BackupSucceeded | Reason::BackupFailed => "Backup",
             Reason::BackupScheduled | Reason::ScheduleSkipped => "Schedule",
             Reason::BackupPruned => "Retention",

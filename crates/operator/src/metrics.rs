@@ -104,6 +104,11 @@ impl Metrics {
         self.with(|s| s.clusters.remove(&(ns.to_owned(), cluster.to_owned())));
     }
 
+    /// Keeps the series of the given clusters only.
+    pub fn retain_clusters(&self, live: &std::collections::BTreeSet<(String, String)>) {
+        self.with(|s| s.clusters.retain(|k, _| live.contains(k)));
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
         self.with(|s| {

@@ -138,6 +138,16 @@ pub fn job(base: &str, suffix: &str) -> String {
     format!("{cut}-{hash}-{suffix}")
 }
 
+/// `value` as a label value (at most 63 characters): shortened with a hash when longer.
+pub fn label_value(value: &str) -> String {
+    if value.len() <= 63 {
+        return value.to_owned();
+    }
+    let hash = crate::hash::short(value.as_bytes());
+    let cut = value[..63 - hash.len() - 1].trim_end_matches(['-', '.', '_']);
+    format!("{cut}-{hash}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +157,14 @@ mod tests {
         assert_eq!(pod_ordinal("shop", "shop-2"), Some(2));
         assert_eq!(pod_ordinal("shop", "shop-db-2"), None);
         assert_eq!(pod_ordinal("shop", "shopx-1"), None);
+    }
+
+    #[test]
+    fn long_names_become_distinct_label_values() {
+        assert_eq!(label_value("nightly"), "nightly");
+        let a = label_value(&"a".repeat(100));
+        assert!(a.len() <= 63, "{a}");
+        assert_ne!(a, label_value(&format!("{}b", "a".repeat(99))));
     }
 
     #[test]

@@ -12,22 +12,23 @@ struct Rule {
 
 /// Every call the operator makes, grouped by API group and the verbs the calls need.
 const RULES: &[Rule] = &[
-    // Watched, read, and written by the controllers; finalizers on MySQLBackup for remote data;
-    // MySQLBackup objects created and deleted by the scheduler.
+    // Watched and read by the controllers.
     Rule {
         group: "mysql.bulwark.dev",
         resources: &["mysqlclusters"],
         verbs: &["get", "list", "watch"],
     },
+    // Watched and read; created and deleted by the scheduler; finalizer and storage record patched.
     Rule {
         group: "mysql.bulwark.dev",
         resources: &["mysqlbackups"],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
+    // Status written by server-side apply.
     Rule {
         group: "mysql.bulwark.dev",
         resources: &["mysqlclusters/status", "mysqlbackups/status"],
-        verbs: &["get", "patch"],
+        verbs: &["patch"],
     },
     // Owner references with blockOwnerDeletion need update on the owner's finalizers.
     Rule {
@@ -35,42 +36,61 @@ const RULES: &[Rule] = &[
         resources: &["mysqlclusters/finalizers", "mysqlbackups/finalizers"],
         verbs: &["update"],
     },
+    // Referenced Secrets are read; the generated credentials Secret is created.
     Rule {
         group: "",
-        resources: &["configmaps", "secrets", "services"],
-        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        resources: &["secrets"],
+        verbs: &["get", "create", "patch"],
     },
-    // Pods: role labels; the backup controller reads Job pods' termination messages and logs.
+    // my.cnf ConfigMaps: applied, watched, and old ones deleted after a rollout.
+    Rule {
+        group: "",
+        resources: &["configmaps"],
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    // The headless, primary and replica Services.
+    Rule {
+        group: "",
+        resources: &["services"],
+        verbs: &["list", "watch", "create", "patch"],
+    },
+    // Server pods: role labels, readiness; backup Job pods: termination messages.
     Rule {
         group: "",
         resources: &["pods"],
-        verbs: &["get", "list", "watch", "patch"],
+        verbs: &["list", "watch", "patch"],
     },
+    // Progress lines of running backups.
     Rule {
         group: "",
         resources: &["pods/log"],
         verbs: &["get"],
     },
+    // Claims named by pvc storages must exist.
     Rule {
         group: "",
         resources: &["persistentvolumeclaims"],
-        verbs: &["get", "list", "watch"],
+        verbs: &["get"],
     },
+    // The server StatefulSet.
     Rule {
         group: "apps",
         resources: &["statefulsets"],
-        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch"],
     },
+    // Backup and data deletion Jobs.
     Rule {
         group: "batch",
         resources: &["jobs"],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
+    // The server PodDisruptionBudget.
     Rule {
         group: "policy",
         resources: &["poddisruptionbudgets"],
-        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        verbs: &["list", "watch", "create", "patch"],
     },
+    // Events about clusters and backups.
     Rule {
         group: "events.k8s.io",
         resources: &["events"],

@@ -7,7 +7,7 @@ use bulwark_api::{MySQLBackup, MySQLCluster};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 use tracing::Instrument;
 
-use crate::context::Context;
+use crate::context::{Context, Reason};
 use crate::error::{chain, Error};
 use crate::names;
 
@@ -51,6 +51,21 @@ pub async fn controllers(
             Api::<PodDisruptionBudget>::all(client.clone()),
             owned.clone(),
         )
+        // Role labels are not in the pod template: a recreated pod is labelled when it appears.
+        .watches(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(&format!(
+                "{}={},{}={}",
+                names::NAME_LABEL,
+                names::APP_NAME,
+                names::COMPONENT_LABEL,
+                names::component::DATABASE
+            )),
+            |p: Pod| {
+                let cluster = p.labels().get(names::INSTANCE_LABEL)?.clone();
+                Some(ObjectRef::<MySQLCluster>::new(&cluster).within(&p.namespace()?))
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |obj, ctx| timed("cluster", obj, ctx, crate::cluster::reconcile),
@@ -81,13 +96,35 @@ pub async fn controllers(
     let backup_ctl = Controller::new(backups, watcher::Config::default())
         // Pending backups waiting for a sibling to finish poll on a short requeue.
         .owns(Api::<Job>::all(client.clone()), owned)
-        .graceful_shutdown_on(stopped(stop_rx))
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |obj, ctx| timed("backup", obj, ctx, crate::backup::reconcile),
             |obj, err, ctx| error_policy("backup", obj, err, ctx),
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));
+
+    // Per-cluster series of deleted clusters are dropped, keeping the label set bounded.
+    let metrics_client = client.clone();
+    let metrics = ctx.metrics.clone();
+    let mut metrics_stop = stop_rx;
+    tokio::spawn(async move {
+        let clusters: Api<MySQLCluster> = Api::all(metrics_client);
+        loop {
+            tokio::select! {
+                _ = metrics_stop.wait_for(|s| *s) => break,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+            }
+            if let Ok(list) = clusters.list(&Default::default()).await {
+                let live = list
+                    .items
+                    .iter()
+                    .map(|c| (c.namespace().unwrap_or_default(), c.name_any()))
+                    .collect();
+                metrics.retain_clusters(&live);
+            }
+        }
+    });
 
     tracing::info!("controllers started");
     futures::join!(cluster_ctl, schedule_ctl, backup_ctl);
@@ -111,28 +148,56 @@ where
         namespace = obj.meta().namespace.as_deref().unwrap_or(""),
         name = obj.meta().name.as_deref().unwrap_or("")
     );
+    let key = backoff_key(controller, obj.as_ref());
     let start = Instant::now();
     let metrics = ctx.metrics.clone();
-    let result = f(obj, ctx).instrument(span).await;
+    let result = f(obj, ctx.clone()).instrument(span).await;
     metrics.reconciled(controller, start.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.reset_failures(&key);
+    }
     result
 }
 
-fn error_policy<K: kube::Resource>(
-    controller: &'static str,
-    obj: Arc<K>,
-    err: &Error,
-    ctx: Arc<Context>,
-) -> Action {
+fn backoff_key<K: kube::Resource>(controller: &str, obj: &K) -> String {
+    format!(
+        "{controller}/{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or(""),
+        obj.meta().name.as_deref().unwrap_or("")
+    )
+}
+
+fn error_policy<K>(controller: &'static str, obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
     ctx.metrics.reconcile_failed(controller, err.category());
+    let failures = ctx.count_failure(&backoff_key(controller, obj.as_ref()));
+    let delay = retry_delay(err, failures);
     tracing::warn!(
         controller,
         namespace = obj.meta().namespace.as_deref().unwrap_or(""),
         name = obj.meta().name.as_deref().unwrap_or(""),
         category = err.category(),
         retryable = err.is_retryable(),
+        failures,
+        retry_seconds = delay.as_secs(),
         error = %chain(err),
         "reconcile failed"
     );
-    Action::requeue(err.retry_after())
+    // The event carries only the failed step, not the API server's text.
+    let note = format!("{err}; retrying in {}s", delay.as_secs());
+    tokio::spawn(async move {
+        ctx.event(obj.as_ref(), Reason::ReconcileFailed, note).await;
+    });
+    Action::requeue(delay)
+}
+
+/// Exponential backoff per object: 5 s doubling to 5 minutes; rejected requests wait 5 minutes.
+pub fn retry_delay(err: &Error, failures: u32) -> std::time::Duration {
+    if !err.is_retryable() {
+        return err.retry_after();
+    }
+    let exp = failures.saturating_sub(1).min(6);
+    std::time::Duration::from_secs((5u64 << exp).min(300))
 }

@@ -449,18 +449,29 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     assert_eq!(st.current_primary.as_deref(), Some("ledger-0"));
     assert_eq!(st.observed_generation, c.metadata.generation);
 
-    // A reconcile that changes nothing must not touch the pod template (an operator restart or
-    // upgrade behaves the same way: it re-applies identical objects).
+    // A spec change that concerns no pod (a backup storage) is reconciled without touching the
+    // pod template; an operator restart or upgrade re-applies identical objects the same way.
     let generation = sets.get("ledger").await.unwrap().metadata.generation;
-    clusters
-        .patch(
-            "ledger",
-            &PatchParams::apply(TEST_MANAGER),
-            &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
-        )
+    let with_storage = format!(
+        "{CLUSTER}  backup:\n    storages: [{{name: offsite, s3: {{bucket: ledger-backups}}}}]\n"
+    );
+    let bumped = apply_yaml(&clusters, &with_storage)
         .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+        .metadata
+        .generation;
+    wait_for("reconcile of the new generation", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            let seen = c.status.and_then(|s| s.observed_generation);
+            if seen == bumped {
+                Ok(())
+            } else {
+                Err(format!("observed {seen:?}, want {bumped:?}"))
+            }
+        }
+    })
+    .await;
     assert_eq!(
         sets.get("ledger").await.unwrap().metadata.generation,
         generation

@@ -91,11 +91,12 @@ fn secret_file_volume(name: &str, secret: &SecretKeyReference, file: &str) -> Vo
     }
 }
 
-/// How to reach `storage` (and decrypt with `encryption`) from a pod.
+/// How to reach `storage` (and decrypt with `encryption`) from a pod; `None` when the storage
+/// sets none of its kinds (possible only in an edited storage record).
 pub fn storage_access(
     storage: &BackupStorage,
     encryption: Option<&BackupEncryption>,
-) -> StorageAccess {
+) -> Option<StorageAccess> {
     let mut a = StorageAccess::default();
     if let Some(s3) = &storage.s3 {
         let prefix = s3.prefix.as_deref().unwrap_or("").trim_matches('/');
@@ -157,10 +158,7 @@ pub fn storage_access(
                 p.sub_path.clone(),
             )
         } else {
-            let n = storage
-                .nfs
-                .as_ref()
-                .expect("CEL: exactly one of s3, pvc or nfs");
+            let n = storage.nfs.as_ref()?;
             (
                 Volume {
                     name: "backup-storage".to_owned(),
@@ -194,7 +192,7 @@ pub fn storage_access(
             format!("{KEY_MOUNT}/master.key"),
         ));
     }
-    a
+    Some(a)
 }
 
 /// The pod a backup reads from.
@@ -261,7 +259,7 @@ fn job_meta(backup: &MySQLBackup, name: String, cluster: &str) -> ObjectMeta {
     let mut labels = names::labels(cluster, component::BACKUP);
     labels.insert(
         names::BACKUP_LABEL.to_owned(),
-        backup.metadata.name.clone().unwrap_or_default(),
+        names::label_value(backup.metadata.name.as_deref().unwrap_or_default()),
     );
     ObjectMeta {
         name: Some(name),

@@ -25,12 +25,16 @@ use crate::names;
 use job::StorageRecord;
 use outcome::Outcome;
 
+/// How long a backup waits for its cluster or storage to appear (they may be applied in the
+/// same batch) before it fails.
+const REFERENCE_GRACE: chrono::Duration = chrono::Duration::minutes(5);
+/// How long a backup pod may stay unstarted (image pull, volume attach) before the backup fails.
+const START_DEADLINE: chrono::Duration = chrono::Duration::minutes(10);
+
 /// Reconciles one MySQLBackup.
 pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Action> {
     let ns = backup.namespace().unwrap_or_default();
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let cluster = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await?;
 
     if backup.meta().deletion_timestamp.is_some() {
         return finalize(&backup, &ctx, &ns, &api).await;
@@ -43,52 +47,106 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     }
 
-    let Some(cluster) = cluster else {
-        return fail(
-            &backup,
-            &ctx,
-            &ns,
-            format!(
-                "mysqlcluster {} does not exist",
-                backup.spec.cluster_ref.name
-            ),
-            None,
-        )
-        .await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cluster) = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await? else {
+        let message = format!(
+            "mysqlcluster {} does not exist",
+            backup.spec.cluster_ref.name
+        );
+        return wait_or_fail(&backup, &ctx, &ns, message).await;
     };
-    let Some(storage) = cluster
+    // The storage is recorded on the object before any data is written: later edits of the
+    // cluster's storages do not move a started backup, and its data can be found (and deleted)
+    // after the cluster is gone.
+    let storage = match recorded_storage(&backup) {
+        Some(Ok(s)) => s,
+        Some(Err(message)) => return fail(&backup, &ctx, &ns, message, None).await,
+        None => match cluster
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|b| b.storages.iter().find(|s| s.name == backup.spec.storage))
+        {
+            Some(s) => s.clone(),
+            None => {
+                let message = format!(
+                    "storage {} is not defined in spec.backup.storages of mysqlcluster {}",
+                    backup.spec.storage,
+                    cluster.name_any()
+                );
+                return wait_or_fail(&backup, &ctx, &ns, message).await;
+            }
+        },
+    };
+    let encryption = cluster
         .spec
         .backup
         .as_ref()
-        .and_then(|b| b.storages.iter().find(|s| s.name == backup.spec.storage))
-        .cloned()
-    else {
-        return fail(
-            &backup,
-            &ctx,
-            &ns,
-            format!(
-                "storage {} is not defined in spec.backup.storages of mysqlcluster {}",
-                backup.spec.storage,
-                cluster.name_any()
-            ),
-            None,
-        )
-        .await;
+        .and_then(|b| b.encryption.as_ref());
+    let Some(access) = job::storage_access(&storage, encryption) else {
+        let message = format!("storage {} sets none of s3, pvc or nfs", storage.name);
+        return fail(&backup, &ctx, &ns, message, None).await;
     };
-
-    // Record where the data goes before any of it is written, and protect it with the
-    // finalizer when it is to be deleted with the object.
     let policy = effective_policy(&backup, &cluster);
     ensure_metadata(&backup, &api, &storage, policy).await?;
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job_name = job::backup_job_name(&backup.name_any());
-    let existing = apply::get_opt(&jobs, &job_name).await?;
-    let Some(existing) = existing else {
-        return start(&backup, &cluster, &ctx, &ns, &storage).await;
+    let Some(existing) = apply::get_opt(&jobs, &job_name).await? else {
+        return start(&backup, &cluster, &ctx, &ns, &access).await;
     };
-    observe(&backup, &cluster, &ctx, &ns, &existing).await
+    // A Job of an earlier object with the same name is not this backup's.
+    let uid = backup.uid().unwrap_or_default();
+    if !existing.owner_references().iter().any(|o| o.uid == uid) {
+        if existing.meta().deletion_timestamp.is_none() {
+            apply::delete_opt(&jobs, &job_name).await?;
+        }
+        return pending(
+            &backup,
+            &ctx,
+            &ns,
+            format!("waiting for job {job_name} of an earlier backup of the same name to go away"),
+        )
+        .await;
+    }
+    observe(&backup, &cluster, &ctx, &ns, &existing, &access).await
+}
+
+/// The storage recorded on a backup: `None` when not recorded yet, an error message when the
+/// record cannot be read (someone edited the annotation).
+fn recorded_storage(
+    backup: &MySQLBackup,
+) -> Option<std::result::Result<bulwark_api::cluster::BackupStorage, String>> {
+    let raw = backup.annotations().get(names::STORAGE_ANNOTATION)?;
+    Some(
+        serde_json::from_str::<StorageRecord>(raw)
+            .map(|r| r.storage)
+            .map_err(|_| {
+                format!(
+                    "annotation {} does not hold a storage definition",
+                    names::STORAGE_ANNOTATION
+                )
+            }),
+    )
+}
+
+/// Keeps a backup Pending while a reference may still appear, then fails it.
+async fn wait_or_fail(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    ns: &str,
+    message: String,
+) -> Result<Action> {
+    let created = backup
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(Utc::now);
+    if Utc::now() - created > REFERENCE_GRACE {
+        return fail(backup, ctx, ns, message, None).await;
+    }
+    pending(backup, ctx, ns, message).await
 }
 
 /// The deletion policy of a backup: its own, else its cluster's.
@@ -116,7 +174,7 @@ async fn ensure_metadata(
         kind: "StorageRecord",
         source,
     })?;
-    let has_record = backup.annotations().get(names::STORAGE_ANNOTATION) == Some(&record);
+    let has_record = backup.annotations().contains_key(names::STORAGE_ANNOTATION);
     let wants_finalizer = policy == DeletionPolicy::Delete;
     let has_finalizer = backup
         .finalizers()
@@ -130,6 +188,11 @@ async fn ensure_metadata(
     } else {
         vec![]
     };
+    let record = backup
+        .annotations()
+        .get(names::STORAGE_ANNOTATION)
+        .cloned()
+        .unwrap_or(record);
     let doc = serde_json::json!({
         "apiVersion": MySQLBackup::api_version(&()),
         "kind": MySQLBackup::kind(&()),
@@ -160,7 +223,7 @@ async fn start(
     cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
-    storage: &bulwark_api::cluster::BackupStorage,
+    access: &job::StorageAccess,
 ) -> Result<Action> {
     let cluster_name = cluster.name_any();
     let all: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
@@ -175,7 +238,15 @@ async fn start(
         .into_iter()
         .filter(|b| b.spec.cluster_ref.name == cluster_name && b.name_any() != backup.name_any())
         .collect();
-    if let Some(blocker) = first_in_line(backup, &siblings) {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let cluster_jobs = apply::list(
+        &jobs,
+        &names::selector_string(&names::labels(&cluster_name, names::component::BACKUP)),
+    )
+    .await?;
+    let blocker =
+        running_backup_job(backup, &cluster_jobs).or_else(|| first_in_line(backup, &siblings));
+    if let Some(blocker) = blocker {
         return pending(
             backup,
             ctx,
@@ -201,23 +272,25 @@ async fn start(
         )
         .await;
     };
-    let encryption = cluster
-        .spec
-        .backup
-        .as_ref()
-        .and_then(|b| b.encryption.as_ref());
-    let access = job::storage_access(storage, encryption);
     let job = job::backup_job(&job::BackupJobInput {
         backup,
         cluster,
         source: &source,
-        access: &access,
+        access,
         password: credentials.source(Account::Backup),
         image: &ctx.config.backup_image,
     });
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let name = job.name_any();
-    apply::apply(&jobs, &name, &job, BACKUP_MANAGER).await?;
+    match apply::apply(&jobs, &name, &job, BACKUP_MANAGER).await {
+        Ok(_) => {}
+        // The API server rejects what was built (e.g. a name it cannot take): retrying the same
+        // request cannot help, and a backup stuck before its Job would block every later one.
+        Err(e) if !e.is_retryable() => {
+            let message = format!("failed to create backup job {name}: {}", api_message(&e));
+            return fail(backup, ctx, ns, message, None).await;
+        }
+        Err(e) => return Err(e),
+    }
     ctx.event(
         backup,
         Reason::BackupStarted,
@@ -237,8 +310,31 @@ async fn start(
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 
-/// The backup that must finish before `backup` may start: one with a Job that is still
-/// running, else an older unfinished one (first come, first served).
+/// The backup whose Job still runs (or is still being torn down), other than `backup`'s own:
+/// its pods may still read the server or write the storage, whatever its object says.
+pub fn running_backup_job(backup: &MySQLBackup, cluster_jobs: &[Job]) -> Option<String> {
+    let own = job::backup_job_name(&backup.name_any());
+    cluster_jobs
+        .iter()
+        .filter(|j| j.name_any() != own && j.name_any().ends_with("-backup"))
+        .find(|j| {
+            let st = j.status.clone().unwrap_or_default();
+            let finished = st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True");
+            !finished || st.active.unwrap_or(0) > 0 || st.terminating.unwrap_or(0) > 0
+        })
+        .map(|j| {
+            j.labels()
+                .get(names::BACKUP_LABEL)
+                .cloned()
+                .unwrap_or_else(|| j.name_any())
+        })
+}
+
+/// The older unfinished backup that must start before `backup` (first come, first served).
 pub fn first_in_line(backup: &MySQLBackup, others: &[MySQLBackup]) -> Option<String> {
     let key = |b: &MySQLBackup| {
         (
@@ -247,29 +343,26 @@ pub fn first_in_line(backup: &MySQLBackup, others: &[MySQLBackup]) -> Option<Str
         )
     };
     let mine = key(backup);
-    let unfinished = |b: &&MySQLBackup| {
-        b.meta().deletion_timestamp.is_none()
-            && !matches!(
-                b.status.as_ref().and_then(|s| s.phase),
-                Some(BackupPhase::Succeeded | BackupPhase::Failed)
-            )
-    };
-    let running = others.iter().filter(unfinished).find(|b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Running)
-            || b.status
-                .as_ref()
-                .and_then(|s| s.source_pod.as_ref())
-                .is_some()
-    });
-    if let Some(b) = running {
-        return Some(b.name_any());
-    }
     others
         .iter()
-        .filter(unfinished)
+        .filter(|b| {
+            b.meta().deletion_timestamp.is_none()
+                && !matches!(
+                    b.status.as_ref().and_then(|s| s.phase),
+                    Some(BackupPhase::Succeeded | BackupPhase::Failed)
+                )
+        })
         .filter(|b| key(b) < mine)
         .min_by_key(|b| key(b))
         .map(|b| b.name_any())
+}
+
+/// The API server's own message of a rejected request (never contains what we sent).
+fn api_message(e: &Error) -> String {
+    match std::error::Error::source(e).and_then(|s| s.downcast_ref::<kube::Error>()) {
+        Some(kube::Error::Api(resp)) => resp.message.clone(),
+        _ => e.to_string(),
+    }
 }
 
 async fn pending(backup: &MySQLBackup, ctx: &Context, ns: &str, message: String) -> Result<Action> {
@@ -288,28 +381,37 @@ async fn observe(
     ctx: &Context,
     ns: &str,
     job: &Job,
+    access: &job::StorageAccess,
 ) -> Result<Action> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let job_pods = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
     let pod = job_pods
         .iter()
         .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
-    let location_base = backup
-        .annotations()
-        .get(names::STORAGE_ANNOTATION)
-        .and_then(|r| serde_json::from_str::<StorageRecord>(r).ok())
-        .map(|r| {
-            let enc = cluster
-                .spec
-                .backup
-                .as_ref()
-                .and_then(|b| b.encryption.as_ref());
-            job::storage_access(&r.storage, enc)
-        })
-        .unwrap_or_default()
-        .location;
-    match outcome::backup_outcome(job, pod) {
+    let location_base = access.location.clone();
+    let outcome = outcome::backup_outcome(job, pod);
+    if matches!(outcome, Outcome::Pending | Outcome::Running { .. }) {
+        if let Some(reason) =
+            pod.and_then(|p| outcome::stuck_before_start(p, Utc::now(), START_DEADLINE))
+        {
+            // A pod that cannot start (its node or volume is gone, its image cannot be pulled)
+            // would otherwise hold the cluster's backup slot until the Job's deadline.
+            let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+            apply::delete_opt(&jobs, &job.name_any()).await?;
+            let message = format!(
+                "backup pod did not start within {} minutes: {reason}",
+                START_DEADLINE.num_minutes()
+            );
+            return fail(backup, ctx, ns, message, None).await;
+        }
+    }
+    let pod_running =
+        pod.is_some_and(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+    match outcome {
         Outcome::Pending => Ok(Action::requeue(Duration::from_secs(5))),
+        Outcome::Running { .. } if !pod_running => {
+            pending(backup, ctx, ns, "backup pod is starting".to_owned()).await
+        }
         Outcome::Running { started } => {
             let progress = match pod {
                 Some(p) => read_progress(&pods, &p.name_any()).await,
@@ -459,11 +561,20 @@ async fn write_status(
     if unchanged {
         return Ok(());
     }
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "apiVersion": MySQLBackup::api_version(&()),
         "kind": MySQLBackup::kind(&()),
         "status": status,
     });
+    // A final phase is written only over the object it was decided from: a reconcile working
+    // from a stale copy gets a conflict and runs again on fresh data, so a transition (and its
+    // event and metric) happens once.
+    if !desired.is_empty() {
+        doc["metadata"] = serde_json::json!({
+            "name": backup.name_any(),
+            "resourceVersion": backup.resource_version(),
+        });
+    }
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
     apply::apply_status(&api, &backup.name_any(), doc, BACKUP_MANAGER).await?;
     Ok(())
@@ -489,30 +600,40 @@ async fn finalize(
     let name = backup.name_any();
     // A backup still running is stopped first; the tool removes its partial data on SIGTERM.
     let backup_job = job::backup_job_name(&name);
+    let mut committed_id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
     if let Some(j) = apply::get_opt(&jobs, &backup_job).await? {
-        if matches!(
-            outcome::backup_outcome(&j, None),
-            Outcome::Pending | Outcome::Running { .. }
-        ) {
-            if j.meta().deletion_timestamp.is_none() {
-                apply::delete_opt(&jobs, &backup_job).await?;
+        match outcome::backup_outcome(&j, None) {
+            Outcome::Pending | Outcome::Running { .. } => {
+                if j.meta().deletion_timestamp.is_none() {
+                    apply::delete_opt(&jobs, &backup_job).await?;
+                }
+                return Ok(Action::requeue(Duration::from_secs(5)));
             }
-            return Ok(Action::requeue(Duration::from_secs(5)));
+            // The Job committed a backup whose result never reached the status (the object
+            // was deleted at once, or the operator was down): its pod still says which.
+            _ if committed_id.is_none() => {
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+                let job_pods = apply::list(&pods, &format!("job-name={backup_job}")).await?;
+                if let Some(Outcome::Succeeded(r)) = job_pods
+                    .iter()
+                    .map(|p| outcome::backup_outcome(&j, Some(p)))
+                    .find(|o| matches!(o, Outcome::Succeeded(_)))
+                {
+                    committed_id = Some(r.id);
+                }
+            }
+            _ => {}
         }
     }
-    let backup_id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
-    let record = backup
-        .annotations()
-        .get(names::STORAGE_ANNOTATION)
-        .and_then(|r| serde_json::from_str::<StorageRecord>(r).ok());
-    let (Some(id), Some(record)) = (backup_id, record) else {
+    let record = recorded_storage(backup).and_then(|r| r.ok());
+    let access = record.as_ref().and_then(|s| job::storage_access(s, None));
+    let (Some(id), Some(storage), Some(access)) = (committed_id, record, access) else {
         // Nothing was committed (or nothing is known about where): nothing to delete.
         return release(backup, api).await;
     };
     let delete_name = job::delete_job_name(&name);
     match apply::get_opt(&jobs, &delete_name).await? {
         None => {
-            let access = job::storage_access(&record.storage, None);
             let j = job::delete_job(
                 backup,
                 &backup.spec.cluster_ref.name,
@@ -520,7 +641,25 @@ async fn finalize(
                 &access,
                 &ctx.config.backup_image,
             );
-            apply::apply(&jobs, &delete_name, &j, BACKUP_MANAGER).await?;
+            match apply::apply(&jobs, &delete_name, &j, BACKUP_MANAGER).await {
+                Ok(_) => {}
+                // Forbidden: the namespace is being deleted, and with it the Secrets a deletion
+                // Job would need. Holding the object would hold the namespace forever.
+                Err(e) if !e.is_retryable() => {
+                    ctx.event(
+                        backup,
+                        Reason::BackupDataDeleteFailed,
+                        format!(
+                            "backup {id} was not deleted from storage {}: {}; the data stays",
+                            storage.name,
+                            api_message(&e)
+                        ),
+                    )
+                    .await;
+                    return release(backup, api).await;
+                }
+                Err(e) => return Err(e),
+            }
             tracing::info!(namespace = ns, backup = %name, backup_id = %id, "data deletion job created");
             Ok(Action::requeue(Duration::from_secs(5)))
         }
@@ -535,7 +674,7 @@ async fn finalize(
                 ctx.event(
                     backup,
                     Reason::BackupDataDeleted,
-                    format!("backup {id} deleted from storage {}", record.storage.name),
+                    format!("backup {id} deleted from storage {}", storage.name),
                 )
                 .await;
                 release(backup, api).await
@@ -545,7 +684,7 @@ async fn finalize(
                     Reason::BackupDataDeleteFailed,
                     format!(
                         "deleting backup {id} from storage {} failed; retrying",
-                        record.storage.name
+                        storage.name
                     ),
                 )
                 .await;

@@ -115,6 +115,40 @@ pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
     }
 }
 
+/// Why a pod has not started its container `deadline` after it was created, if so: the
+/// waiting reason of its container, else its phase.
+pub fn stuck_before_start(
+    pod: &Pod,
+    now: DateTime<Utc>,
+    deadline: chrono::Duration,
+) -> Option<String> {
+    let created = pod.metadata.creation_timestamp.as_ref()?.0;
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    if phase != "Pending" || now - created < deadline {
+        return None;
+    }
+    let waiting = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find_map(|c| c.state.as_ref()?.waiting.clone()));
+    Some(match waiting {
+        Some(w) => match (w.reason, w.message) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (Some(r), None) => r,
+            (None, Some(m)) => m,
+            (None, None) => "waiting".to_owned(),
+        },
+        None => match status.and_then(|s| s.conditions.as_ref()).and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message.clone())
+        }) {
+            Some(m) => format!("not scheduled: {m}"),
+            None => "pod still pending".to_owned(),
+        },
+    })
+}
+
 /// The latest progress line in the tool's JSON log output.
 pub fn parse_progress(log: &str) -> Option<BackupProgress> {
     log.lines().rev().find_map(|line| {
@@ -194,6 +228,28 @@ mod tests {
             backup_outcome(&running, None),
             Outcome::Running { .. }
         ));
+    }
+
+    #[test]
+    fn a_pod_that_never_starts_is_reported_after_the_deadline() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "creationTimestamp": "2026-11-22T03:00:00Z"},
+            "status": {"phase": "Pending", "containerStatuses": [{
+                "name": "backup", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating", "message": "Multi-Attach error for volume data"}}
+            }]}
+        }))
+        .unwrap();
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let ten = chrono::Duration::minutes(10);
+        assert_eq!(
+            stuck_before_start(&p, at("2026-11-22T03:05:00Z"), ten),
+            None
+        );
+        assert_eq!(
+            stuck_before_start(&p, at("2026-11-22T03:11:00Z"), ten).as_deref(),
+            Some("ContainerCreating: Multi-Attach error for volume data")
+        );
     }
 
     #[test]

@@ -700,6 +700,50 @@ pub struct RestoreSource {
     pub storage: crate::backup::job::StorageAccess,
 }
 
+impl RestoreSource {
+    /// The restore source a StatefulSet was built with: resolved once, when the cluster was
+    /// created, and kept afterwards (the backup object may be pruned, the storage renamed).
+    pub fn from_stateful_set(set: &StatefulSet) -> Option<RestoreSource> {
+        let pod = set.spec.as_ref()?.template.spec.as_ref()?;
+        let c = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == "restore")?;
+        let backup_id = c.args.as_ref()?.last()?.clone();
+        let mounts: Vec<VolumeMount> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.name != "data")
+            .cloned()
+            .collect();
+        let volumes = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| mounts.iter().any(|m| m.name == v.name))
+            .cloned()
+            .collect();
+        let env = c
+            .env
+            .iter()
+            .flatten()
+            .filter(|e| e.name != "POD_NAME")
+            .cloned()
+            .collect();
+        Some(RestoreSource {
+            backup_id,
+            storage: crate::backup::job::StorageAccess {
+                env,
+                volumes,
+                mounts,
+                location: String::new(),
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,10 @@ use validate::{Refs, Validated};
 pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<Action> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let refs = dereference(&cluster, &ctx, &ns).await?;
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let existing_set = apply::get_opt(&sets, &name).await?;
+    let mut refs = dereference(&cluster, &ctx, &ns).await?;
+    refs.bootstrapped = existing_set.is_some();
     let validated = match validate::validate(&cluster, &refs) {
         Ok(v) => v,
         Err(message) => {
@@ -42,7 +45,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             return Ok(Action::requeue(Duration::from_secs(60)));
         }
     };
-    let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs).await?;
+    let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
     let primary = current_primary(&cluster);
     let pods = maintain_roles(&ctx, &ns, &name, &primary).await?;
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
@@ -109,7 +112,14 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
         ctx.event(cluster, Reason::InvalidSpec, message).await;
     }
     tracing::info!(namespace = ns, cluster = %cluster.name_any(), "cluster spec is invalid");
-    write_status(cluster, ctx, ns, &desired, None).await
+    // The observed fields stay as they were: this writer owns them, and leaving them out of
+    // the apply would delete them.
+    let st = cluster.status.clone().unwrap_or_default();
+    let extra = serde_json::json!({
+        "readyReplicas": st.ready_replicas,
+        "currentPrimary": st.current_primary,
+    });
+    write_status(cluster, ctx, ns, &desired, Some(extra)).await
 }
 
 /// The state of the children after they were applied.
@@ -124,6 +134,7 @@ async fn apply_children(
     ns: &str,
     validated: &Validated,
     refs: &Refs,
+    existing_set: Option<StatefulSet>,
 ) -> Result<Applied> {
     let name = cluster.name_any();
     let client = &ctx.client;
@@ -161,13 +172,15 @@ async fn apply_children(
     }
 
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    let existing_set = apply::get_opt(&sets, &name).await?;
     let defaults = Images {
         agent: ctx.config.backup_image.clone(),
         exporter: ctx.config.exporter_image.clone(),
     };
     let images = Images::pinned(existing_set.as_ref(), &defaults);
-    let restore = restore_source(cluster, refs);
+    let restore = existing_set
+        .as_ref()
+        .and_then(RestoreSource::from_stateful_set)
+        .or_else(|| restore_source(cluster, refs));
     let set = build::stateful_set(cluster, validated, &cm_name, &images, restore);
     let stateful_set = apply::apply(&sets, &name, &set, CLUSTER_MANAGER).await?;
 
@@ -195,7 +208,7 @@ fn restore_source(cluster: &MySQLCluster, refs: &Refs) -> Option<RestoreSource> 
             serde_json::from_str(b.annotations().get(names::STORAGE_ANNOTATION)?).ok()?;
         return Some(RestoreSource {
             backup_id: id,
-            storage: storage_access(&record.storage, encryption),
+            storage: storage_access(&record.storage, encryption)?,
         });
     }
     let storage = cluster
@@ -207,7 +220,7 @@ fn restore_source(cluster: &MySQLCluster, refs: &Refs) -> Option<RestoreSource> 
         .find(|s| Some(&s.name) == from.storage.as_ref())?;
     Some(RestoreSource {
         backup_id: from.backup_id.clone()?,
-        storage: storage_access(storage, encryption),
+        storage: storage_access(storage, encryption)?,
     })
 }
 
@@ -382,6 +395,17 @@ async fn report(
             ctx.event(cluster, reason, ready_cond.message.clone()).await;
         }
     }
+    if previous
+        .iter()
+        .any(|c| c.type_ == condition::DEGRADED && c.status == "True")
+    {
+        ctx.event(
+            cluster,
+            Reason::SpecValid,
+            "the spec is valid again".to_owned(),
+        )
+        .await;
+    }
     let extra = serde_json::json!({
         "readyReplicas": ready,
         "currentPrimary": primary,
@@ -411,7 +435,10 @@ async fn write_status(
         "conditions": conds,
     });
     if let Some(serde_json::Value::Object(extra)) = extra {
-        status.as_object_mut().expect("object").extend(extra);
+        status
+            .as_object_mut()
+            .expect("built as an object")
+            .extend(extra.into_iter().filter(|(_, v)| !v.is_null()));
     }
     let doc = serde_json::json!({
         "apiVersion": MySQLCluster::api_version(&()),

@@ -8,8 +8,13 @@ use base64::Engine as _;
 use bulwark_api::cluster::Engine;
 use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 
 use crate::names;
+
+/// Longest cluster name: `<name>-<ordinal>` pods carry a `controller-revision-hash` label of
+/// `<name>-<10 characters>` that must fit in 63.
+pub const MAX_NAME_LENGTH: usize = 45;
 
 /// The accounts the operator manages, with their key in the generated Secret.
 pub const ACCOUNTS: [Account; 4] = [
@@ -49,8 +54,9 @@ impl Account {
     }
 }
 
-/// Objects a cluster refers to, read before validation.
-#[derive(Debug, Default, Clone)]
+/// Objects a cluster refers to, read before validation. Deliberately not `Debug`: it holds
+/// Secrets.
+#[derive(Default, Clone)]
 pub struct Refs {
     /// Referenced Secrets that exist, by name.
     pub secrets: BTreeMap<String, Secret>,
@@ -58,6 +64,9 @@ pub struct Refs {
     pub claims: BTreeSet<String>,
     /// The MySQLBackup named by `bootstrap.fromBackup.backupRef`, if it exists.
     pub bootstrap_backup: Option<MySQLBackup>,
+    /// Whether the cluster's StatefulSet exists: its bootstrap source was resolved then and is
+    /// kept from it, whatever happens to the backup object later.
+    pub bootstrapped: bool,
 }
 
 impl Refs {
@@ -137,6 +146,20 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
     let mut problems = Vec::new();
 
+    // Every object name derives from the cluster's: Services need a DNS-1035 label, and pod
+    // names plus the StatefulSet's revision label must stay within 63 characters.
+    let dns1035 = name.len() <= MAX_NAME_LENGTH
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !dns1035 {
+        problems.push(format!(
+            "cluster name {name} must start with a letter, contain only a-z, 0-9 and '-', and be at most {MAX_NAME_LENGTH} characters"
+        ));
+    }
+
     if let Some(v) = &spec.version {
         if spec.image.is_none() {
             if let Some(p) = check_version(spec.engine, v) {
@@ -214,7 +237,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     }
 
     if let Some(from) = spec.bootstrap.as_ref().map(|b| &b.from_backup) {
-        if let Some(r) = &from.backup_ref {
+        if let (Some(r), false) = (&from.backup_ref, refs.bootstrapped) {
             match &refs.bootstrap_backup {
                 None => problems.push(format!(
                     "mysqlbackup {} named by bootstrap.fromBackup.backupRef does not exist",
@@ -229,6 +252,14 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                         ));
                     } else if b.spec.cluster_ref.name == name {
                         problems.push("bootstrap.fromBackup.backupRef names a backup of this cluster itself; restore into a new cluster".to_owned());
+                    } else if !b
+                        .annotations()
+                        .contains_key(crate::names::STORAGE_ANNOTATION)
+                    {
+                        problems.push(format!(
+                            "mysqlbackup {} named by bootstrap.fromBackup.backupRef does not record its storage",
+                            r.name
+                        ));
                     }
                 }
             }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bulwark_api::cluster::{BackupRecord, BackupSchedule, ScheduleStatus};
 use bulwark_api::{BackupPhase, LocalObjectReference, MySQLBackup, MySQLBackupSpec, MySQLCluster};
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -26,6 +26,10 @@ use plan::{BackupView, CronSchedule, Fire};
 pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<Action> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
+    if cluster.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget_cluster(&ns, &name);
+        return Ok(Action::await_change());
+    }
     let now = Utc::now();
     let since = cluster
         .meta()
@@ -45,7 +49,19 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         .into_iter()
         .filter(|b| b.spec.cluster_ref.name == name && b.meta().deletion_timestamp.is_none())
         .collect();
-    let views: Vec<BackupView> = backups.iter().map(view).collect();
+    let zones: BTreeMap<String, chrono_tz::Tz> = cluster
+        .spec
+        .backup
+        .iter()
+        .flat_map(|b| &b.schedules)
+        .filter_map(|sc| {
+            Some((
+                sc.name.clone(),
+                sc.time_zone.as_deref().unwrap_or("UTC").parse().ok()?,
+            ))
+        })
+        .collect();
+    let views: Vec<BackupView> = backups.iter().map(|b| view(b, &zones)).collect();
 
     let schedules: Vec<BackupSchedule> = cluster
         .spec
@@ -143,6 +159,27 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         .unwrap_or_default();
     let cond = conditions::stamp(&health, cluster.meta().generation, &prev_conds, &Time(now));
     let last = last_success(&backups, None);
+    if let Some(b) = last
+        .as_ref()
+        .and_then(|l| backups.iter().find(|b| b.name_any() == l.name))
+    {
+        let st = b.status.clone().unwrap_or_default();
+        if let (Some(start), Some(end)) = (st.start_time, st.completion_time) {
+            let seconds = (end.0 - start.0).num_milliseconds() as f64 / 1000.0;
+            let stored = st.stored_bytes.unwrap_or(0).max(0) as u64;
+            ctx.metrics
+                .backup_succeeded(&ns, &name, end.0, seconds, stored);
+        }
+    }
+    if conditions::flipped(&health, &prev_conds) && health.status != conditions::Status::Unknown {
+        let reason = if health.status == conditions::Status::True {
+            Reason::BackupsHealthy
+        } else {
+            Reason::BackupsUnhealthy
+        };
+        ctx.event(cluster.as_ref(), reason, health.message.clone())
+            .await;
+    }
     let unchanged = cluster.status.as_ref().is_some_and(|s| {
         s.schedules == statuses
             && s.last_successful_backup == last
@@ -168,8 +205,10 @@ fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// A backup as the pure planning functions see it.
-fn view(b: &MySQLBackup) -> BackupView {
+/// A backup as the pure planning functions see it. A scheduled backup counts at its scheduled
+/// time, as wall-clock time in the schedule's zone, so that "daily" means the schedule's days
+/// however long each backup took.
+fn view(b: &MySQLBackup, zones: &BTreeMap<String, chrono_tz::Tz>) -> BackupView {
     let status = b.status.clone().unwrap_or_default();
     let created = b
         .meta()
@@ -177,11 +216,22 @@ fn view(b: &MySQLBackup) -> BackupView {
         .as_ref()
         .map(|t| t.0)
         .unwrap_or_else(Utc::now);
+    let schedule = b.labels().get(names::SCHEDULE_LABEL).cloned();
+    let scheduled = b
+        .annotations()
+        .get(names::SCHEDULED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc));
+    let time = match (scheduled, schedule.as_ref().and_then(|s| zones.get(s))) {
+        (Some(t), Some(tz)) => t.with_timezone(tz).naive_local().and_utc(),
+        (Some(t), None) => t,
+        (None, _) => status.completion_time.map(|t| t.0).unwrap_or(created),
+    };
     BackupView {
         name: b.name_any(),
-        schedule: b.labels().get(names::SCHEDULE_LABEL).cloned(),
+        schedule,
         phase: status.phase,
-        time: status.completion_time.map(|t| t.0).unwrap_or(created),
+        time,
     }
 }
 
@@ -228,20 +278,12 @@ async fn create_backup(
     let name = scheduled_backup_name(&cluster_name, &sc.name, at);
     let mut labels = names::labels(&cluster_name, component::BACKUP);
     labels.insert(names::SCHEDULE_LABEL.to_owned(), sc.name.clone());
-    let owner = OwnerReference {
-        controller: Some(false),
-        block_owner_deletion: Some(true),
-        ..cluster
-            .controller_owner_ref(&())
-            .expect("a stored cluster has a name and uid")
-    };
     let backup = MySQLBackup {
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: cluster.namespace(),
             labels: Some(labels),
             annotations: Some([(names::SCHEDULED_AT_ANNOTATION.to_owned(), rfc3339(at))].into()),
-            owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
         spec: MySQLBackupSpec {
@@ -273,7 +315,24 @@ async fn create_backup(
             tracing::info!(namespace = ?cluster.namespace(), cluster = %cluster_name, schedule = %sc.name, backup = %name, "scheduled backup created");
             Ok(())
         }
-        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) if is_conflict(&e) => {
+            // Created by an earlier pass for this run, or a name clash with another cluster's
+            // backup (`a-b` + `c` and `a` + `b-c` give the same name): only the former is fine.
+            let existing = apply::get_opt(api, &name).await?;
+            let ours = existing.as_ref().is_some_and(|b| {
+                b.spec.cluster_ref.name == cluster_name
+                    && b.labels().get(names::SCHEDULE_LABEL) == Some(&sc.name)
+            });
+            if !ours {
+                ctx.event(
+                    cluster,
+                    Reason::ScheduleSkipped,
+                    format!("schedule {}: the run for {} was skipped: mysqlbackup {name} already exists and belongs to something else", sc.name, rfc3339(at)),
+                )
+                .await;
+            }
+            Ok(())
+        }
         Err(source) => Err(Error::Create {
             kind: "MySQLBackup",
             name,

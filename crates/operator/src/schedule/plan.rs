@@ -244,7 +244,17 @@ pub fn retention(
         .filter(|b| b.phase == Some(BackupPhase::Failed))
         .collect();
     failed.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| b.name.cmp(&a.name)));
-    for b in failed.iter().skip(failed_limit.max(0) as usize) {
+    // The latest finished backup stays whatever the limit: it is what BackupHealthy reports.
+    let latest_finished = backups
+        .iter()
+        .filter(|b| !b.is_active())
+        .max_by(|a, b| a.time.cmp(&b.time).then_with(|| a.name.cmp(&b.name)))
+        .map(|b| b.name.as_str());
+    for b in failed
+        .iter()
+        .skip(failed_limit.max(0) as usize)
+        .filter(|b| Some(b.name.as_str()) != latest_finished)
+    {
         delete.push((
             b.time,
             b.name.clone(),
@@ -523,6 +533,12 @@ mod tests {
         );
         // Without rules every successful backup stays.
         assert_eq!(retention(None, 5, &backups), vec![]);
+        // A limit of 0 still leaves the latest finished backup when it failed.
+        let out = retention(None, 0, &backups);
+        assert_eq!(
+            out.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["f17", "f19"]
+        );
     }
 
     #[test]
