@@ -455,3 +455,83 @@ pub fn delete_job(
 pub fn job_selector(backup: &str) -> String {
     format!("{}={backup}", names::BACKUP_LABEL)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, role: Option<&str>, node: Option<&str>, ready: bool) -> Pod {
+        let mut labels = serde_json::Map::new();
+        if let Some(r) = role {
+            labels.insert(names::ROLE_LABEL.into(), r.into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [], "nodeName": node},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_source_is_a_ready_replica_else_the_ready_primary() {
+        let src = |pods: &[Pod]| pick_source("tide", pods).map(|s| (s.name, s.node));
+        let p0 = pod("tide-0", Some("primary"), Some("n0"), true);
+        let r1 = pod("tide-1", Some("replica"), Some("n1"), true);
+        let r2 = pod("tide-2", Some("replica"), Some("n2"), true);
+        let r2_down = pod("tide-2", Some("replica"), Some("n2"), false);
+        let unbound = pod("tide-1", Some("replica"), None, true);
+        let unlabelled = pod("tide-1", None, Some("n1"), true);
+        let other = pod("tidal-1", Some("replica"), Some("n9"), true);
+        type Case = (Vec<Pod>, Option<(&'static str, &'static str)>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![p0.clone(), r1.clone(), r2.clone()],
+                Some(("tide-2", "n2")),
+            ),
+            (
+                vec![p0.clone(), r1.clone(), r2_down],
+                Some(("tide-1", "n1")),
+            ),
+            (vec![p0.clone(), unbound], Some(("tide-0", "n0"))),
+            (vec![p0.clone(), unlabelled, other], Some(("tide-0", "n0"))),
+            (
+                vec![pod("tide-0", Some("primary"), Some("n0"), false)],
+                None,
+            ),
+            (vec![], None),
+        ];
+        for (pods, want) in cases {
+            let want = want.map(|(p, n)| (p.to_owned(), n.to_owned()));
+            assert_eq!(
+                src(&pods),
+                want,
+                "{:?}",
+                pods.iter()
+                    .map(|p| p.metadata.name.clone())
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn storages_are_reached_by_mount_or_by_url() {
+        let s3: BackupStorage = serde_json::from_value(serde_json::json!({
+            "name": "off", "s3": {"bucket": "b", "prefix": "/p/q/", "region": "r"}
+        }))
+        .unwrap();
+        let a = storage_access(&s3, None).unwrap();
+        assert_eq!(a.location, "s3://b/p/q");
+        assert!(a.volumes.is_empty() && a.mounts.is_empty());
+        assert!(!a.env.iter().any(|e| e.name == "AWS_ALLOW_HTTP"));
+        let nfs: BackupStorage = serde_json::from_value(serde_json::json!({
+            "name": "nas", "nfs": {"server": "10.1.2.3", "path": "/exports/db"}
+        }))
+        .unwrap();
+        let a = storage_access(&nfs, None).unwrap();
+        assert_eq!(a.location, "nfs://10.1.2.3/exports/db");
+        assert_eq!(a.mounts[0].mount_path, STORAGE_MOUNT);
+        let none: BackupStorage = serde_json::from_value(serde_json::json!({"name": "x"})).unwrap();
+        assert!(storage_access(&none, None).is_none());
+    }
+}

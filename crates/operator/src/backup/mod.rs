@@ -721,3 +721,56 @@ async fn release(backup: &MySQLBackup, api: &Api<MySQLBackup>) -> Result<Action>
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(name: &str, created: &str, phase: Option<&str>) -> MySQLBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "mysql.bulwark.dev/v1alpha1", "kind": "MySQLBackup",
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"clusterRef": {"name": "tide"}, "storage": "nas"},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn job(name: &str, backup: &str, conditions: serde_json::Value, active: i32) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {names::BACKUP_LABEL: backup}},
+            "status": {"conditions": conditions, "active": active}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn one_backup_at_a_time_first_come_first_served() {
+        let me = backup("b2", "2026-11-22T03:00:02Z", None);
+        let older = backup("b1", "2026-11-22T03:00:01Z", Some("Pending"));
+        let newer = backup("b3", "2026-11-22T03:00:03Z", None);
+        let done = backup("b0", "2026-11-22T03:00:00Z", Some("Succeeded"));
+        assert_eq!(
+            first_in_line(&me, &[older.clone(), newer.clone(), done.clone()]).as_deref(),
+            Some("b1")
+        );
+        assert_eq!(first_in_line(&me, &[newer, done]), None);
+
+        let complete = serde_json::json!([{"type": "Complete", "status": "True"}]);
+        let running = job("b0-backup", "b0", serde_json::json!([]), 1);
+        let finished = job("b0-backup", "b0", complete.clone(), 0);
+        // A finished Job whose pod is still being torn down still holds the slot.
+        let tearing_down = job("b0-backup", "b0", complete, 1);
+        let deleting_data = job("b0-delete", "b0", serde_json::json!([]), 1);
+        let own = job("b2-backup", "b2", serde_json::json!([]), 1);
+        assert_eq!(running_backup_job(&me, &[running]).as_deref(), Some("b0"));
+        assert_eq!(
+            running_backup_job(&me, &[tearing_down]).as_deref(),
+            Some("b0")
+        );
+        assert_eq!(
+            running_backup_job(&me, &[finished, deleting_data, own]),
+            None
+        );
+    }
+}
