@@ -391,7 +391,7 @@ impl Shared {
         let count = mode.1;
         match mode.0 {
             FaultMode::PassThrough => None,
-            FaultMode::EveryNth { n, fault } => (n > 0 && count % n == 0).then_some(fault),
+            FaultMode::EveryNth { n, fault } => (n > 0 && count.is_multiple_of(n)).then_some(fault),
             FaultMode::FirstN { n, fault } => (count <= n).then_some(fault),
             FaultMode::All(fault) => Some(fault),
         }

@@ -412,7 +412,7 @@ fn answers_http(port: u16) -> bool {
 }
 
 fn decode_hex(hex: &str) -> Result<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         bail!("odd-length hex {hex:?}");
     }
     (0..hex.len())
