@@ -78,6 +78,10 @@ pub(crate) struct RestoreArgs {
     /// [default: <datadir>/../bulwark-pending-logical-restore].
     #[arg(long, env = "MYSQL_BACKUP_INSTANCE_PENDING_FILE")]
     pending_file: Option<PathBuf>,
+    /// Where a physical restore leaves the backup's GTID position for the agent (written only
+    /// when a restore happened) [default: <datadir>/../bulwark-restored-gtid].
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_GTID_FILE")]
+    gtid_file: Option<PathBuf>,
     /// Tool for --prepare instead of the detected one.
     #[arg(long, env = "MYSQL_BACKUP_TOOL")]
     tool: Option<String>,
@@ -141,6 +145,10 @@ pub(crate) struct AgentArgs {
     /// restore`); needs --repo.
     #[arg(long, env = "MYSQL_BACKUP_INSTANCE_PENDING_LOGICAL_RESTORE")]
     pending_logical_restore: Option<PathBuf>,
+    /// File with the GTID position of a physical restore (left by `instance restore
+    /// --gtid-file`): adopted once, before replication or writes, then removed.
+    #[arg(long, env = "MYSQL_BACKUP_INSTANCE_GTID_FILE")]
+    gtid_file: Option<PathBuf>,
     /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]
     repo: Option<String>,
@@ -202,6 +210,7 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
         interval: a.interval,
         health_timeout: a.health_timeout,
         pending,
+        gtid_file: a.gtid_file.as_deref().map(absolute).transpose()?,
     };
     agent::run(config, shutdown_signal()).await?;
     Ok(())
@@ -213,9 +222,14 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         Some(p) => absolute(p)?,
         None => bootstrap::default_pending_file(&datadir),
     };
+    let gtid_file = match &a.gtid_file {
+        Some(p) => absolute(p)?,
+        None => bootstrap::default_gtid_file(&datadir),
+    };
     // Decided before the repository is contacted: a routine restart of the pod must not
-    // depend on the repository being reachable.
-    match bootstrap::inspect(&datadir, &pending)? {
+    // depend on the repository being reachable. A skipped restore leaves the GTID file alone:
+    // the agent may not have adopted it yet.
+    match bootstrap::inspect(&datadir, &[&pending, &gtid_file])? {
         DatadirState::Initialized(evidence) => {
             tracing::info!(datadir = %datadir.display(), evidence = %evidence, "datadir already initialized; restore skipped");
             if a.json {
@@ -255,6 +269,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 &backup,
                 key.as_ref(),
                 &datadir,
+                &gtid_file,
                 a.tool.as_deref(),
                 a.backup.parallel(),
                 progress,
@@ -275,6 +290,8 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 )
                 .await?;
                 if marker.exists() {
+                    // A GTID file beside an interrupted physical attempt is stale too.
+                    bootstrap::remove_restored_gtid(&gtid_file)?;
                     std::fs::remove_file(&marker).map_err(|source| {
                         bootstrap::BootstrapError::CompleteRestore {
                             path: datadir.display().to_string(),
@@ -292,8 +309,8 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     };
     reporter.finish().await;
     match result? {
-        Some(outcome) => {
-            tracing::info!(backup_id = %id, datadir = %datadir.display(), files = outcome.files, "datadir restored");
+        Some(bootstrap::PhysicalBootstrap { outcome, gtid }) => {
+            tracing::info!(backup_id = %id, datadir = %datadir.display(), files = outcome.files, gtid_set = %gtid.gtid_set, gtid_file = %gtid_file.display(), "datadir restored");
             if a.json {
                 print_json(&json!({
                     "action": "restored",
@@ -301,12 +318,19 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                     "datadir": datadir,
                     "plaintextBytes": outcome.plaintext_bytes,
                     "files": outcome.files,
+                    "gtidSet": gtid.gtid_set,
+                    "gtidFile": gtid_file,
                 }));
             } else {
+                let at = match gtid.gtid_set.as_str() {
+                    "" => "no GTID position".to_string(),
+                    g => format!("GTID position {g}"),
+                };
                 println!(
-                    "restored backup {id} into {}: {} files, prepared",
+                    "restored backup {id} into {}: {} files, prepared; {at} left in {}",
                     datadir.display(),
-                    outcome.files.unwrap_or(0)
+                    outcome.files.unwrap_or(0),
+                    gtid_file.display()
                 );
             }
         }

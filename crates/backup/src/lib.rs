@@ -4,6 +4,7 @@
 pub mod backup;
 pub mod codec;
 pub mod crypto;
+pub mod dumphead;
 pub mod error;
 pub mod format;
 pub mod instance;

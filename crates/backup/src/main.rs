@@ -849,6 +849,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         (None, true) => Target::Server {
             connection: a.conn.connection()?,
             verify_first: !a.skip_preverify,
+            binlogged: false,
         },
         (Some(_), true) => {
             return Err(Error::InvalidArgument(

@@ -9,6 +9,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::AsyncWriteExt;
 
 use crate::crypto::{DataKey, MasterKey};
+use crate::dumphead::BinloggedLoad;
 use crate::error::{Error, Result};
 use crate::format::Method;
 use crate::progress::Progress;
@@ -123,6 +124,10 @@ pub enum Target {
         connection: Connection,
         /// Verify the whole backup before sending any SQL.
         verify_first: bool,
+        /// Binary-log the whole load (a new cluster's primary, whose replicas get the data by
+        /// replication): the session logs (`sql_log_bin = 1`), and what a MySQL dump's head
+        /// says against it is left out ([`crate::dumphead`]).
+        binlogged: bool,
     },
 }
 
@@ -175,6 +180,7 @@ pub async fn restore(
             Target::Server {
                 connection,
                 verify_first,
+                binlogged,
             },
         ) => {
             restore_logical(
@@ -183,6 +189,7 @@ pub async fn restore(
                 dk,
                 &connection,
                 verify_first,
+                binlogged,
                 tool,
                 parallel,
                 progress,
@@ -483,6 +490,7 @@ async fn restore_logical(
     dk: Option<Arc<DataKey>>,
     conn: &Connection,
     verify_first: bool,
+    binlogged: bool,
     tool: Option<&str>,
     parallel: usize,
     progress: Arc<Progress>,
@@ -507,13 +515,21 @@ async fn restore_logical(
     let defaults = DefaultsFile::create(conn)?;
     let mut args: Vec<String> = defaults.iter().map(DefaultsFile::arg).collect();
     args.push("--binary-mode".into());
+    if binlogged {
+        args.push("--init-command=SET SESSION sql_log_bin = 1".into());
+    }
     args.extend(conn.tool_args());
     let mut proc = source::spawn(&client, &args, ToolIo::WriteStdin)?;
-    let mut sink = WriteSink {
+    let out = WriteSink {
         out: proc.take_stdin(),
         what: "the mysql client",
     };
-    let read = reader::read_backup(
+    let mut sink = if binlogged {
+        BinloggedLoad::new(out)
+    } else {
+        BinloggedLoad::as_dumped(out)
+    };
+    let read = match reader::read_backup(
         repo.store(),
         m,
         dk,
@@ -522,7 +538,11 @@ async fn restore_logical(
         progress,
         &mut sink,
     )
-    .await;
+    .await
+    {
+        Ok(read) => sink.finish().await.map(|()| read),
+        Err(e) => Err(e),
+    };
     drop(sink);
     match read {
         Ok(read) => {

@@ -353,7 +353,8 @@ pub fn logical_args(
     args
 }
 
-fn parse_version(v: &str) -> (u32, u32, u32) {
+/// `(major, minor, patch)` of a server version string (`8.0.36-log` → `(8, 0, 36)`).
+pub(crate) fn parse_version(v: &str) -> (u32, u32, u32) {
     let mut it = v
         .split(|c: char| !c.is_ascii_digit())
         .filter(|s| !s.is_empty())

@@ -168,6 +168,19 @@ fn physical_bootstrap_restores_once_and_redoes_an_interrupted_restore() {
         &["--encryption-key-file", key, "latest"],
     ));
     assert!(out.contains(&format!("restored backup {id}")), "{out}");
+    // The backup's GTID position, left beside the datadir for the agent.
+    let gtid_set = b["gtidSet"].as_str().unwrap().to_string();
+    assert!(gtid_set.starts_with("0-1-"), "{b}");
+    assert!(
+        out.contains(&format!("GTID position {gtid_set} left in")),
+        "{out}"
+    );
+    let gtid_file = work.path().join("bulwark-restored-gtid");
+    let recorded = std::fs::read_to_string(&gtid_file).unwrap();
+    assert_eq!(
+        recorded,
+        format!("{{\"backupId\":\"{id}\",\"gtidSet\":\"{gtid_set}\"}}\n")
+    );
     let left = entries(&datadir);
     assert!(left.contains(&"mysql".to_string()) && left.contains(&"lost+found".to_string()));
     assert!(
@@ -192,6 +205,7 @@ fn physical_bootstrap_restores_once_and_redoes_an_interrupted_restore() {
         );
     }
     assert_eq!(fingerprint(&datadir), unchanged);
+    assert_eq!(std::fs::read_to_string(&gtid_file).unwrap(), recorded);
     let mut c = instance_restore(&repo, &datadir, &["latest"]);
     c.env("MYSQL_BACKUP_LOG", "info");
     let out = run(c);
@@ -210,12 +224,18 @@ fn physical_bootstrap_restores_once_and_redoes_an_interrupted_restore() {
     std::fs::write(broken.join("mysql/half.frm"), "half").unwrap();
     std::fs::write(broken.join("ibdata1"), "not really").unwrap();
     std::fs::write(broken.join(MARKER), "restoring").unwrap();
-    let out = ok(instance_restore(
-        &repo,
-        &broken,
-        &["--encryption-key-file", key, &id],
-    ));
+    // A GTID file left by the interrupted attempt is replaced; this one lives inside the
+    // datadir, given by the environment.
+    let inside = broken.join("restored-gtid");
+    std::fs::write(&inside, "stale").unwrap();
+    let mut c = instance_restore(&repo, &broken, &["--encryption-key-file", key, &id]);
+    c.env("MYSQL_BACKUP_INSTANCE_GTID_FILE", &inside);
+    let out = ok(c);
     assert!(out.contains("restored backup"), "{out}");
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), recorded);
+    let mut c = instance_restore(&repo, &broken, &["latest"]);
+    c.env("MYSQL_BACKUP_INSTANCE_GTID_FILE", &inside);
+    assert!(ok(c).contains("restore skipped"));
     assert!(!broken.join("mysql/half.frm").exists());
     assert!(!broken.join(MARKER).exists() && !broken.join(STAGING).exists());
     {

@@ -85,6 +85,12 @@ impl MariaDb {
     /// Starts a server on an existing datadir (for example a restored and prepared backup).
     /// The datadir is left in place on drop; only the socket, logs and tmpdir are removed.
     pub fn start_with_datadir(datadir: &Path) -> Result<MariaDb> {
+        Self::start_with_datadir_and_args(datadir, &[])
+    }
+
+    /// Like [`MariaDb::start_with_datadir`], with extra `mariadbd` options (e.g. the settings a
+    /// deployment would give the restored server).
+    pub fn start_with_datadir_and_args(datadir: &Path, extra_args: &[&str]) -> Result<MariaDb> {
         let datadir = datadir
             .canonicalize()
             .with_context(|| format!("datadir {} does not exist", datadir.display()))?;
@@ -94,7 +100,7 @@ impl MariaDb {
                 datadir.display()
             );
         }
-        Self::launch(new_run_dir()?, datadir, &[])
+        Self::launch(new_run_dir()?, datadir, extra_args)
     }
 
     fn launch(run_dir: TempDir, datadir: PathBuf, extra_args: &[&str]) -> Result<MariaDb> {

@@ -1,7 +1,8 @@
 //! The agent sidecar. It serves `/healthz` (does mysqld answer?) and `/readyz` (is this pod
 //! what its role label says, and healthy at it?), and every pass reads the role from the
 //! pod's labels, observes mysqld, and takes the one action [`topology::decide`] names:
-//! accounts, read_only, replication, and loading a pending logical backup into a new primary.
+//! accounts, the GTID position of a physical restore, read_only, replication, and loading a
+//! pending logical backup into a new primary.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -18,7 +19,7 @@ use super::bootstrap;
 use super::http::{self, Response};
 use super::labels::{self, Role};
 use super::sql::{self, Source, Statement};
-use super::topology::{self, Action, Decision, Observed, Pending, Situation};
+use super::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
 use crate::crypto::MasterKey;
 use crate::format::Flavor;
 use crate::progress::Progress;
@@ -100,6 +101,8 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to finish adopting the restored GTID position")]
+    FinishGtidAdoption(#[source] bootstrap::BootstrapError),
 }
 
 impl AgentError {
@@ -152,6 +155,8 @@ pub struct AgentConfig {
     pub health_timeout: Duration,
     /// A logical backup to load once the pod is primary.
     pub pending: Option<PendingRestoreConfig>,
+    /// The GTID position a physical restore left (`instance restore --gtid-file`).
+    pub gtid_file: Option<PathBuf>,
 }
 
 /// Passwords from the credentials directory.
@@ -372,6 +377,8 @@ struct Agent {
     config: AgentConfig,
     conn: Option<mysql_async::Conn>,
     flavor: Flavor,
+    /// `@@version` of the connected server.
+    version: String,
     accounts_digest: Option<[u8; 32]>,
     converge_root: bool,
     source_digest: Option<[u8; 32]>,
@@ -381,6 +388,9 @@ struct Agent {
     /// The last failed action and its error, so a failure repeated every pass is logged once.
     last_failure: Option<String>,
     restore: RestoreState,
+    /// Backup whose GTID position was adopted but whose file could not be removed yet: the
+    /// file is removed, never applied again, and nothing else happens until it is gone.
+    gtid_adopted: Option<String>,
 }
 
 impl Agent {
@@ -389,6 +399,7 @@ impl Agent {
             config,
             conn: None,
             flavor: Flavor::Mariadb,
+            version: String::new(),
             accounts_digest: None,
             converge_root: false,
             source_digest: None,
@@ -397,6 +408,7 @@ impl Agent {
             last_role: None,
             last_failure: None,
             restore: RestoreState::default(),
+            gtid_adopted: None,
         }
     }
 
@@ -455,6 +467,7 @@ impl Agent {
         }
         let observed = self.observe().await?;
         let pending = self.pending_state();
+        let restored_gtid = self.gtid_adoption();
         let stale = match &observed.replication {
             Some(r) => {
                 let changed = self
@@ -475,6 +488,7 @@ impl Agent {
             source_password_stale: stale,
             start_allowed: self.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
             pending: &pending,
+            restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,
         });
         if let Some(action) = decision.action.clone() {
@@ -523,6 +537,7 @@ impl Agent {
         let (version, comment) = row.unwrap_or_default();
         self.flavor = flavor_of(&version, &comment);
         tracing::info!(flavor = %self.flavor, version = %version, "connected to mysqld");
+        self.version = version;
         self.conn = Some(conn);
         self.accounts_digest = None;
         Ok(())
@@ -567,9 +582,34 @@ impl Agent {
             flavor,
             read_only: flag(0),
             super_read_only: flavor == Flavor::Mysql && flag(1),
-            gtid_binlog_pos: vars.get(2).cloned().flatten().unwrap_or_default(),
+            gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
             replication,
         })
+    }
+
+    /// The restored GTID file's state; first retries the removal of an adopted one.
+    fn gtid_adoption(&mut self) -> GtidAdoption {
+        let Some(path) = &self.config.gtid_file else {
+            return GtidAdoption::Nothing;
+        };
+        if let Some(id) = &self.gtid_adopted {
+            return match bootstrap::remove_restored_gtid(path) {
+                Ok(()) => {
+                    tracing::info!(backup_id = %id, gtid_file = %path.display(), "restored GTID file removed");
+                    self.gtid_adopted = None;
+                    GtidAdoption::Nothing
+                }
+                Err(e) => GtidAdoption::Failed(format!(
+                    "adopted for backup {id}, but {}",
+                    crate::error::chain(&e)
+                )),
+            };
+        }
+        match bootstrap::read_restored_gtid(path) {
+            Ok(None) => GtidAdoption::Nothing,
+            Ok(Some(r)) => GtidAdoption::Waiting(r),
+            Err(e) => GtidAdoption::Failed(crate::error::chain(&e)),
+        }
     }
 
     /// Reaps a finished restore and reads the pending file.
@@ -676,6 +716,26 @@ impl Agent {
                 self.start_restore(backup_id, creds);
                 return Ok(());
             }
+            Action::DiscardPendingRestore { backup_id } => {
+                if let Some(cfg) = &self.config.pending {
+                    remove_pending(&cfg.file)?;
+                    tracing::info!(backup_id = %backup_id, pending_file = %cfg.file.display(), "pending logical restore discarded: a replica gets the data by replication");
+                }
+                return Ok(());
+            }
+            Action::AdoptRestoredGtid {
+                restored,
+                stop_replication,
+            } => {
+                let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                sql::adopt_restored_gtid(
+                    flavor,
+                    &self.version,
+                    &restored.gtid_set,
+                    *stop_replication,
+                    lift,
+                )
+            }
         };
         let secrets: Vec<&str> = [
             Some(creds.replication.as_str()),
@@ -711,6 +771,19 @@ impl Agent {
                     adopted_gtid_pos = adopt_gtid_pos.as_deref().unwrap_or(""),
                     "replication source changed"
                 );
+            }
+            Action::AdoptRestoredGtid { restored, .. } => {
+                tracing::info!(backup_id = %restored.backup_id, gtid_set = %restored.gtid_set, "restored GTID position adopted");
+                // Removed before anything else happens: a file still there after a crash
+                // means the server has not been written to since, so adopting again is
+                // harmless.
+                if let Some(path) = &self.config.gtid_file {
+                    if let Err(e) = bootstrap::remove_restored_gtid(path) {
+                        self.gtid_adopted = Some(restored.backup_id.clone());
+                        return Err(AgentError::FinishGtidAdoption(e));
+                    }
+                    tracing::info!(gtid_file = %path.display(), "restored GTID file removed");
+                }
             }
             other => tracing::info!(action = other.name(), "action applied"),
         }
@@ -774,6 +847,8 @@ async fn load_backup(
         Target::Server {
             connection: conn,
             verify_first: true,
+            // The replicas get the data from the primary's binary log.
+            binlogged: true,
         },
         cfg.tool.as_deref(),
         cfg.parallel,

@@ -3,8 +3,13 @@
 //! extracted and prepared in a staging directory inside the datadir (a mount point, which
 //! cannot be replaced by a rename) and its entries moved in; a marker file makes an
 //! interrupted restore visible, so the next attempt starts over instead of leaving a
-//! half-restored server. A logical backup is verified and its id left in a pending file for
-//! the agent, which loads it once mysqld runs.
+//! half-restored server. A physical restore also leaves the backup's GTID position in a file
+//! for the agent, which makes the new server's binary log and replica position continue from
+//! it (a restored datadir has no binary log). A logical backup is verified and its id left in a
+//! pending file for the agent, which loads it once mysqld runs. A logical bootstrap leaves no
+//! GTID file: the load goes through the primary's binary log under the new cluster's own
+//! GTIDs, and replicas, which start empty, replicate it from the beginning of that log; the
+//! dump's GTID position is the source's history, which no server of the new cluster holds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +29,11 @@ pub const MARKER_NAME: &str = ".bulwark-restore-incomplete";
 pub const STAGING_NAME: &str = ".bulwark-restore-staging";
 /// Default name of the pending logical restore file, beside the datadir.
 pub const PENDING_NAME: &str = "bulwark-pending-logical-restore";
+/// Default name of the restored GTID file, beside the datadir.
+pub const GTID_NAME: &str = "bulwark-restored-gtid";
+/// Files where mariabackup (`mariadb_backup_binlog_info` in newer releases) and xtrabackup
+/// record the binary log coordinates of a backup: `file<TAB>position<TAB>gtid`.
+const BINLOG_INFO_NAMES: &[&str] = &["xtrabackup_binlog_info", "mariadb_backup_binlog_info"];
 /// Entries that say a server has been initialized in a datadir (MariaDB and MySQL).
 const SERVER_EVIDENCE: &[&str] = &["mysql", "ibdata1", "mysql.ibd"];
 /// Entries a fresh volume may hold that are not data.
@@ -82,6 +92,28 @@ pub enum BootstrapError {
     },
     #[error("failed to parse the pending logical restore {path}: {content:?} is not a backup id")]
     ParsePending { path: String, content: String },
+    #[error("failed to read the binary log coordinates {path} of the restored backup")]
+    ReadBinlogInfo {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to leave the restored GTID position for the agent")]
+    WriteGtid(#[source] OutfileError),
+    #[error("failed to read the restored GTID file {path}")]
+    ReadGtid {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse the restored GTID file {path}: {reason}")]
+    ParseGtid { path: String, reason: String },
+    #[error("failed to remove the restored GTID file {path}")]
+    RemoveGtid {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What a datadir holds.
@@ -125,22 +157,21 @@ fn entry_names(dir: &Path) -> std::io::Result<Vec<String>> {
         .collect()
 }
 
-/// Looks at the datadir, creating it when it does not exist.
-pub fn inspect(datadir: &Path, pending_file: &Path) -> Result<DatadirState, BootstrapError> {
+/// Looks at the datadir, creating it when it does not exist. `own_files` (the pending and the
+/// GTID file) are not data when they are kept inside the datadir.
+pub fn inspect(datadir: &Path, own_files: &[&Path]) -> Result<DatadirState, BootstrapError> {
     let err = |source| BootstrapError::InspectDatadir {
         path: datadir.display().to_string(),
         source,
     };
     std::fs::create_dir_all(datadir).map_err(err)?;
     let names = entry_names(datadir).map_err(err)?;
-    let pending_inside = (pending_file.parent() == Some(datadir))
-        .then(|| {
-            pending_file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
-        .flatten();
-    let also: Vec<&str> = pending_inside.iter().map(String::as_str).collect();
+    let inside: Vec<String> = own_files
+        .iter()
+        .filter(|f| f.parent() == Some(datadir))
+        .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    let also: Vec<&str> = inside.iter().map(String::as_str).collect();
     Ok(match classify(&names, &also) {
         // The staging directory alone, without the marker, is a leftover of a restore that
         // stopped before it began: nothing else was written.
@@ -175,19 +206,30 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// What a physical bootstrap did.
+#[derive(Debug, Clone)]
+pub struct PhysicalBootstrap {
+    /// The restore.
+    pub outcome: RestoreOutcome,
+    /// The GTID position left for the agent.
+    pub gtid: RestoredGtid,
+}
+
 /// Restores a physical backup into `datadir` (empty but for ignorable entries and, after an
 /// interruption, the marker): marker, extraction and prepare in the staging directory, entries
-/// moved in, marker removed.
+/// moved in, the backup's GTID position written to `gtid_file`, marker removed. The GTID file
+/// is written before the marker goes, so a restore that completed always left it.
 #[allow(clippy::too_many_arguments)]
 pub async fn restore_physical(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
     datadir: &Path,
+    gtid_file: &Path,
     tool: Option<&str>,
     parallel: usize,
     progress: Arc<Progress>,
-) -> Result<RestoreOutcome, BootstrapError> {
+) -> Result<PhysicalBootstrap, BootstrapError> {
     let m = &backup.manifest;
     let dk = restore::data_key(backup, key)?;
     if m.encryption.is_some() && dk.is_none() {
@@ -201,6 +243,8 @@ pub async fn restore_physical(
         0o644,
     )
     .map_err(BootstrapError::MarkInProgress)?;
+    // One from an earlier, interrupted attempt describes a restore that never completed.
+    remove_restored_gtid(gtid_file)?;
     clear(datadir)?;
     let restored =
         stage_and_move(repo, backup, dk, datadir, &prepare_tool, parallel, progress).await;
@@ -211,13 +255,29 @@ pub async fn restore_physical(
         }
     }
     let staged = restored?;
+    let gtid = RestoredGtid {
+        backup_id: m.id.clone(),
+        gtid_set: match m
+            .consistent_point
+            .gtid_set
+            .as_deref()
+            .map(normalize_gtid_set)
+        {
+            Some(g) if !g.is_empty() => g,
+            _ => binlog_info_gtid(datadir)?.unwrap_or_default(),
+        },
+    };
+    write_restored_gtid(gtid_file, &gtid)?;
     let complete = |source| BootstrapError::CompleteRestore {
         path: datadir.display().to_string(),
         source,
     };
     std::fs::remove_file(&marker).map_err(complete)?;
     sync_dir(datadir).map_err(complete)?;
-    Ok(staged.outcome(datadir))
+    Ok(PhysicalBootstrap {
+        outcome: staged.outcome(datadir),
+        gtid,
+    })
 }
 
 async fn stage_and_move(
@@ -312,10 +372,131 @@ pub fn read_pending(path: &Path) -> Result<Option<String>, BootstrapError> {
 
 /// The default pending file: beside the datadir.
 pub fn default_pending_file(datadir: &Path) -> PathBuf {
+    beside(datadir, PENDING_NAME)
+}
+
+/// The default restored GTID file: beside the datadir.
+pub fn default_gtid_file(datadir: &Path) -> PathBuf {
+    beside(datadir, GTID_NAME)
+}
+
+fn beside(datadir: &Path, name: &str) -> PathBuf {
     match datadir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.join(PENDING_NAME),
-        _ => PathBuf::from(PENDING_NAME),
+        Some(p) if !p.as_os_str().is_empty() => p.join(name),
+        _ => PathBuf::from(name),
     }
+}
+
+/// The GTID position a physical restore ended at, left for the agent (a small JSON file).
+/// An empty `gtid_set` means the backup has none (binary logging was off at the source): the
+/// new servers then start from an empty GTID history, consistently.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredGtid {
+    /// The backup restored.
+    pub backup_id: String,
+    /// Its GTID position (MariaDB, `domain-server-seq,...`) or GTID set (MySQL), without
+    /// whitespace.
+    pub gtid_set: String,
+}
+
+/// A GTID set without the whitespace servers put in it (MySQL breaks long sets over lines).
+pub fn normalize_gtid_set(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// Whether `s` holds only what a GTID position or set can (digits, letters of UUIDs and
+/// MySQL tags, `-`, `:`, `,`, `_`).
+fn plausible_gtid_set(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | ',' | '_'))
+}
+
+/// The GTID in a binary log coordinates file (`file<TAB>position<TAB>gtid`, the GTID part
+/// possibly spread over lines); `None` when there is no such file or no GTID in it.
+pub fn parse_binlog_info(text: &str) -> Option<String> {
+    let mut fields = text.splitn(3, '\t');
+    let (_file, _pos) = (fields.next()?, fields.next()?);
+    let gtid = normalize_gtid_set(fields.next()?);
+    (!gtid.is_empty()).then_some(gtid)
+}
+
+/// The GTID the backup tool recorded in a prepared datadir, if any.
+pub fn binlog_info_gtid(datadir: &Path) -> Result<Option<String>, BootstrapError> {
+    for name in BINLOG_INFO_NAMES {
+        let path = datadir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                if let Some(g) = parse_binlog_info(&text) {
+                    return Ok(Some(g));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(BootstrapError::ReadBinlogInfo {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Writes the restored GTID file atomically.
+pub fn write_restored_gtid(path: &Path, gtid: &RestoredGtid) -> Result<(), BootstrapError> {
+    let mut text = serde_json::to_string(gtid).expect("plain strings serialize");
+    text.push('\n');
+    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(BootstrapError::WriteGtid)
+}
+
+/// The restored GTID file's content, or `None` when there is none.
+pub fn read_restored_gtid(path: &Path) -> Result<Option<RestoredGtid>, BootstrapError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(BootstrapError::ReadGtid {
+                path: path.display().to_string(),
+                source,
+            })
+        }
+    };
+    let bad = |reason: String| BootstrapError::ParseGtid {
+        path: path.display().to_string(),
+        reason,
+    };
+    let gtid: RestoredGtid = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if !format::is_backup_id(&gtid.backup_id) {
+        return Err(bad(format!(
+            "{:?} is not a backup id",
+            gtid.backup_id.chars().take(64).collect::<String>()
+        )));
+    }
+    if !plausible_gtid_set(&gtid.gtid_set) {
+        return Err(bad(format!(
+            "{:?} is not a GTID set",
+            gtid.gtid_set.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(Some(gtid))
+}
+
+/// Removes the restored GTID file (absent is fine) and syncs its directory.
+pub fn remove_restored_gtid(path: &Path) -> Result<(), BootstrapError> {
+    let err = |source| BootstrapError::RemoveGtid {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    }
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(dir).map_err(err)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -360,7 +541,10 @@ mod tests {
         let mut left = entry_names(d).unwrap();
         left.sort();
         assert_eq!(left, [MARKER_NAME, "lost+found"]);
-        assert_eq!(inspect(d, &d.join("p")).unwrap(), DatadirState::Interrupted);
+        assert_eq!(
+            inspect(d, &[&d.join("p")]).unwrap(),
+            DatadirState::Interrupted
+        );
     }
 
     #[test]
@@ -381,6 +565,106 @@ mod tests {
         assert_eq!(
             default_pending_file(Path::new("/var/lib/mysql")),
             Path::new("/var/lib/bulwark-pending-logical-restore")
+        );
+    }
+
+    #[test]
+    fn own_files_inside_the_datadir_are_not_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("pending"), "x").unwrap();
+        std::fs::write(d.join("gtid"), "x").unwrap();
+        assert_eq!(
+            inspect(d, &[&d.join("pending"), &d.join("gtid")]).unwrap(),
+            DatadirState::Empty
+        );
+        assert_eq!(
+            inspect(d, &[&d.join("pending"), &dir.path().join("elsewhere/gtid")]).unwrap(),
+            DatadirState::Unexpected(names(&["gtid"]))
+        );
+    }
+
+    #[test]
+    fn binlog_info_files() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("mysql-bin.000001\t814\t0-100-503\n", Some("0-100-503")),
+            ("mysql-bin.000001\t814\t0-1-5,1-2-7\n", Some("0-1-5,1-2-7")),
+            // MySQL prints long sets over lines.
+            (
+                "binlog.000003\t157\t3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\n\
+                 5d4a2b10-1f2e-11ee-8f00-0242ac120002:1-3\n",
+                Some(
+                    "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\
+                     5d4a2b10-1f2e-11ee-8f00-0242ac120002:1-3",
+                ),
+            ),
+            ("mysql-bin.000001\t814\t\n", None),
+            ("mysql-bin.000001\t814\n", None),
+            ("", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_binlog_info(text).as_deref(), *want, "{text:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(binlog_info_gtid(dir.path()).unwrap(), None);
+        std::fs::write(
+            dir.path().join("mariadb_backup_binlog_info"),
+            "mysql-bin.000002\t330\t0-101-42\n",
+        )
+        .unwrap();
+        assert_eq!(
+            binlog_info_gtid(dir.path()).unwrap().as_deref(),
+            Some("0-101-42")
+        );
+    }
+
+    #[test]
+    fn restored_gtid_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("gtid");
+        assert_eq!(read_restored_gtid(&p).unwrap(), None);
+        remove_restored_gtid(&p).unwrap();
+        for gtid_set in [
+            "0-1-500,1-2-3",
+            "",
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_1:1-5",
+        ] {
+            let g = RestoredGtid {
+                backup_id: "20261122T031633Z-4a0760".into(),
+                gtid_set: gtid_set.into(),
+            };
+            write_restored_gtid(&p, &g).unwrap();
+            assert_eq!(read_restored_gtid(&p).unwrap(), Some(g));
+        }
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"backupId\":\"20261122T031633Z-4a0760\",\
+             \"gtidSet\":\"3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_1:1-5\"}\n"
+        );
+        for (bad, needle) in [
+            (
+                "{\"backupId\":\"x\",\"gtidSet\":\"0-1-2\"}",
+                "not a backup id",
+            ),
+            (
+                "{\"backupId\":\"20261122T031633Z-4a0760\",\"gtidSet\":\"0-1-2'; DROP\"}",
+                "not a GTID set",
+            ),
+            ("0-1-2", "expected"),
+        ] {
+            std::fs::write(&p, bad).unwrap();
+            let e = read_restored_gtid(&p).unwrap_err();
+            assert!(
+                crate::error::chain(&e).contains(needle),
+                "{bad}: {}",
+                crate::error::chain(&e)
+            );
+        }
+        remove_restored_gtid(&p).unwrap();
+        assert!(!p.exists());
+        assert_eq!(
+            default_gtid_file(Path::new("/var/lib/mysql")),
+            Path::new("/var/lib/bulwark-restored-gtid")
         );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod bootstrap;
+pub mod gtid;
 pub mod http;
 pub mod init;
 pub mod labels;

@@ -218,6 +218,63 @@ pub fn start_replication(flavor: Flavor) -> Vec<Statement> {
     vec![Statement::plain(format!("START {}", replica_word(flavor)))]
 }
 
+/// MySQL's statement that empties the binary log and the GTID history: `RESET BINARY LOGS AND
+/// GTIDS` from 8.2 (8.4 no longer knows `RESET MASTER`), `RESET MASTER` before.
+pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
+    if crate::source::parse_version(server_version) >= (8, 2, 0) {
+        "RESET BINARY LOGS AND GTIDS"
+    } else {
+        "RESET MASTER"
+    }
+}
+
+/// Makes a server freshly restored from a physical backup continue from the backup's GTID
+/// position `gtid_set` (empty: the backup has none), whatever its role: a restored datadir has
+/// no binary log, so without this the primary's new transactions would restart the sequence
+/// and replicas would ask for a position no binary log holds. Any replication configuration
+/// that came with the backup (`stop_replication`) is removed first. The same on both roles, so
+/// that a replica promoted later serves the others from a binary log that starts at the
+/// backup's position.
+///
+/// MariaDB: `RESET MASTER`, `gtid_binlog_state` and `gtid_slave_pos` set to the position.
+/// MySQL: the binary logs and GTID history reset, `gtid_purged` set to the set
+/// (`super_read_only`, which would refuse that, lifted around it).
+pub fn adopt_restored_gtid(
+    flavor: Flavor,
+    server_version: &str,
+    gtid_set: &str,
+    stop_replication: bool,
+    super_read_only: bool,
+) -> Vec<Statement> {
+    let mut out = Vec::new();
+    let lift = flavor == Flavor::Mysql && super_read_only;
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
+    }
+    if stop_replication {
+        out.extend(self::stop_replication(flavor));
+        out.extend(reset_replication(flavor));
+    }
+    let gtid = quote(gtid_set);
+    match flavor {
+        Flavor::Mariadb => out.extend([
+            Statement::plain("RESET MASTER"),
+            Statement::plain(format!("SET GLOBAL gtid_binlog_state = {gtid}")),
+            Statement::plain(format!("SET GLOBAL gtid_slave_pos = {gtid}")),
+        ]),
+        Flavor::Mysql => {
+            out.push(Statement::plain(mysql_reset_binary_logs(server_version)));
+            if !gtid_set.is_empty() {
+                out.push(Statement::plain(format!("SET GLOBAL gtid_purged = {gtid}")));
+            }
+        }
+    }
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+    }
+    out
+}
+
 /// Where a replica replicates from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -285,7 +342,9 @@ pub fn replication_status_query(flavor: Flavor) -> &'static str {
 pub fn variables_query(flavor: Flavor) -> &'static str {
     match flavor {
         Flavor::Mariadb => "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos",
-        Flavor::Mysql => "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, ''",
+        Flavor::Mysql => {
+            "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed"
+        }
     }
 }
 
@@ -473,6 +532,90 @@ mod tests {
               SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5"
             ]
         );
+    }
+
+    #[test]
+    fn restored_gtid_adoption_per_engine_and_version() {
+        let maria_set = "0-101-42,1-102-7";
+        let mysql_set = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5";
+        type Case<'a> = (Flavor, &'a str, &'a str, bool, bool, &'a [&'a str]);
+        let cases: &[Case<'_>] = &[
+            (
+                Flavor::Mariadb,
+                "10.11.6-MariaDB",
+                maria_set,
+                false,
+                false,
+                &[
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_binlog_state = '0-101-42,1-102-7'",
+                    "SET GLOBAL gtid_slave_pos = '0-101-42,1-102-7'",
+                ],
+            ),
+            (
+                Flavor::Mariadb,
+                "11.4.2-MariaDB",
+                "",
+                true,
+                true,
+                &[
+                    "STOP SLAVE",
+                    "RESET SLAVE ALL",
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_binlog_state = ''",
+                    "SET GLOBAL gtid_slave_pos = ''",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.0.36",
+                mysql_set,
+                false,
+                false,
+                &[
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_purged = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.4.3",
+                mysql_set,
+                true,
+                true,
+                &[
+                    "SET GLOBAL super_read_only = OFF",
+                    "STOP REPLICA",
+                    "RESET REPLICA ALL",
+                    "RESET BINARY LOGS AND GTIDS",
+                    "SET GLOBAL gtid_purged = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'",
+                    "SET GLOBAL super_read_only = ON",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.2.0",
+                "",
+                false,
+                false,
+                &["RESET BINARY LOGS AND GTIDS"],
+            ),
+            (
+                Flavor::Mysql,
+                "8.1.0-commercial",
+                "",
+                false,
+                false,
+                &["RESET MASTER"],
+            ),
+        ];
+        for (flavor, version, gtid, stop, sro, want) in cases {
+            assert_eq!(
+                sql(&adopt_restored_gtid(*flavor, version, gtid, *stop, *sro)),
+                *want,
+                "{flavor} {version}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use super::bootstrap::RestoredGtid;
+use super::gtid;
 use super::labels::Role;
 use super::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
 use crate::format::Flavor;
@@ -17,8 +19,9 @@ pub struct Observed {
     pub read_only: bool,
     /// `@@super_read_only` (MySQL; always false on MariaDB).
     pub super_read_only: bool,
-    /// `@@gtid_binlog_pos` (MariaDB; empty on MySQL).
-    pub gtid_binlog_pos: String,
+    /// What the server has logged by GTID: `@@gtid_binlog_pos` (MariaDB) or
+    /// `@@gtid_executed` (MySQL).
+    pub gtid_logged: String,
     /// The replica status row, `None` when no replication is configured.
     pub replication: Option<ReplicaStatus>,
 }
@@ -41,6 +44,17 @@ pub enum Pending {
     },
 }
 
+/// The GTID position of a physical restore, waiting to be adopted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GtidAdoption {
+    /// Nothing to adopt.
+    Nothing,
+    /// The restore's position waits.
+    Waiting(RestoredGtid),
+    /// The file cannot be read, or was adopted and cannot be removed.
+    Failed(String),
+}
+
 /// Everything a decision depends on.
 #[derive(Debug, Clone)]
 pub struct Situation<'a> {
@@ -58,6 +72,8 @@ pub struct Situation<'a> {
     pub start_allowed: bool,
     /// The pending logical restore.
     pub pending: &'a Pending,
+    /// The restored GTID position.
+    pub restored_gtid: &'a GtidAdoption,
     /// Largest replica lag that is still ready.
     pub max_lag: Duration,
 }
@@ -90,6 +106,20 @@ pub enum Action {
         /// Backup id.
         backup_id: String,
     },
+    /// Forget the pending logical backup: a replica gets the primary's copy by replication,
+    /// and must never load it later, once promoted, over live data.
+    DiscardPendingRestore {
+        /// Backup id.
+        backup_id: String,
+    },
+    /// Continue the binary log and the replica position from a physical restore's GTID
+    /// position, then remove its file.
+    AdoptRestoredGtid {
+        /// The restore's file content.
+        restored: RestoredGtid,
+        /// Replication came configured with the backup: stop and remove it first.
+        stop_replication: bool,
+    },
 }
 
 impl Action {
@@ -105,6 +135,8 @@ impl Action {
             Action::ChangeSource { .. } => "change-source",
             Action::StartReplication => "start-replication",
             Action::LoadPendingRestore { .. } => "load-pending-restore",
+            Action::DiscardPendingRestore { .. } => "discard-pending-restore",
+            Action::AdoptRestoredGtid { .. } => "adopt-restored-gtid",
         }
     }
 }
@@ -162,6 +194,36 @@ pub fn decide(s: &Situation<'_>) -> Decision {
         Ok(r) => *r,
         Err(reason) => return wait(reason.clone()),
     };
+    // Before anything that writes, replicates or makes the server writable, and only once
+    // the role is known.
+    match s.restored_gtid {
+        GtidAdoption::Nothing => {}
+        GtidAdoption::Failed(error) => return wait(format!("restored GTID position: {error}")),
+        GtidAdoption::Waiting(r) => {
+            let shown = if r.gtid_set.is_empty() {
+                "(none)"
+            } else {
+                r.gtid_set.as_str()
+            };
+            if !gtid::within(o.flavor, &o.gtid_logged, &r.gtid_set) {
+                return wait(format!(
+                    "not adopting the GTID position {shown} of restored backup {}: the server \
+                     has logged {} since; check it and remove the restored GTID file",
+                    r.backup_id, o.gtid_logged
+                ));
+            }
+            return act(
+                Action::AdoptRestoredGtid {
+                    restored: r.clone(),
+                    stop_replication: o.replication.is_some(),
+                },
+                format!(
+                    "adopting the GTID position {shown} of restored backup {}",
+                    r.backup_id
+                ),
+            );
+        }
+    }
     match role {
         Role::Primary => decide_primary(s, o),
         Role::Replica => decide_replica(s, o),
@@ -208,14 +270,22 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
 
 fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     let want = s.source;
+    if let Pending::Waiting(id) = s.pending {
+        return act(
+            Action::DiscardPendingRestore {
+                backup_id: id.clone(),
+            },
+            format!("discarding pending backup {id}: a replica gets the data by replication"),
+        );
+    }
     if !o.read_only || (o.flavor == Flavor::Mysql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
     }
     let Some(r) = &o.replication else {
         // No configuration: a new replica, or a primary being demoted, whose own transactions
         // are in its binary log (MariaDB's slave position does not know them).
-        let adopt_gtid_pos = (o.flavor == Flavor::Mariadb && !o.gtid_binlog_pos.is_empty())
-            .then(|| o.gtid_binlog_pos.clone());
+        let adopt_gtid_pos = (o.flavor == Flavor::Mariadb && !o.gtid_logged.is_empty())
+            .then(|| o.gtid_logged.clone());
         return act(
             Action::ChangeSource { adopt_gtid_pos },
             format!("configuring replication from {}:{}", want.host, want.port),
@@ -301,7 +371,7 @@ mod tests {
             flavor,
             read_only,
             super_read_only: flavor == Flavor::Mysql && read_only,
-            gtid_binlog_pos: String::new(),
+            gtid_logged: String::new(),
             replication: r,
         }
     }
@@ -314,6 +384,7 @@ mod tests {
         stale: bool,
         start_allowed: bool,
         pending: Pending,
+        restored_gtid: GtidAdoption,
         want_action: Option<Action>,
         want_ready: bool,
         reason_has: &'static str,
@@ -328,6 +399,7 @@ mod tests {
             stale: false,
             start_allowed: true,
             pending: Pending::Nothing,
+            restored_gtid: GtidAdoption::Nothing,
             want_action: None,
             want_ready: false,
             reason_has: "",
@@ -362,9 +434,18 @@ mod tests {
         let mut broken = status(IoState::Stopped, false);
         broken.last_error = "Duplicate entry".into();
         let mut demoted = observed(Mariadb, true, None);
-        demoted.gtid_binlog_pos = "0-101-42".into();
+        demoted.gtid_logged = "0-101-42".into();
         let mut mysql_half_read_only = observed(Mysql, true, running());
         mysql_half_read_only.super_read_only = false;
+        let restored = |g: &str| RestoredGtid {
+            backup_id: "B1".into(),
+            gtid_set: g.into(),
+        };
+        let waiting = |g: &str| GtidAdoption::Waiting(restored(g));
+        let mut adopted = observed(Mariadb, true, None);
+        adopted.gtid_logged = "0-1-500".into();
+        let mut logged_more = observed(Mariadb, true, None);
+        logged_more.gtid_logged = "0-100-501".into();
 
         let cases = vec![
             Case {
@@ -567,12 +648,115 @@ mod tests {
             Case {
                 pending: Pending::Waiting("B1".into()),
                 ..case(
-                    "replicas never load",
+                    "replicas never load, and forget the pending load",
                     replica(),
                     observed(Mariadb, true, running()),
                 )
             }
-            .then(None, true, "replicating"),
+            .then(
+                Some(DiscardPendingRestore {
+                    backup_id: "B1".into(),
+                }),
+                false,
+                "discarding pending backup B1",
+            ),
+            Case {
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "restored primary adopts the backup's position first",
+                    primary(),
+                    observed(Mariadb, true, None),
+                )
+            }
+            .then(
+                Some(AdoptRestoredGtid {
+                    restored: restored("0-1-500"),
+                    stop_replication: false,
+                }),
+                false,
+                "adopting the GTID position 0-1-500 of restored backup B1",
+            ),
+            Case {
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "restored replica adopts it before replicating",
+                    replica(),
+                    observed(Mariadb, true, None),
+                )
+            }
+            .then(
+                Some(AdoptRestoredGtid {
+                    restored: restored("0-1-500"),
+                    stop_replication: false,
+                }),
+                false,
+                "adopting",
+            ),
+            Case {
+                restored_gtid: waiting(""),
+                ..case(
+                    "replication that came with the backup is removed",
+                    primary(),
+                    observed(Mysql, true, running()),
+                )
+            }
+            .then(
+                Some(AdoptRestoredGtid {
+                    restored: restored(""),
+                    stop_replication: true,
+                }),
+                false,
+                "adopting the GTID position (none)",
+            ),
+            Case {
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "adopted once already: again, harmlessly",
+                    primary(),
+                    adopted.clone(),
+                )
+            }
+            .then(
+                Some(AdoptRestoredGtid {
+                    restored: restored("0-1-500"),
+                    stop_replication: false,
+                }),
+                false,
+                "adopting",
+            ),
+            Case {
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "a server that logged more is never reset",
+                    primary(),
+                    logged_more,
+                )
+            }
+            .then(None, false, "has logged 0-100-501 since"),
+            Case {
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "the role comes first",
+                    Err("role unknown: no label".into()),
+                    observed(Mariadb, true, None),
+                )
+            }
+            .then(None, false, "role unknown"),
+            Case {
+                accounts: false,
+                restored_gtid: waiting("0-1-500"),
+                ..case(
+                    "accounts before the position",
+                    primary(),
+                    observed(Mariadb, true, None),
+                )
+            }
+            .then(Some(EnsureAccounts), false, "accounts"),
+            Case {
+                restored_gtid: GtidAdoption::Failed("cannot remove".into()),
+                ..case("an unfinished adoption waits", primary(), adopted)
+            }
+            .then(None, false, "restored GTID position: cannot remove"),
         ];
         for c in cases {
             let src = source();
@@ -584,6 +768,7 @@ mod tests {
                 source_password_stale: c.stale,
                 start_allowed: c.start_allowed,
                 pending: &c.pending,
+                restored_gtid: &c.restored_gtid,
                 max_lag: Duration::from_secs(30),
             });
             assert_eq!(d.action, c.want_action, "{}: {d:?}", c.name);
