@@ -1205,6 +1205,15 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
         .flatten()
         .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
         .collect();
+    let agent = pod.containers.iter().find(|c| c.name == "agent").unwrap();
+    let agent_args = agent.args.clone().unwrap().join(" ");
+    assert!(
+        agent_args.contains("--gtid-file /var/lib/bulwark/restored-gtid")
+            && args
+                .join(" ")
+                .contains("--gtid-file /var/lib/bulwark/restored-gtid"),
+        "restore and agent share the restored GTID file: {agent_args}"
+    );
     assert_eq!(env["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
     assert_eq!(
         env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"],

@@ -499,10 +499,13 @@ pub fn stateful_set(
             security_context: Some(restricted()),
             ..Container::default()
         });
-        // The agent loads a logical backup once the server runs.
+        // The agent loads a logical backup once the server runs, and continues the GTID
+        // history of a physical one.
         agent_args.extend([
             "--pending-logical-restore".to_owned(),
             PENDING_LOGICAL_RESTORE.to_owned(),
+            "--gtid-file".to_owned(),
+            RESTORED_GTID.to_owned(),
         ]);
         agent_env.extend(r.storage.env.iter().cloned());
         agent_mounts.extend(r.storage.mounts.iter().cloned());
