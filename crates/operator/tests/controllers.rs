@@ -1270,3 +1270,84 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
     assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
     assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
 }
+
+/// The binary as the chart runs it: `mysql-operator run` configured through the chart's
+/// environment variables, against the control plane, serving its probes and metrics.
+#[tokio::test]
+async fn the_binary_runs_with_the_charts_settings_and_stops_on_sigterm() {
+    let shared = bulwark_testenv::shared().await.expect("control plane");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-operator"))
+        .arg("run")
+        .env("KUBECONFIG", shared.kubeconfig_path())
+        .env("MYSQL_OPERATOR_LISTEN", format!("127.0.0.1:{port}"))
+        .env("MYSQL_OPERATOR_BACKUP_IMAGE", BACKUP_IMAGE)
+        .env("MYSQL_OPERATOR_EXPORTER_IMAGE", EXPORTER_IMAGE)
+        .env("MYSQL_OPERATOR_LOG_FORMAT", "json")
+        .env("MYSQL_OPERATOR_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start mysql-operator");
+    async fn get(port: u16, path: &str) -> Result<String, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| e.to_string())?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+    wait_for("/readyz of the binary", WAIT, || async move {
+        let r = get(port, "/readyz").await?;
+        if r.starts_with("HTTP/1.1 200") {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    })
+    .await;
+    let metrics = get(port, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("# TYPE bulwark_reconciles_total counter"),
+        "{metrics}"
+    );
+    // SIGTERM (what the kubelet sends) stops it cleanly.
+    let pid = child.id().expect("pid") as i32;
+    // SAFETY: sends a signal to our own child process.
+    unsafe { libc_kill(pid) };
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("stops on SIGTERM")
+        .unwrap();
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert!(status.success(), "exit {status:?}; stderr:\n{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("\"message\":\"controllers started\"")),
+        "JSON logs: {stderr}"
+    );
+}
+
+unsafe fn libc_kill(pid: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: plain syscall wrapper; 15 is SIGTERM.
+    unsafe {
+        kill(pid, 15);
+    }
+}
