@@ -115,6 +115,26 @@ where
         })
 }
 
+/// The MySQLBackup objects of one cluster (by `spec.clusterRef`), in its namespace.
+pub async fn backups_of(
+    client: &kube::Client,
+    ns: &str,
+    cluster: &str,
+) -> Result<Vec<bulwark_api::MySQLBackup>> {
+    let api: Api<bulwark_api::MySQLBackup> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|source| Error::List {
+            kind: "MySQLBackup",
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.cluster_ref.name == cluster)
+        .collect())
+}
+
 /// The kind of `K`, as a static string for error messages.
 fn kind_of<K: Resource>() -> &'static str
 where

@@ -134,6 +134,43 @@ async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<(String, Strin
     out
 }
 
+/// Waits for an event with `reason` about `object`; returns all events about it.
+async fn wait_event(
+    client: &Client,
+    ns: &str,
+    object: &str,
+    reason: &str,
+) -> Vec<(String, String)> {
+    wait_for(
+        &format!("{reason} event about {object}"),
+        WAIT,
+        || async move {
+            let ev = events_for(client, ns, object).await;
+            if ev.iter().any(|(r, _)| r == reason) {
+                Ok(ev)
+            } else {
+                Err(format!("{ev:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// Waits until an object is gone (its finalizers released).
+async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    wait_for(&format!("{name} gone"), WAIT, || async move {
+        match api.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(o) => Err(format!("finalizers {:?}", o.finalizers())),
+        }
+    })
+    .await
+}
+
 /// Binds a pod to a node and marks it running and ready, as a scheduler and kubelet would.
 async fn make_ready(client: &Client, ns: &str, pod: &str, node: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -576,19 +613,7 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
         sets.get_opt("ledger").await.unwrap().is_none(),
         "nothing is built from an invalid spec"
     );
-    let events = wait_for("InvalidSpec event", WAIT, || {
-        let client = client.clone();
-        let n = n.to_owned();
-        async move {
-            let ev = events_for(&client, &n, "ledger").await;
-            if ev.iter().any(|(r, _)| r == "InvalidSpec") {
-                Ok(ev)
-            } else {
-                Err(format!("{ev:?}"))
-            }
-        }
-    })
-    .await;
+    let events = wait_event(&client, n, "ledger", "InvalidSpec").await;
     assert!(
         events.iter().any(|(_, m)| m.contains("secret vault")),
         "{events:?}"
@@ -885,19 +910,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         failed.status.unwrap().message.as_deref(),
         Some("backup failed: failed to connect to the server: Access denied for user 'bulwark_backup'")
     );
-    let events = wait_for("backup events", WAIT, || {
-        let client = client.clone();
-        let n = n.to_owned();
-        async move {
-            let ev = events_for(&client, &n, "adhoc-dump").await;
-            if ev.iter().any(|(r, _)| r == "BackupFailed") {
-                Ok(ev)
-            } else {
-                Err(format!("{ev:?}"))
-            }
-        }
-    })
-    .await;
+    let events = wait_event(&client, n, "adhoc-dump", "BackupFailed").await;
     assert!(
         events.iter().any(|(_, m)| m.contains("Access denied")),
         "{events:?}"
@@ -954,39 +967,13 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         "held by the finalizer"
     );
     end_job_pod(&client, n, "before-upgrade-delete", "delete", true, "").await;
-    wait_for("backup object gone", WAIT, || {
-        let backups = backups.clone();
-        async move {
-            match backups
-                .get_opt("before-upgrade")
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                None => Ok(()),
-                Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
-            }
-        }
-    })
-    .await;
+    wait_gone(&backups, "before-upgrade").await;
     // Retain policy (the cluster's default): the object goes at once.
     backups
         .delete("adhoc-dump", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("retained backup object gone", WAIT, || {
-        let backups = backups.clone();
-        async move {
-            match backups
-                .get_opt("adhoc-dump")
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                None => Ok(()),
-                Some(b) => Err(format!("finalizers {:?}", b.finalizers())),
-            }
-        }
-    })
-    .await;
+    wait_gone(&backups, "adhoc-dump").await;
     assert!(jobs.get_opt("adhoc-dump-delete").await.unwrap().is_none());
     ns.delete().await.expect("delete namespace");
 }

@@ -226,18 +226,8 @@ async fn start(
     access: &job::StorageAccess,
 ) -> Result<Action> {
     let cluster_name = cluster.name_any();
-    let all: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
-    let siblings: Vec<MySQLBackup> = all
-        .list(&Default::default())
-        .await
-        .map_err(|source| Error::List {
-            kind: "MySQLBackup",
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.cluster_ref.name == cluster_name && b.name_any() != backup.name_any())
-        .collect();
+    let mut siblings = apply::backups_of(&ctx.client, ns, &cluster_name).await?;
+    siblings.retain(|b| b.name_any() != backup.name_any());
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let cluster_jobs = apply::list(
         &jobs,

@@ -38,17 +38,8 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         .map(|t| t.0)
         .unwrap_or(now);
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    let backups: Vec<MySQLBackup> = api
-        .list(&Default::default())
-        .await
-        .map_err(|source| Error::List {
-            kind: "MySQLBackup",
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.cluster_ref.name == name && b.meta().deletion_timestamp.is_none())
-        .collect();
+    let mut backups = apply::backups_of(&ctx.client, &ns, &name).await?;
+    backups.retain(|b| b.meta().deletion_timestamp.is_none());
     let zones: BTreeMap<String, chrono_tz::Tz> = cluster
         .spec
         .backup
