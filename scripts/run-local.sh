@@ -27,7 +27,7 @@ export PATH="$PATH:/usr/sbin"
 
 say "building mysql-backup (release)"
 cargo build --release --quiet -p mysql-backup
-BIN="$ROOT/target/release/mysql-backup"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/mysql-backup"
 
 mkdir -p "$LOCAL"
 KEY="${MYSQL_BACKUP_ENCRYPTION_KEY_FILE:-$LOCAL/backup.key}"
