@@ -19,15 +19,6 @@ impl Status {
             Status::Unknown => "Unknown",
         }
     }
-
-    /// `True` when `b`, else `False`.
-    pub fn from_bool(b: bool) -> Self {
-        if b {
-            Status::True
-        } else {
-            Status::False
-        }
-    }
 }
 
 /// What a condition should say.

@@ -11,6 +11,7 @@ pub mod hash;
 pub mod http;
 pub mod metrics;
 pub mod names;
+pub mod podspec;
 pub mod rbac;
 pub mod run;
 pub mod schedule;

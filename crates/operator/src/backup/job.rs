@@ -1,13 +1,12 @@
 //! The Jobs of a MySQLBackup: the backup itself (pinned to the source pod's node for physical
 //! backups) and the deletion of its data. Also how a storage is reached from a pod. Pure.
 
-use bulwark_api::cluster::{BackupEncryption, BackupStorage, Engine};
+use bulwark_api::cluster::{BackupEncryption, BackupStorage};
 use bulwark_api::{BackupMethod, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource,
-    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, SecretKeySelector, SecretVolumeSource,
-    Volume, VolumeMount,
+    Container, EnvVar, KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
+    PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -15,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::build::paths;
 use crate::names::{self, component};
+use crate::podspec::{self, env, mount, restricted, secret_env};
 
 /// Where a storage is mounted in Job and restore containers.
 pub const STORAGE_MOUNT: &str = "/backup-storage";
@@ -40,38 +40,6 @@ pub struct StorageAccess {
     pub volumes: Vec<Volume>,
     pub mounts: Vec<VolumeMount>,
     pub location: String,
-}
-
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_owned(),
-                key: key.to_owned(),
-                optional: Some(optional),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    }
 }
 
 fn secret_file_volume(name: &str, secret: &SecretKeyReference, file: &str) -> Volume {
@@ -345,7 +313,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         // The backup tool copies the data files, so it runs where they are, reading the source
         // pod's volume without being able to change it.
         node_name = Some(input.source.node.clone());
-        env.push(env_datadir());
+        env.push(podspec::env("MYSQL_BACKUP_DATADIR", paths::DATADIR));
         volumes.push(Volume {
             name: "source-data".to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -376,7 +344,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         containers: vec![container],
         volumes: Some(volumes),
         tolerations: input.cluster.spec.tolerations.clone(),
-        security_context: Some(pod_security(input.cluster.spec.engine)),
+        security_context: Some(podspec::server_user()),
         enable_service_links: Some(false),
         ..PodSpec::default()
     };
@@ -385,32 +353,6 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         pod,
         Some(BACKUP_DEADLINE_SECONDS),
     )
-}
-
-fn env_datadir() -> EnvVar {
-    env("MYSQL_BACKUP_DATADIR", paths::DATADIR)
-}
-
-fn restricted() -> k8s_openapi::api::core::v1::SecurityContext {
-    k8s_openapi::api::core::v1::SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// The server's uid/gid (999 in both official images), so the data files are readable.
-fn pod_security(_engine: Engine) -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_user: Some(999),
-        run_as_group: Some(999),
-        fs_group: Some(999),
-        run_as_non_root: Some(true),
-        ..PodSecurityContext::default()
-    }
 }
 
 /// The Job that deletes a backup's data (`mysql-backup delete <id>`, which succeeds when the
@@ -439,7 +381,7 @@ pub fn delete_job(
         restart_policy: Some("Never".to_owned()),
         containers: vec![container],
         volumes: Some(access.volumes.clone()),
-        security_context: Some(pod_security(Engine::MariaDb)),
+        security_context: Some(podspec::server_user()),
         enable_service_links: Some(false),
         ..PodSpec::default()
     };
@@ -449,11 +391,6 @@ pub fn delete_job(
         s.backoff_limit = Some(6);
     }
     j
-}
-
-/// Labels selecting the Jobs of one backup.
-pub fn job_selector(backup: &str) -> String {
-    format!("{}={backup}", names::BACKUP_LABEL)
 }
 
 #[cfg(test)]

@@ -10,13 +10,11 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
-    DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, Secret, SecretKeySelector, SecretProjection,
-    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
-    VolumeResourceRequirements,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, ResourceRequirements, Secret, SecretProjection, Service, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -26,6 +24,7 @@ use kube::Resource;
 
 use super::validate::{Account, Validated, ACCOUNTS};
 use crate::names::{self, component};
+use crate::podspec::{self, env, mount, pod_name_env, restricted, secret_env};
 
 /// Where the operator's files appear inside the server pods.
 pub mod paths {
@@ -239,63 +238,6 @@ pub fn pod_disruption_budget(cluster: &MySQLCluster) -> PodDisruptionBudget {
             ..PodDisruptionBudgetSpec::default()
         }),
         ..PodDisruptionBudget::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    }
-}
-
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn secret_env(name: &str, secret: &bulwark_api::SecretKeyReference) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.name.clone(),
-                key: secret.key.clone(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-fn pod_name_env() -> EnvVar {
-    EnvVar {
-        name: "POD_NAME".to_owned(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: "metadata.name".to_owned(),
-                ..ObjectFieldSelector::default()
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-fn restricted() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
     }
 }
 
@@ -514,7 +456,7 @@ pub fn stateful_set(
     let mysqld = Container {
         name: "mysqld".to_owned(),
         image: Some(validated.server_image.clone()),
-        env: Some(vec![secret_env(root_env, root)]),
+        env: Some(vec![secret_env(root_env, &root.name, &root.key, false)]),
         ports: Some(vec![ContainerPort {
             name: Some("mysql".to_owned()),
             container_port: names::MYSQL_PORT,
@@ -571,6 +513,7 @@ pub fn stateful_set(
     };
 
     let mut containers = vec![mysqld, agent];
+    let metrics = validated.credentials.source(Account::Metrics);
     if spec.metrics.enabled {
         containers.push(Container {
             name: "exporter".to_owned(),
@@ -581,7 +524,9 @@ pub fn stateful_set(
             ]),
             env: Some(vec![secret_env(
                 "MYSQLD_EXPORTER_PASSWORD",
-                validated.credentials.source(Account::Metrics),
+                &metrics.name,
+                &metrics.key,
+                false,
             )]),
             ports: Some(vec![ContainerPort {
                 name: Some("metrics".to_owned()),
@@ -643,14 +588,7 @@ pub fn stateful_set(
                     affinity: spec.affinity.clone(),
                     tolerations: spec.tolerations.clone(),
                     node_selector: spec.node_selector.clone(),
-                    // Both official images run the server as uid/gid 999.
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(999),
-                        run_as_group: Some(999),
-                        fs_group: Some(999),
-                        run_as_non_root: Some(true),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(podspec::server_user()),
                     termination_grace_period_seconds: Some(300),
                     enable_service_links: Some(false),
                     ..PodSpec::default()

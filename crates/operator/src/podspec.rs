@@ -1,0 +1,84 @@
+//! Small builders of pod spec pieces shared by the StatefulSet and the Jobs.
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, SecretKeySelector,
+    SecurityContext, VolumeMount,
+};
+
+/// uid and gid of the server in both official images; the operator's containers that touch the
+/// data files run as it too.
+pub const SERVER_UID: i64 = 999;
+
+/// A mount of volume `name` at `path`.
+pub fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// An environment variable with a literal value.
+pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+/// An environment variable read from a Secret key.
+pub fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: Some(optional),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// `POD_NAME` from the downward API.
+pub fn pod_name_env() -> EnvVar {
+    EnvVar {
+        name: "POD_NAME".to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// Container security of every container the operator builds: no privilege escalation, no
+/// capabilities.
+pub fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// Pod security of pods that read or write the server's files: its uid, gid and fsGroup.
+pub fn server_user() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(SERVER_UID),
+        run_as_group: Some(SERVER_UID),
+        fs_group: Some(SERVER_UID),
+        run_as_non_root: Some(true),
+        ..PodSecurityContext::default()
+    }
+}
