@@ -744,8 +744,9 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         .finalizers()
         .contains(&"mysql.bulwark.dev/backup-data".to_owned()));
 
-    make_ready(&client, n, "vault-0", "node-a").await;
+    // The replica first: the waiting backup may start the moment any instance is ready.
     make_ready(&client, n, "vault-1", "node-b").await;
+    make_ready(&client, n, "vault-0", "node-a").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
     let job = wait_for("backup job", WAIT, || {
         let jobs = jobs.clone();
