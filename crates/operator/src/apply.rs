@@ -23,8 +23,7 @@ pub const BACKUP_MANAGER: &str = "bulwark-backup";
 /// conflicting fields.
 pub async fn apply<K>(api: &Api<K>, name: &str, obj: &K, manager: &str) -> Result<K>
 where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-    K::DynamicType: Default,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
     let kind = kind_of::<K>();
     api.patch(
@@ -48,8 +47,7 @@ pub async fn apply_status<K>(
     manager: &str,
 ) -> Result<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let kind = kind_of::<K>();
     api.patch_status(
@@ -68,8 +66,7 @@ where
 /// Reads an object; `None` when it does not exist.
 pub async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     match api.get(name).await {
         Ok(o) => Ok(Some(o)),
@@ -85,8 +82,7 @@ where
 /// Deletes an object; absence is success.
 pub async fn delete_opt<K>(api: &Api<K>, name: &str) -> Result<()>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let dp = kube::api::DeleteParams::background();
     match api.delete(name, &dp).await {
@@ -103,8 +99,7 @@ where
 /// Lists objects matching a label selector.
 pub async fn list<K>(api: &Api<K>, selector: &str) -> Result<Vec<K>>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     api.list(&kube::api::ListParams::default().labels(selector))
         .await
@@ -135,21 +130,11 @@ pub async fn backups_of(
         .collect())
 }
 
-/// The kind of `K`, as a static string for error messages.
-fn kind_of<K: Resource>() -> &'static str
-where
-    K::DynamicType: Default,
-{
-    // Kinds are few and fixed; leaking each distinct one once keeps errors free of allocations
-    // per call site while staying 'static.
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static KINDS: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    let mut map = KINDS
-        .get_or_init(Default::default)
-        .lock()
-        .expect("kind map");
-    map.entry(kind.clone())
-        .or_insert_with(|| Box::leak(kind.into_boxed_str()))
+/// The kind of `K`, for error messages.
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    // Static types name their kind with a string constant.
+    match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        std::borrow::Cow::Owned(_) => "object",
+    }
 }

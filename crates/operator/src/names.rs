@@ -126,26 +126,29 @@ pub fn pod_host(cluster: &str, pod: &str) -> String {
 }
 
 /// Name of a Job, at most 63 characters (Job names become label values): `<base>-<suffix>`,
-/// with the base shortened and a hash appended when too long.
+/// with the base shortened when too long.
 pub fn job(base: &str, suffix: &str) -> String {
-    let name = format!("{base}-{suffix}");
-    if name.len() <= 63 {
-        return name;
-    }
-    let hash = crate::hash::short(base.as_bytes());
-    let keep = 63 - suffix.len() - hash.len() - 2;
-    let cut = base[..keep].trim_end_matches('-');
-    format!("{cut}-{hash}-{suffix}")
+    format!("{}-{suffix}", shorten(base, 63 - suffix.len() - 1))
 }
 
-/// `value` as a label value (at most 63 characters): shortened with a hash when longer.
+/// `value` as a label value (at most 63 characters).
 pub fn label_value(value: &str) -> String {
-    if value.len() <= 63 {
+    shorten(value, 63)
+}
+
+/// `value` if it has at most `max` characters, else its start and a hash of all of it, so that
+/// distinct long values stay distinct.
+fn shorten(value: &str, max: usize) -> String {
+    if value.len() <= max {
         return value.to_owned();
     }
     let hash = crate::hash::short(value.as_bytes());
-    let cut = value[..63 - hash.len() - 1].trim_end_matches(['-', '.', '_']);
-    format!("{cut}-{hash}")
+    let mut cut = max - hash.len() - 1;
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let start = value[..cut].trim_end_matches(['-', '.', '_']);
+    format!("{start}-{hash}")
 }
 
 #[cfg(test)]

@@ -156,6 +156,18 @@ async fn wait_event(
     .await
 }
 
+/// Waits until an object exists; returns it.
+async fn wait_get<K>(api: &Api<K>, name: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    wait_for(name, WAIT, || async move {
+        api.get(name).await.map_err(|e| e.to_string())
+    })
+    .await
+}
+
 /// Waits until an object is gone (its finalizers released).
 async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
@@ -280,11 +292,7 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     let uid = created.uid().expect("uid");
 
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
-    let set = wait_for("statefulset", WAIT, || {
-        let sets = sets.clone();
-        async move { sets.get("ledger").await.map_err(|e| e.to_string()) }
-    })
-    .await;
+    let set = wait_get(&sets, "ledger").await;
     let owner = &set.owner_references()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
@@ -748,15 +756,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     make_ready(&client, n, "vault-1", "node-b").await;
     make_ready(&client, n, "vault-0", "node-a").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
-    let job = wait_for("backup job", WAIT, || {
-        let jobs = jobs.clone();
-        async move {
-            jobs.get("before-upgrade-backup")
-                .await
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await;
+    let job = wait_get(&jobs, "before-upgrade-backup").await;
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(
         pod.node_name.as_deref(),
@@ -872,15 +872,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         .any(|c| c.type_ == "Complete" && c.status == "True"));
 
     // The next backup starts now; it is logical, so it is not pinned, and goes to S3.
-    let job2 = wait_for("second backup job", WAIT, || {
-        let jobs = jobs.clone();
-        async move {
-            jobs.get("adhoc-dump-backup")
-                .await
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await;
+    let job2 = wait_get(&jobs, "adhoc-dump-backup").await;
     let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(pod2.node_name, None);
     assert!(!pod2
@@ -944,15 +936,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         .delete("before-upgrade", &DeleteParams::default())
         .await
         .unwrap();
-    let del = wait_for("deletion job", WAIT, || {
-        let jobs = jobs.clone();
-        async move {
-            jobs.get("before-upgrade-delete")
-                .await
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await;
+    let del = wait_get(&jobs, "before-upgrade-delete").await;
     let c = &del
         .spec
         .as_ref()
@@ -1159,11 +1143,7 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     let yaml = format!("{BACKUP_CLUSTER}  bootstrap:\n    fromBackup: {{storage: offsite, backupId: 20261101T000000Z-0a0b}}\n");
     apply_yaml(&clusters, &yaml).await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
-    let set = wait_for("statefulset", WAIT, || {
-        let sets = sets.clone();
-        async move { sets.get("vault").await.map_err(|e| e.to_string()) }
-    })
-    .await;
+    let set = wait_get(&sets, "vault").await;
     let pod = set.spec.unwrap().template.spec.unwrap();
     let inits: Vec<&str> = pod
         .init_containers

@@ -109,7 +109,7 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         )
         .await;
     }
-    observe(&backup, &cluster, &ctx, &ns, &existing, &access).await
+    observe(&backup, &ctx, &ns, &existing, &access).await
 }
 
 /// The storage recorded on a backup: `None` when not recorded yet, an error message when the
@@ -367,7 +367,6 @@ async fn pending(backup: &MySQLBackup, ctx: &Context, ns: &str, message: String)
 /// Follows a backup Job to its end.
 async fn observe(
     backup: &MySQLBackup,
-    cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
     job: &Job,
@@ -453,14 +452,9 @@ async fn observe(
                     "the backup succeeded",
                 ),
             ];
+            // The per-cluster backup gauges follow from this status (the scheduler sets them
+            // from the cluster's latest success on each pass, also after a restart).
             write_status(backup, ctx, ns, status, &conds).await?;
-            ctx.metrics.backup_succeeded(
-                ns,
-                &cluster.name_any(),
-                r.finished_at,
-                (r.finished_at - r.started_at).num_milliseconds() as f64 / 1000.0,
-                r.stored_bytes,
-            );
             ctx.event(backup, Reason::BackupSucceeded, message).await;
             Ok(Action::await_change())
         }
