@@ -39,22 +39,23 @@ fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
-/// Replaces `path` with `contents` atomically: readers see the old or the new file, never a
-/// part. `mode` applies to a newly written file (e.g. `0o644`).
-pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), OutfileError> {
-    let err = |source| OutfileError::WriteAtomically {
-        path: path.display().to_string(),
-        source,
-    };
-    let dir = dir_of(path);
+/// A fresh temporary name beside `path` (`.<name>.tmp-<random>`), for writing before a rename.
+pub fn temp_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
-        .ok_or_else(|| err(std::io::Error::other("the path has no file name")))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{:08x}",
-        name.to_string_lossy(),
-        rand::random::<u32>()
-    ));
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{:08x}", rand::random::<u32>()))
+}
+
+/// Replaces `path` with `contents` durably: written to a temporary file that is synced, renamed
+/// over `path`, and the directory synced; the temporary file is removed on failure. `mode` (less
+/// the umask) applies to the new file.
+pub fn replace_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    if path.file_name().is_none() {
+        return Err(std::io::Error::other("the path has no file name"));
+    }
+    let tmp = temp_path(path);
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -67,12 +68,19 @@ pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), Outfi
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
+        return Err(e);
     }
     // The rename is durable once the directory is synced.
-    std::fs::File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(err)
+    std::fs::File::open(dir_of(path))?.sync_all()
+}
+
+/// Replaces `path` with `contents` atomically: readers see the old or the new file, never a
+/// part. `mode` applies to a newly written file (e.g. `0o644`).
+pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), OutfileError> {
+    replace_durably(path, contents, mode).map_err(|source| OutfileError::WriteAtomically {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Writes `contents` to `path`, atomically where possible. An existing target that is not a

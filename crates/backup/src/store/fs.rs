@@ -72,14 +72,6 @@ fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn temp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{:08x}", rand::random::<u32>()))
-}
-
 impl FsStore {
     /// Opens (creating if needed) a repository directory.
     pub async fn open(root: &Path) -> Result<Self, StoreError> {
@@ -113,18 +105,7 @@ impl Store for FsStore {
         blocking(move || -> Result<(), StoreError> {
             let dir = path.parent().expect("keys have a parent").to_path_buf();
             create_dir_durable(&dir).map_err(io("create directory for", &k))?;
-            let tmp = temp_name(&path);
-            let result = (|| {
-                let mut f = std::fs::File::create(&tmp)?;
-                f.write_all(&data)?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, &path)?;
-                fsync_dir(&dir)
-            })();
-            if result.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            result.map_err(io("write", &k))
+            crate::outfile::replace_durably(&path, &data, 0o666).map_err(io("write", &k))
         })
         .await
     }
@@ -135,7 +116,7 @@ impl Store for FsStore {
         blocking(move || -> Result<Box<dyn ObjectWriter>, StoreError> {
             let dir = path.parent().expect("keys have a parent").to_path_buf();
             create_dir_durable(&dir).map_err(io("create directory for", &k))?;
-            let tmp = temp_name(&path);
+            let tmp = crate::outfile::temp_path(&path);
             let file = std::fs::File::create(&tmp).map_err(io("create", &k))?;
             Ok(Box::new(FsWriter {
                 file: Some(file),
