@@ -140,15 +140,10 @@ impl ConnArgs {
 
     fn connection(&self) -> anyhow::Result<Connection> {
         let password = match &self.mysql_password_file {
-            Some(p) => {
-                let text =
-                    Zeroizing::new(std::fs::read_to_string(p).with_context(|| {
-                        format!("failed to read password file {}", p.display())
-                    })?);
-                Some(Zeroizing::new(
-                    text.trim_end_matches(['\n', '\r']).to_string(),
-                ))
-            }
+            Some(p) => Some(
+                mysql_backup::source::read_password_file(p)
+                    .with_context(|| format!("failed to read password file {}", p.display()))?,
+            ),
             None => std::env::var("MYSQL_PWD").ok().map(Zeroizing::new),
         };
         Ok(Connection {

@@ -595,6 +595,14 @@ impl ToolProcess {
     }
 }
 
+/// A password file's content without its trailing line break, kept in zeroized memory.
+pub fn read_password_file(path: &std::path::Path) -> std::io::Result<zeroize::Zeroizing<String>> {
+    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path)?);
+    Ok(zeroize::Zeroizing::new(
+        text.trim_end_matches(['\n', '\r']).to_string(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,13 +218,8 @@ fn connection(socket: &Path, root: Option<Zeroizing<String>>) -> Connection {
 
 /// A password file's content without its trailing newline; `None` when the file is absent.
 pub fn read_secret(path: &Path) -> Result<Option<Zeroizing<String>>, AgentError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let text = Zeroizing::new(text);
-            Ok(Some(Zeroizing::new(
-                text.trim_end_matches(['\n', '\r']).to_string(),
-            )))
-        }
+    match crate::source::read_password_file(path) {
+        Ok(secret) => Ok(Some(secret)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(AgentError::ReadCredentials {
             path: path.display().to_string(),
