@@ -596,9 +596,9 @@ impl ToolProcess {
 }
 
 /// A password file's content without its trailing line break, kept in zeroized memory.
-pub fn read_password_file(path: &std::path::Path) -> std::io::Result<zeroize::Zeroizing<String>> {
-    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path)?);
-    Ok(zeroize::Zeroizing::new(
+pub fn read_password_file(path: &Path) -> std::io::Result<Zeroizing<String>> {
+    let text = Zeroizing::new(std::fs::read_to_string(path)?);
+    Ok(Zeroizing::new(
         text.trim_end_matches(['\n', '\r']).to_string(),
     ))
 }
