@@ -53,7 +53,9 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     Ok(if ready {
         Action::requeue(Duration::from_secs(300))
     } else {
-        Action::requeue(Duration::from_secs(10))
+        // Pod and StatefulSet changes wake the controller through its watches; the timer only
+        // catches what no watch reports.
+        Action::requeue(Duration::from_secs(60))
     })
 }
 
