@@ -568,6 +568,10 @@ pub struct BackupRecord {
 pub struct ScheduleStatus {
     /// Name of the schedule in `spec.backup.schedules`.
     pub name: String,
+    /// When the operator first saw this schedule: its first run and the overdue check count
+    /// from here, not from the cluster's creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
     /// When the schedule last started a backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_schedule_time: Option<Time>,

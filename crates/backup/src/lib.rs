@@ -1,18 +1,22 @@
 //! `mysql-backup`: streaming, compressed, encrypted, verifiable MySQL and MariaDB backups to a
-//! filesystem or S3 repository. The library is driven by the CLI and by the operator's Jobs.
+//! filesystem or S3 repository. The library is driven by its CLI (also in the operator's backup
+//! Jobs) and by the in-pod agent; it knows nothing of Kubernetes.
 
 pub mod backup;
+pub mod cli;
 pub mod codec;
 pub mod crypto;
 pub mod dumphead;
 pub mod error;
 pub mod format;
-pub mod instance;
 pub mod outfile;
 pub mod progress;
+pub mod prune;
 pub mod reader;
 pub mod repo;
+pub mod report;
 pub mod restore;
+pub mod rotate;
 pub mod source;
 pub mod store;
 pub mod writer;

@@ -1,29 +1,27 @@
 //! The `mysql-backup` command line: argument parsing, output formatting and exit codes over the
 //! library.
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::time::Duration;
 
-use anyhow::Context as _;
 use chrono::Utc;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use mysql_backup::backup::{self, BackupRequest};
+use mysql_backup::cli::args::{
+    absolute, open_repo, parse_size, shutdown_signal, workers, BackupSelector, ConnArgs, KeyArgs,
+    ProgressArgs, RepoArgs,
+};
+use mysql_backup::cli::output::{
+    human_bytes, init_logging, peak_rss_bytes, print_json, print_table, LogFormat,
+};
 use mysql_backup::crypto::MasterKey;
 use mysql_backup::format::{self, Method};
-use mysql_backup::progress::{self, Progress, Reporter};
-use mysql_backup::repo::{CompleteBackup, IncompleteState, Repository};
+use mysql_backup::progress::{Progress, Reporter};
+use mysql_backup::repo::CompleteBackup;
 use mysql_backup::restore::{self, Target};
-use mysql_backup::retention::{self, Candidate, KeepPolicy};
-use mysql_backup::source::Connection;
-use mysql_backup::store::{self, S3Options};
+use mysql_backup::retention::{self, KeepPolicy};
 use mysql_backup::writer::WriteOptions;
-use mysql_backup::Error;
+use mysql_backup::{prune, report, rotate, Error};
 use serde_json::json;
-use zeroize::Zeroizing;
-
-mod instance_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -48,12 +46,6 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Take a backup and commit it to the repository.
@@ -73,144 +65,12 @@ enum Command {
     Rewrap(RewrapArgs),
     /// Delete one backup (manifest first, then its data); succeeds when it is already gone.
     Delete(DeleteArgs),
-    /// What runs inside each MySQL pod: configuration, bootstrap from a backup, the agent.
-    Instance {
-        #[command(subcommand)]
-        command: instance_cmd::InstanceCommand,
-    },
-}
-
-#[derive(Args, Clone)]
-struct RepoArgs {
-    /// Repository: a path, file:///path or s3://bucket/prefix.
-    #[arg(long, env = "MYSQL_BACKUP_REPO")]
-    repo: String,
-    #[command(flatten)]
-    s3: S3Args,
-}
-
-#[derive(Args, Clone)]
-struct S3Args {
-    /// S3 endpoint for S3-compatible services (http://host:port).
-    #[arg(long, env = "MYSQL_BACKUP_S3_ENDPOINT")]
-    s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1).
-    #[arg(long, env = "MYSQL_BACKUP_S3_REGION")]
-    s3_region: Option<String>,
-    /// Use path-style S3 requests (most S3-compatible servers need this).
-    #[arg(long, env = "MYSQL_BACKUP_S3_PATH_STYLE")]
-    s3_path_style: bool,
-    /// Multipart part size, e.g. 16MiB (default: from the segment size, at least 8MiB).
-    #[arg(long, env = "MYSQL_BACKUP_S3_PART_SIZE", value_parser = parse_size)]
-    s3_part_size: Option<u64>,
-    /// Multipart parts uploaded at once per object.
-    #[arg(long, env = "MYSQL_BACKUP_S3_PARTS_IN_FLIGHT", default_value_t = 3)]
-    s3_parts_in_flight: usize,
-    /// Retries per S3 request before failing.
-    #[arg(long, env = "MYSQL_BACKUP_S3_MAX_RETRIES", default_value_t = 10)]
-    s3_max_retries: usize,
-    /// Timeout of one S3 request, e.g. 2min.
-    #[arg(long, env = "MYSQL_BACKUP_S3_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2min")]
-    s3_request_timeout: Duration,
-}
-
-#[derive(Args, Clone, Default)]
-struct ConnArgs {
-    /// Server Unix socket.
-    #[arg(long, env = "MYSQL_BACKUP_MYSQL_SOCKET")]
-    mysql_socket: Option<PathBuf>,
-    /// Server host (TCP).
-    #[arg(long, env = "MYSQL_BACKUP_MYSQL_HOST", conflicts_with = "mysql_socket")]
-    mysql_host: Option<String>,
-    /// Server port (TCP).
-    #[arg(long, env = "MYSQL_BACKUP_MYSQL_PORT")]
-    mysql_port: Option<u16>,
-    /// User name.
-    #[arg(long, env = "MYSQL_BACKUP_MYSQL_USER", default_value = "root")]
-    mysql_user: String,
-    /// File holding the password (else MYSQL_PWD is used).
-    #[arg(long, env = "MYSQL_BACKUP_MYSQL_PASSWORD_FILE")]
-    mysql_password_file: Option<PathBuf>,
-}
-
-impl ConnArgs {
-    fn given(&self) -> bool {
-        self.mysql_socket.is_some() || self.mysql_host.is_some()
-    }
-
-    fn connection(&self) -> anyhow::Result<Connection> {
-        let password = match &self.mysql_password_file {
-            Some(p) => Some(
-                mysql_backup::source::read_password_file(p)
-                    .with_context(|| format!("failed to read password file {}", p.display()))?,
-            ),
-            None => std::env::var("MYSQL_PWD").ok().map(Zeroizing::new),
-        };
-        Ok(Connection {
-            socket: self.mysql_socket.as_deref().map(absolute).transpose()?,
-            host: self.mysql_host.clone(),
-            port: self.mysql_port,
-            user: Some(self.mysql_user.clone()),
-            password,
-        })
-    }
-}
-
-#[derive(Args, Clone)]
-struct KeyArgs {
-    /// File with the 32-byte master key, raw or base64 (`openssl rand -base64 32 > key`).
-    #[arg(long, env = "MYSQL_BACKUP_ENCRYPTION_KEY_FILE")]
-    encryption_key_file: Option<PathBuf>,
-}
-
-impl KeyArgs {
-    fn load(&self) -> Result<Option<MasterKey>, Error> {
-        self.encryption_key_file
-            .as_deref()
-            .map(MasterKey::from_file)
-            .transpose()
-            .map_err(Error::from)
-    }
-}
-
-#[derive(Args)]
-struct ProgressArgs {
-    /// How to show progress: auto (bar on a terminal, log lines otherwise), bar, log, none.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "auto",
-        env = "MYSQL_BACKUP_PROGRESS"
-    )]
-    progress: ProgressMode,
-    /// Interval between progress log lines.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", env = "MYSQL_BACKUP_PROGRESS_INTERVAL")]
-    progress_interval: Duration,
-}
-
-impl ProgressArgs {
-    fn display(&self) -> progress::Display {
-        match self.progress {
-            ProgressMode::Auto => progress::Display::auto(self.progress_interval),
-            ProgressMode::Bar => progress::Display::Bar,
-            ProgressMode::Log => progress::Display::Log(self.progress_interval),
-            ProgressMode::None => progress::Display::Quiet,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ProgressMode {
-    Auto,
-    Bar,
-    Log,
-    None,
 }
 
 #[derive(Args)]
 struct BackupArgs {
     #[command(flatten)]
-    repo: RepoArgs,
+    pub repo: RepoArgs,
     /// physical (xtrabackup/mariabackup) or logical (mysqldump/mariadb-dump).
     #[arg(
         long,
@@ -220,12 +80,12 @@ struct BackupArgs {
     )]
     method: Method,
     #[command(flatten)]
-    conn: ConnArgs,
+    pub conn: ConnArgs,
     /// zstd level (1 is fastest; see the README's benchmark).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, env = "MYSQL_BACKUP_COMPRESSION_LEVEL", value_parser = clap::value_parser!(i32).range(-7..=19))]
     compression_level: i32,
     #[command(flatten)]
-    key: KeyArgs,
+    pub key: KeyArgs,
     /// Plaintext chunk size, e.g. 8MiB.
     #[arg(long, default_value = "8MiB", value_parser = parse_size, env = "MYSQL_BACKUP_CHUNK_SIZE")]
     chunk_size: u64,
@@ -252,13 +112,13 @@ struct BackupArgs {
     #[arg(long, env = "MYSQL_BACKUP_RESULT_FILE")]
     result_file: Option<PathBuf>,
     #[command(flatten)]
-    progress: ProgressArgs,
+    pub progress: ProgressArgs,
 }
 
 #[derive(Args)]
 struct ListArgs {
     #[command(flatten)]
-    repo: RepoArgs,
+    pub repo: RepoArgs,
     /// Also show incomplete (no manifest) and damaged backups.
     #[arg(long)]
     all: bool,
@@ -267,54 +127,26 @@ struct ListArgs {
     json: bool,
 }
 
-/// Which backup to read, where, and with which key.
-#[derive(Args)]
-struct BackupSelector {
-    #[command(flatten)]
-    repo: RepoArgs,
-    #[command(flatten)]
-    key: KeyArgs,
-    /// Backup id or `latest`.
-    id: String,
-    /// Chunks read and decoded in parallel (default: number of CPUs + 2).
-    #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
-    workers: Option<usize>,
-}
-
-impl BackupSelector {
-    /// Loads the key first (a bad key file fails before any I/O), then resolves the backup.
-    async fn open(&self) -> anyhow::Result<(Repository, CompleteBackup, Option<MasterKey>)> {
-        let key = self.key.load()?;
-        let repo = open_repo(&self.repo, 0).await?;
-        let backup = repo.resolve(&self.id).await?;
-        Ok((repo, backup, key))
-    }
-
-    fn parallel(&self) -> usize {
-        workers(self.workers) + 2
-    }
-}
-
 #[derive(Args)]
 struct VerifyArgs {
     #[command(flatten)]
-    backup: BackupSelector,
+    pub backup: BackupSelector,
     /// JSON on stdout.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    progress: ProgressArgs,
+    pub progress: ProgressArgs,
 }
 
 #[derive(Args)]
 struct RestoreArgs {
     #[command(flatten)]
-    backup: BackupSelector,
+    pub backup: BackupSelector,
     /// Directory to create the datadir in (physical backups).
     #[arg(long, env = "MYSQL_BACKUP_TARGET_DIR")]
     target_dir: Option<PathBuf>,
     #[command(flatten)]
-    conn: ConnArgs,
+    pub conn: ConnArgs,
     /// Replace a non-empty --target-dir.
     #[arg(long)]
     force: bool,
@@ -331,19 +163,19 @@ struct RestoreArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    progress: ProgressArgs,
+    pub progress: ProgressArgs,
 }
 
 #[derive(Args)]
 struct CatArgs {
     #[command(flatten)]
-    backup: BackupSelector,
+    pub backup: BackupSelector,
 }
 
 #[derive(Args)]
 struct PruneArgs {
     #[command(flatten)]
-    repo: RepoArgs,
+    pub repo: RepoArgs,
     /// Keep the N most recent backups.
     #[arg(long, env = "MYSQL_BACKUP_KEEP_LAST")]
     keep_last: Option<u32>,
@@ -376,16 +208,10 @@ struct PruneArgs {
     json: bool,
 }
 
-/// Makes a path absolute: the tools we run change directory (mariabackup into the datadir), so
-/// relative paths handed to them would point elsewhere.
-fn absolute(p: &std::path::Path) -> anyhow::Result<PathBuf> {
-    std::path::absolute(p).with_context(|| format!("failed to resolve path {}", p.display()))
-}
-
 #[derive(Args)]
 struct DeleteArgs {
     #[command(flatten)]
-    repo: RepoArgs,
+    pub repo: RepoArgs,
     /// Backup id (`latest` is refused: deletion names what it deletes).
     id: String,
     /// JSON on stdout.
@@ -396,7 +222,7 @@ struct DeleteArgs {
 #[derive(Args)]
 struct RewrapArgs {
     #[command(flatten)]
-    repo: RepoArgs,
+    pub repo: RepoArgs,
     /// The current master key.
     #[arg(long, env = "MYSQL_BACKUP_ENCRYPTION_KEY_FILE")]
     encryption_key_file: PathBuf,
@@ -408,167 +234,13 @@ struct RewrapArgs {
     json: bool,
 }
 
-/// Parses sizes like `8MiB`, `4GiB`, `512KiB`, `16M` or plain bytes.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: expected e.g. 8MiB"))?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" | "k" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        other => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {other:?} (use KiB, MiB, GiB)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid size {s:?}: too large"))
-}
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-fn workers(n: Option<usize>) -> usize {
-    n.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(usize::from)
-            .unwrap_or(2)
-    })
-    .max(1)
-}
-
-fn s3_options(args: &S3Args, segment_size: u64) -> S3Options {
-    // Parts sized so a capped segment stays far below S3's 10,000-part limit.
-    let auto_part = (segment_size / 8000).max(8 << 20) as usize;
-    S3Options {
-        endpoint: args.s3_endpoint.clone(),
-        region: args.s3_region.clone(),
-        path_style: args.s3_path_style,
-        part_size: args.s3_part_size.map(|p| p as usize).unwrap_or(auto_part),
-        parts_in_flight: args.s3_parts_in_flight,
-        request_timeout: Some(args.s3_request_timeout),
-        max_retries: Some(args.s3_max_retries),
-    }
-}
-
-async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
-    let opts = s3_options(&args.s3, segment_size);
-    let store = store::open(&args.repo, &opts)
-        .await
-        .map_err(Error::OpenRepository)?;
-    Ok(Repository::new(store))
-}
-
-/// Resolves when SIGINT or SIGTERM arrives.
-fn shutdown_signal() -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("signal handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::warn!("signal received; stopping and cleaning up");
-    })
-}
-
-fn manifest_json(b: &CompleteBackup, location: &str) -> serde_json::Value {
-    let m = &b.manifest;
-    json!({
-        "id": m.id,
-        "method": m.method,
-        "location": location,
-        "startedAt": m.started_at,
-        "finishedAt": m.finished_at,
-        "durationSeconds": (m.finished_at - m.started_at).num_milliseconds() as f64 / 1000.0,
-        "flavor": m.source.flavor,
-        "serverVersion": m.source.server_version,
-        "sourceHost": m.source.host,
-        "tool": m.source.tool,
-        "toolVersion": m.source.tool_version,
-        "plaintextBytes": m.plaintext.bytes,
-        "plaintextSha256": m.plaintext.sha256,
-        "storedBytes": m.stored_bytes,
-        "chunks": m.plaintext.chunks,
-        "segments": m.segments.len(),
-        "compressionLevel": m.chunking.compression_level,
-        "encrypted": m.encryption.is_some(),
-        "keyId": m.encryption.as_ref().map(|e| e.key_id.clone()),
-        "binlogFile": m.consistent_point.binlog_file,
-        "binlogPosition": m.consistent_point.binlog_position,
-        "gtidSet": m.consistent_point.gtid_set,
-        "manifestSha256": b.manifest_sha256,
-    })
-}
-
-/// Peak resident memory of this process (not of the tools it runs), in bytes.
-fn peak_rss_bytes() -> u64 {
-    // SAFETY: getrusage fills the struct it is given and has no other effect.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return 0;
-    }
-    (usage.ru_maxrss as u64) * 1024
-}
-
-fn print_json(v: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).expect("JSON serializes")
-    );
-}
-
-/// Prints rows as aligned columns.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let s: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        println!("{}", s.join("  ").trim_end());
-    };
-    line(header.iter().map(|s| s.to_string()).collect());
-    for r in rows {
-        line(r.clone());
-    }
-}
-
-/// Kubernetes keeps at most this many bytes of a termination message.
-const RESULT_FILE_LIMIT: usize = 4096;
-
 async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
     let result_file = a.result_file.clone();
     let outcome = run_backup(a).await;
     if let Some(path) = result_file {
         let line = match &outcome {
-            Ok(summary) => result_line(summary.clone()),
-            Err(e) => error_result_line(&error_line(e)),
+            Ok(result) => result.to_line(),
+            Err(e) => report::error_line(&mysql_backup::error::chain(e.as_ref())),
         };
         match mysql_backup::outfile::write_replacing(&path, line.as_bytes()) {
             Ok(how) => {
@@ -582,47 +254,8 @@ async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
     outcome.map(drop)
 }
 
-/// The success JSON on one line, within [`RESULT_FILE_LIMIT`]. Never cut: if it is too long
-/// (a huge GTID set or repository URL), whole fields are left out and named in `omitted`.
-fn result_line(mut summary: serde_json::Value) -> String {
-    let mut omitted = Vec::new();
-    for field in ["gtidSet", "location", "toolVersion", "sourceHost"] {
-        let line = format!("{summary}\n");
-        if line.len() <= RESULT_FILE_LIMIT {
-            return line;
-        }
-        summary[field] = serde_json::Value::Null;
-        omitted.push(field);
-        summary["omitted"] = json!(omitted);
-    }
-    format!("{summary}\n")
-}
-
-/// `{"error": …}` on one line within [`RESULT_FILE_LIMIT`], the message cut (and ended with
-/// `…`) if needed.
-fn error_result_line(message: &str) -> String {
-    let line = |m: &str| format!("{}\n", json!({ "error": m }));
-    let full = line(message);
-    if full.len() <= RESULT_FILE_LIMIT {
-        return full;
-    }
-    // The longest prefix (on a character boundary) that fits once escaped, by bisection.
-    let cuts: Vec<usize> = message.char_indices().map(|(i, _)| i).collect();
-    let fits = |n: usize| line(&format!("{}…", &message[..cuts[n]])).len() <= RESULT_FILE_LIMIT;
-    let (mut lo, mut hi) = (0, cuts.len() - 1);
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    line(&format!("{}…", &message[..cuts[lo]]))
-}
-
-/// Takes the backup and prints the summary; returns the summary for the result file.
-async fn run_backup(a: BackupArgs) -> anyhow::Result<serde_json::Value> {
+/// Takes the backup and prints the summary; returns the report for the result file.
+async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
     if a.chunk_size == 0 || a.chunk_size > (256 << 20) {
         return Err(Error::InvalidArgument(
             "--chunk-size must be between 1 byte and 256MiB".into(),
@@ -672,9 +305,9 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<serde_json::Value> {
         repo.store().describe().trim_end_matches('/'),
         format::object_key(&done.manifest.id, "")
     );
-    let summary = manifest_json(&done, &location);
+    let summary = report::backup_result(&done, Some(location));
     if a.json {
-        let mut v = summary.clone();
+        let mut v = serde_json::to_value(&summary)?;
         v["peakRssBytes"] = peak_rss_bytes().into();
         print_json(&v);
     } else {
@@ -705,7 +338,7 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
         let complete: Vec<_> = catalog
             .complete
             .iter()
-            .map(|b| manifest_json(b, ""))
+            .map(|b| report::backup_result(b, None))
             .collect();
         let mut out = json!({ "backups": complete });
         if a.all {
@@ -923,45 +556,16 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     };
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
-    let candidates: Vec<Candidate> = catalog
-        .complete
-        .iter()
-        .map(|b| Candidate {
-            id: b.manifest.id.clone(),
-            time: b.manifest.finished_at,
-        })
-        .collect();
-    let decisions = retention::plan(&policy, &candidates);
-    let now = Utc::now();
-    let stale: Vec<_> = catalog
-        .incomplete
-        .iter()
-        .filter(|i| {
-            i.state == IncompleteState::Orphan
-                && i.newest().is_some_and(|t| now - t > a.orphan_grace)
-        })
-        .collect();
-    let damaged: Vec<_> = catalog
-        .incomplete
-        .iter()
-        .filter(|i| matches!(i.state, IncompleteState::Damaged(_)))
-        .collect();
-    for d in &damaged {
+    let plan = prune::plan(&catalog, &policy, a.orphan_grace, Utc::now());
+    for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
     }
-    let mut removed = Vec::new();
-    if !a.dry_run {
-        for d in decisions.iter().filter(|d| !d.keep) {
-            repo.delete_backup(&d.id, &catalog.objects[&d.id]).await?;
-            tracing::info!(backup_id = %d.id, "backup removed");
-            removed.push(d.id.clone());
-        }
-        for o in &stale {
-            repo.delete_backup(&o.id, &o.objects).await?;
-            tracing::info!(backup_id = %o.id, "incomplete backup removed");
-            removed.push(o.id.clone());
-        }
-    }
+    let removed = if a.dry_run {
+        Vec::new()
+    } else {
+        prune::execute(&repo, &catalog, &plan).await?
+    };
+    let (decisions, stale) = (&plan.decisions, &plan.stale);
     if a.json {
         print_json(&json!({
             "dryRun": a.dry_run,
@@ -1037,35 +641,16 @@ async fn cmd_delete(a: DeleteArgs) -> anyhow::Result<()> {
 async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
     let old = MasterKey::from_file(&a.encryption_key_file).map_err(Error::from)?;
     let new = MasterKey::from_file(&a.new_encryption_key_file).map_err(Error::from)?;
-    if old.id() == new.id() {
-        return Err(Error::InvalidArgument("the old and new keys are the same key".into()).into());
-    }
     let repo = open_repo(&a.repo, 0).await?;
-    let catalog = repo.catalog().await?;
-    let mut rows = Vec::new();
-    let mut results = Vec::new();
-    // Each manifest is replaced atomically and backups already on the new key are skipped, so
-    // an interrupted rotation is finished by running it again.
-    for b in &catalog.complete {
-        let m = &b.manifest;
-        let outcome = match &m.encryption {
-            None => "skipped: not encrypted".to_string(),
-            Some(e) if e.key_id == new.id() => "skipped: already on the new key".to_string(),
-            Some(e) if e.key_id != old.id() => {
-                format!("skipped: encrypted with another key ({})", e.key_id)
-            }
-            Some(e) => {
-                let mut updated = m.clone();
-                updated.encryption =
-                    Some(mysql_backup::crypto::rewrap(&m.id, e, &old, &new).map_err(Error::from)?);
-                repo.commit(&updated).await?;
-                tracing::info!(backup_id = %m.id, old_key = %old.id(), new_key = %new.id(), "data key re-wrapped");
-                "re-wrapped".to_string()
-            }
-        };
-        rows.push(vec![m.id.clone(), outcome.clone()]);
-        results.push(json!({ "id": m.id, "result": outcome }));
-    }
+    let outcomes = rotate::rewrap_all(&repo, &old, &new).await?;
+    let rows: Vec<Vec<String>> = outcomes
+        .iter()
+        .map(|(id, o)| vec![id.clone(), o.to_string()])
+        .collect();
+    let results: Vec<_> = outcomes
+        .iter()
+        .map(|(id, o)| json!({ "id": id, "result": o.to_string() }))
+        .collect();
     if a.json {
         print_json(&json!({ "oldKeyId": old.id(), "newKeyId": new.id(), "backups": results }));
     } else if rows.is_empty() {
@@ -1074,29 +659,6 @@ async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
         print_table(&["ID", "RESULT"], &rows);
     }
     Ok(())
-}
-
-/// The cause chain of a failure on one line, as printed after `error: `.
-fn error_line(e: &anyhow::Error) -> String {
-    let msg = match e.downcast_ref::<Error>() {
-        Some(err) => mysql_backup::error::chain(err),
-        None => format!("{e:#}"),
-    };
-    msg.replace('\n', " ")
-}
-
-fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -1127,13 +689,12 @@ fn main() -> std::process::ExitCode {
             Command::Prune(a) => cmd_prune(a).await,
             Command::Rewrap(a) => cmd_rewrap(a).await,
             Command::Delete(a) => cmd_delete(a).await,
-            Command::Instance { command } => instance_cmd::run(command).await,
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_line(&e));
+            eprintln!("error: {}", mysql_backup::error::chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -1141,53 +702,91 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{error_result_line, parse_size, result_line, RESULT_FILE_LIMIT};
-    use serde_json::json;
+    use super::{Cli, Command};
+    use bulwark_contract::command::{self, Method, Repository};
+    use clap::Parser;
 
+    fn repository() -> Repository {
+        Repository {
+            url: "s3://bucket/prefix".into(),
+            s3_endpoint: Some("http://minio:9000".into()),
+            s3_region: Some("eu-1".into()),
+            s3_path_style: true,
+            encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
+        }
+    }
+
+    fn parse(argv: command::Argv) -> Cli {
+        assert_eq!(argv.program, "mysql-backup");
+        Cli::try_parse_from(argv.to_vec()).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+    }
+
+    /// What the operator's backup Job runs is what this binary parses.
     #[test]
-    fn result_lines_fit_the_termination_message_limit() {
-        let ok = result_line(json!({ "id": "20261122T031633Z-4a0760", "gtidSet": "0-1-2" }));
-        assert_eq!(
-            ok,
-            "{\"gtidSet\":\"0-1-2\",\"id\":\"20261122T031633Z-4a0760\"}\n"
-        );
-        // A huge GTID set is left out whole, never cut.
-        let huge = "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5,".repeat(200);
-        let line = result_line(json!({ "id": "x", "gtidSet": huge, "location": "s3://b/p" }));
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert!(line.len() <= RESULT_FILE_LIMIT, "{}", line.len());
-        assert_eq!(
-            (v["gtidSet"].is_null(), v["location"].as_str()),
-            (true, Some("s3://b/p"))
-        );
-        assert_eq!(v["omitted"], json!(["gtidSet"]));
-
-        let short = error_result_line("failed to connect: refused");
-        assert_eq!(short, "{\"error\":\"failed to connect: refused\"}\n");
-        for filler in ["x", "\"", "é", "\u{1}"] {
-            let long = error_result_line(&format!("failed to back up: {}", filler.repeat(5000)));
-            let v: serde_json::Value = serde_json::from_str(&long).unwrap();
-            let msg = v["error"].as_str().unwrap();
-            assert!(
-                long.len() <= RESULT_FILE_LIMIT,
-                "{filler:?}: {}",
-                long.len()
+    fn the_operators_backup_command_parses() {
+        for (method, datadir) in [
+            (Method::Physical, Some("/var/lib/mysql")),
+            (Method::Logical, None),
+        ] {
+            let built = command::Backup {
+                repository: repository(),
+                method,
+                host: "db-1.db-headless".into(),
+                port: 3306,
+                user: "bulwark_backup".into(),
+                password_file: "/etc/bulwark/backup-credentials/password".into(),
+                datadir: datadir.map(str::to_owned),
+                result_file: "/dev/termination-log".into(),
+                progress_interval_seconds: 5,
+            };
+            let cli = parse(built.argv());
+            assert!(matches!(cli.log_format, super::LogFormat::Json));
+            let Command::Backup(a) = cli.command else {
+                panic!("not a backup")
+            };
+            assert_eq!(a.repo.repo, "s3://bucket/prefix");
+            assert_eq!(a.repo.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
+            assert_eq!(a.repo.s3.s3_region.as_deref(), Some("eu-1"));
+            assert!(a.repo.s3.s3_path_style);
+            assert_eq!(
+                a.key.encryption_key_file.unwrap().to_str(),
+                Some("/etc/bulwark/backup-key/master.key")
             );
-            assert!(
-                long.len() > RESULT_FILE_LIMIT - 8,
-                "{filler:?}: {}",
-                long.len()
+            assert_eq!(a.method.to_string(), method.as_str());
+            assert_eq!(a.conn.mysql_host.as_deref(), Some("db-1.db-headless"));
+            assert_eq!(a.conn.mysql_port, Some(3306));
+            assert_eq!(a.conn.mysql_user, "bulwark_backup");
+            assert_eq!(
+                a.conn.mysql_password_file.unwrap().to_str(),
+                Some("/etc/bulwark/backup-credentials/password")
             );
-            assert!(msg.starts_with("failed to back up: ") && msg.ends_with('…'));
+            assert_eq!(a.datadir.as_deref(), datadir);
+            assert_eq!(
+                a.result_file.unwrap().to_str(),
+                Some("/dev/termination-log")
+            );
+            assert!(matches!(
+                a.progress.progress,
+                mysql_backup::cli::args::ProgressMode::Log
+            ));
+            assert_eq!(a.progress.progress_interval.as_secs(), 5);
         }
     }
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("8MiB"), Ok(8 << 20));
-        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
-        assert_eq!(parse_size("512"), Ok(512));
-        assert!(parse_size("8 parsecs").is_err());
-        assert!(parse_size("MiB").is_err());
+    fn the_operators_delete_command_parses() {
+        let built = command::Delete {
+            repository: Repository {
+                url: "/backup-storage".into(),
+                ..Repository::default()
+            },
+            backup_id: "20261122T031633Z-4a0760".into(),
+        };
+        let Command::Delete(a) = parse(built.argv()).command else {
+            panic!("not a delete")
+        };
+        assert_eq!(a.repo.repo, "/backup-storage");
+        assert_eq!(a.id, "20261122T031633Z-4a0760");
+        assert!(!a.repo.s3.s3_path_style);
     }
 }

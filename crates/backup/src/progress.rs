@@ -3,8 +3,56 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The bar on screen, if any: log lines are written while it is suspended (cleared, then
+/// redrawn below them), so that no stale bar line is left between log lines.
+static ACTIVE_BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+/// A log writer for stderr that keeps log lines above the progress bar.
+pub struct StderrAboveBar;
+
+impl std::io::Write for StderrAboveBar {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        write_above_bar(active_bar().as_ref(), || {
+            std::io::stderr().lock().write_all(buf)
+        })?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+fn active_bar() -> Option<indicatif::ProgressBar> {
+    ACTIVE_BAR.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Runs `write` with `bar` (if any) taken off the screen, then redraws it.
+fn write_above_bar<T>(bar: Option<&indicatif::ProgressBar>, write: impl FnOnce() -> T) -> T {
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
+}
+
+/// Makes `bar` the one log lines are written above, until it is dropped from the slot.
+struct ActiveBar;
+
+impl ActiveBar {
+    fn set(bar: &indicatif::ProgressBar) -> ActiveBar {
+        *ACTIVE_BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
+        ActiveBar
+    }
+}
+
+impl Drop for ActiveBar {
+    fn drop(&mut self) {
+        *ACTIVE_BAR.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
 
 /// Counters updated by the pipelines.
 #[derive(Debug, Default)]
@@ -67,6 +115,7 @@ impl Reporter {
                 let without_total =
                     "{prefix} [{elapsed_precise}] {spinner} {bytes} {binary_bytes_per_sec}";
                 bar.set_prefix(what);
+                let slot = ActiveBar::set(&bar);
                 let mut has_total = None;
                 loop {
                     let total = progress.total_hint.load(Ordering::Relaxed);
@@ -90,6 +139,7 @@ impl Reporter {
                         _ = tokio::time::sleep(Duration::from_millis(200)) => {}
                     }
                 }
+                drop(slot);
                 bar.finish_and_clear();
             })),
             Display::Log(interval) => Some(tokio::spawn(async move {
@@ -139,5 +189,30 @@ impl Drop for Reporter {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use indicatif::{InMemoryTerm, ProgressBar, ProgressDrawTarget, TermLike};
+
+    #[test]
+    fn log_lines_go_above_the_bar() {
+        let term = InMemoryTerm::new(10, 60);
+        let bar = ProgressBar::with_draw_target(
+            Some(100),
+            ProgressDrawTarget::term_like(Box::new(term.clone())),
+        );
+        bar.set_style(indicatif::ProgressStyle::with_template("BAR {pos}/{len}").unwrap());
+        bar.set_position(10);
+        bar.tick();
+        assert_eq!(term.contents(), "BAR 10/100");
+        // Without suspending, the line would be written over the bar's line.
+        write_above_bar(Some(&bar), || term.write_line("log line one").unwrap());
+        bar.set_position(20);
+        write_above_bar(Some(&bar), || term.write_line("log line two").unwrap());
+        bar.tick();
+        assert_eq!(term.contents(), "log line one\nlog line two\nBAR 20/100");
     }
 }

@@ -71,7 +71,7 @@ impl Connection {
         args
     }
 
-    pub(crate) fn opts(&self) -> mysql_async::Opts {
+    pub fn opts(&self) -> mysql_async::Opts {
         let mut b = mysql_async::OptsBuilder::default()
             .user(self.user.clone())
             .pass(self.password.as_ref().map(|p| p.to_string()))
@@ -354,7 +354,7 @@ pub fn logical_args(
 }
 
 /// `(major, minor, patch)` of a server version string (`8.0.36-log` → `(8, 0, 36)`).
-pub(crate) fn parse_version(v: &str) -> (u32, u32, u32) {
+pub fn parse_version(v: &str) -> (u32, u32, u32) {
     let mut it = v
         .split(|c: char| !c.is_ascii_digit())
         .filter(|s| !s.is_empty())

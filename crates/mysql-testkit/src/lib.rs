@@ -34,6 +34,7 @@
 //! # }
 //! ```
 
+pub mod cli;
 mod fault_proxy;
 mod fixture;
 mod mariadb;

@@ -39,28 +39,37 @@ where
     })
 }
 
-/// Applies a status document (`{"apiVersion", "kind", "status"}`) as `manager`.
+/// Applies `status` as `manager`'s part of the status of `read`, only over the version it was
+/// decided from. Status writers merge what they decide into what they read; a write from a
+/// stale copy would drop fields a newer write recorded, so it is refused with a conflict
+/// ([`Error::is_conflict`]) and the reconcile runs again on fresh data.
 pub async fn apply_status<K>(
     api: &Api<K>,
-    name: &str,
-    doc: serde_json::Value,
+    read: &K,
+    status: serde_json::Value,
     manager: &str,
 ) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let kind = kind_of::<K>();
+    let name = read.meta().name.clone().unwrap_or_default();
+    let doc = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {
+            "name": name,
+            "resourceVersion": read.meta().resource_version,
+        },
+        "status": status,
+    });
     api.patch_status(
-        name,
+        &name,
         &PatchParams::apply(manager).force(),
         &Patch::Apply(doc),
     )
     .await
-    .map_err(|source| Error::UpdateStatus {
-        kind,
-        name: name.to_owned(),
-        source,
-    })
+    .map_err(|source| Error::UpdateStatus { kind, name, source })
 }
 
 /// Reads an object; `None` when it does not exist.

@@ -1,8 +1,6 @@
 //! Errors of the controllers, each named for the API call that failed and classified into a
 //! short static category (event reason and metric label).
 
-use std::time::Duration;
-
 /// A failed step of a reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -102,14 +100,10 @@ impl Error {
         }
     }
 
-    /// How long to wait before the next attempt after this error.
-    pub fn retry_after(&self) -> Duration {
-        if self.is_retryable() {
-            Duration::from_secs(5)
-        } else {
-            // A rejected request will be rejected again until someone changes something.
-            Duration::from_secs(300)
-        }
+    /// Whether a status write was refused because it was decided from a stale copy: not a
+    /// failure, the reconcile just runs again on fresh data.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::UpdateStatus { source, .. } if is_conflict(source))
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use bulwark_contract::{ports, Role};
+
 /// Label holding the cluster name on every object of a cluster.
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Label naming the application.
@@ -15,12 +17,13 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const APP_NAME: &str = "mysql";
 /// Value of `app.kubernetes.io/managed-by`.
 pub const MANAGED_BY: &str = "bulwark-operator";
-/// Label the operator maintains on server pods: `primary` or `replica`; the Services select by it.
-pub const ROLE_LABEL: &str = "mysql.bulwark.dev/role";
+/// Label the operator maintains on server pods: `primary` or `replica`; the Services select by it
+/// and the agent reads it.
+pub const ROLE_LABEL: &str = bulwark_contract::labels::ROLE;
 /// Role label value of the pod running the primary.
-pub const ROLE_PRIMARY: &str = "primary";
+pub const ROLE_PRIMARY: &str = Role::Primary.as_str();
 /// Role label value of the pods running replicas.
-pub const ROLE_REPLICA: &str = "replica";
+pub const ROLE_REPLICA: &str = Role::Replica.as_str();
 /// Label on MySQLBackup objects a schedule created: the schedule's name.
 pub const SCHEDULE_LABEL: &str = "mysql.bulwark.dev/schedule";
 /// Label on Jobs and pods: the MySQLBackup they belong to.
@@ -30,15 +33,18 @@ pub const SCHEDULED_AT_ANNOTATION: &str = "mysql.bulwark.dev/scheduled-at";
 /// Annotation on MySQLBackups: the storage the data went to, as JSON, so that the data can be
 /// deleted after the cluster (and with it the storage definition) is gone.
 pub const STORAGE_ANNOTATION: &str = "mysql.bulwark.dev/storage";
+/// Annotation on a bootstrapped cluster's StatefulSet: the backup its pods restore, as JSON
+/// ([`crate::cluster::bootstrap::RestoreSource`]), resolved once when the cluster was created.
+pub const RESTORE_SOURCE_ANNOTATION: &str = "mysql.bulwark.dev/restore-source";
 /// Finalizer on MySQLBackups whose data is deleted with them.
 pub const BACKUP_DATA_FINALIZER: &str = "mysql.bulwark.dev/backup-data";
 
-/// Port of the MySQL protocol.
-pub const MYSQL_PORT: i32 = 3306;
+/// Port of the MySQL protocol (as Kubernetes types it).
+pub const MYSQL_PORT: i32 = ports::MYSQL as i32;
 /// Port of the agent sidecar's health endpoints.
-pub const AGENT_PORT: i32 = 9081;
+pub const AGENT_PORT: i32 = ports::AGENT as i32;
 /// Port of the metrics exporter sidecar.
-pub const EXPORTER_PORT: i32 = 9104;
+pub const EXPORTER_PORT: i32 = ports::EXPORTER as i32;
 
 /// Component values.
 pub mod component {

@@ -1,8 +1,9 @@
 //! Small builders of pod spec pieces shared by the StatefulSet and the Jobs.
 
+use bulwark_contract::command::Argv;
 use k8s_openapi::api::core::v1::{
-    Capabilities, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext, SecretKeySelector,
-    SecurityContext, VolumeMount,
+    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+    SecretKeySelector, SecurityContext, VolumeMount,
 };
 
 /// uid and gid of the server in both official images; the operator's containers that touch the
@@ -80,5 +81,17 @@ pub fn server_user() -> PodSecurityContext {
         fs_group: Some(SERVER_UID),
         run_as_non_root: Some(true),
         ..PodSecurityContext::default()
+    }
+}
+
+/// A restricted container running `argv` (the image's entrypoint is not relied on).
+pub fn command_container(name: &str, image: &str, argv: Argv) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(image.to_owned()),
+        command: Some(vec![argv.program.to_owned()]),
+        args: Some(argv.args),
+        security_context: Some(restricted()),
+        ..Container::default()
     }
 }

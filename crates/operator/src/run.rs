@@ -171,6 +171,16 @@ fn error_policy<K>(controller: &'static str, obj: Arc<K>, err: &Error, ctx: Arc<
 where
     K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
 {
+    if err.is_conflict() {
+        // Written from a stale copy: the watch already has the newer version queued.
+        tracing::debug!(
+            controller,
+            namespace = obj.meta().namespace.as_deref().unwrap_or(""),
+            name = obj.meta().name.as_deref().unwrap_or(""),
+            "status decided from a stale copy; reconciling again"
+        );
+        return Action::requeue(std::time::Duration::from_millis(200));
+    }
     ctx.metrics.reconcile_failed(controller, err.category());
     let failures = ctx.count_failure(&backoff_key(controller, obj.as_ref()));
     let delay = retry_delay(err, failures);
@@ -196,7 +206,8 @@ where
 /// Exponential backoff per object: 5 s doubling to 5 minutes; rejected requests wait 5 minutes.
 pub fn retry_delay(err: &Error, failures: u32) -> std::time::Duration {
     if !err.is_retryable() {
-        return err.retry_after();
+        // A rejected request will be rejected again until someone changes something.
+        return std::time::Duration::from_secs(300);
     }
     let exp = failures.saturating_sub(1).min(6);
     std::time::Duration::from_secs((5u64 << exp).min(300))

@@ -9,12 +9,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster};
+use bulwark_contract::command;
+use bulwark_contract::result::{error_line, BackupResult};
 use bulwark_operator::context::{Config, Context};
 use bulwark_operator::metrics::Metrics;
 use bulwark_testenv::TestNamespace;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Event, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -256,15 +260,35 @@ async fn end_job_pod(
     .expect("end job pod");
 }
 
+/// The result line `mysql-backup` writes for a committed backup, built with the producer's type.
 fn result_json(id: &str) -> String {
-    json!({
-        "id": id, "method": "physical", "location": "/backup-storage",
-        "startedAt": "2026-11-22T03:00:00Z", "finishedAt": "2026-11-22T03:04:10Z",
-        "plaintextBytes": 123456789, "storedBytes": 23456789,
-        "binlogFile": "mysql-bin.000007", "binlogPosition": 4242, "gtidSet": "0-100-77",
-        "manifestSha256": "ab".repeat(32)
-    })
-    .to_string()
+    BackupResult {
+        id: id.to_owned(),
+        method: "physical".into(),
+        location: Some("/backup-storage".into()),
+        started_at: "2026-11-22T03:00:00Z".parse().unwrap(),
+        finished_at: "2026-11-22T03:04:10Z".parse().unwrap(),
+        duration_seconds: 250.0,
+        flavor: "mariadb".into(),
+        server_version: "11.4.4-MariaDB".into(),
+        source_host: Some("vault-1".into()),
+        tool: "mariadb-backup".into(),
+        tool_version: Some("11.4.4".into()),
+        plaintext_bytes: 123456789,
+        plaintext_sha256: "cd".repeat(32),
+        stored_bytes: 23456789,
+        chunks: 15,
+        segments: 1,
+        compression_level: 1,
+        encrypted: true,
+        key_id: Some("k1".into()),
+        binlog_file: Some("mysql-bin.000007".into()),
+        binlog_position: Some(4242),
+        gtid_set: Some("0-100-77".into()),
+        manifest_sha256: "ab".repeat(32),
+        omitted: vec![],
+    }
+    .to_line()
 }
 
 const CLUSTER: &str = r#"
@@ -376,13 +400,12 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     );
     let init = &pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(
-        init.args.as_ref().unwrap()[..2],
-        ["instance".to_owned(), "init".to_owned()]
+        argv_of(init),
+        command::Init::for_pod("ledger", command::Engine::MariaDb).argv()
     );
-    let agent_args = pod.containers[1].args.clone().unwrap().join(" ");
-    assert!(
-        agent_args.contains("--primary-host ledger-primary"),
-        "{agent_args}"
+    assert_eq!(
+        argv_of(&pod.containers[1]),
+        command::Agent::for_pod("ledger-primary", None).argv()
     );
     let config_volume = pod
         .volumes
@@ -694,6 +717,30 @@ async fn backup_status(api: &Api<MySQLBackup>, name: &str, phase: BackupPhase) -
     .await
 }
 
+/// The command line of a container, as the contract types it.
+fn argv_of(c: &Container) -> command::Argv {
+    let program = match c.command.as_deref() {
+        Some([p]) if p == command::BACKUP_PROGRAM => command::BACKUP_PROGRAM,
+        Some([p]) if p == command::AGENT_PROGRAM => command::AGENT_PROGRAM,
+        other => panic!("unexpected command {other:?}"),
+    };
+    command::Argv {
+        program,
+        args: c.args.clone().unwrap_or_default(),
+    }
+}
+
+fn job_container(job: &Job) -> &Container {
+    &job.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+}
+
 fn env_of(job: &Job) -> BTreeMap<String, String> {
     let c = &job
         .spec
@@ -807,16 +854,25 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         (source_mount.read_only, source_mount.sub_path.as_deref()),
         (Some(true), Some("mysql"))
     );
-    let env = env_of(&job);
-    assert_eq!(env["MYSQL_BACKUP_MYSQL_HOST"], "vault-1.vault-headless");
-    assert_eq!(env["MYSQL_BACKUP_REPO"], "/backup-storage");
-    assert_eq!(env["MYSQL_BACKUP_METHOD"], "physical");
-    assert_eq!(env["MYSQL_BACKUP_DATADIR"], "/var/lib/mysql");
     assert_eq!(
-        env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"],
-        "/etc/bulwark/backup-key/master.key"
+        argv_of(job_container(&job)),
+        command::Backup {
+            repository: command::Repository {
+                url: "/backup-storage".into(),
+                encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
+                ..command::Repository::default()
+            },
+            method: command::Method::Physical,
+            host: "vault-1.vault-headless".into(),
+            port: 3306,
+            user: "bulwark_backup".into(),
+            password_file: "/etc/bulwark/backup-credentials/password".into(),
+            datadir: Some("/var/lib/mysql".into()),
+            result_file: "/dev/termination-log".into(),
+            progress_interval_seconds: 5,
+        }
+        .argv()
     );
-    assert_eq!(env["MYSQL_BACKUP_RESULT_FILE"], "/dev/termination-log");
     assert_eq!(pod.containers[0].image.as_deref(), Some(BACKUP_IMAGE));
     assert_eq!(job.owner_references()[0].name, "before-upgrade");
 
@@ -880,22 +936,31 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         .unwrap()
         .iter()
         .any(|v| v.name == "source-data" || v.name == "backup-storage"));
+    let argv2 = argv_of(job_container(&job2)).args;
+    for flag in [
+        "--repo=s3://vault-backups/prod/vault",
+        "--s3-endpoint=http://127.0.0.1:9000",
+        "--s3-path-style",
+        "--method=logical",
+    ] {
+        assert!(argv2.iter().any(|a| a == flag), "{flag} in {argv2:?}");
+    }
+    assert!(
+        !argv2.iter().any(|a| a.starts_with("--datadir")),
+        "{argv2:?}"
+    );
     let env2 = env_of(&job2);
-    assert_eq!(env2["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
-    assert_eq!(env2["MYSQL_BACKUP_S3_ENDPOINT"], "http://127.0.0.1:9000");
-    assert_eq!(env2["MYSQL_BACKUP_S3_PATH_STYLE"], "true");
     assert_eq!(
         env2["AWS_ACCESS_KEY_ID"],
         "secret:vault-s3/AWS_ACCESS_KEY_ID"
     );
-    assert_eq!(env2["MYSQL_BACKUP_METHOD"], "logical");
     end_job_pod(
         &client,
         n,
         "adhoc-dump-backup",
         "backup",
         false,
-        r#"{"error":"failed to connect to the server: Access denied for user 'bulwark_backup'"}"#,
+        &error_line("failed to connect to the server: Access denied for user 'bulwark_backup'"),
     )
     .await;
     let failed = backup_status(&backups, "adhoc-dump", BackupPhase::Failed).await;
@@ -937,16 +1002,11 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         .await
         .unwrap();
     let del = wait_get(&jobs, "before-upgrade-delete").await;
-    let c = &del
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
-    assert_eq!(c.args.clone().unwrap(), ["delete", "20261122T030000Z-9f3a"]);
+    let argv = argv_of(job_container(&del));
+    assert_eq!(
+        (argv.args[1].as_str(), argv.args.last().map(String::as_str)),
+        ("delete", Some("20261122T030000Z-9f3a"))
+    );
     assert!(
         backups.get_opt("before-upgrade").await.unwrap().is_some(),
         "held by the finalizer"
@@ -1016,7 +1076,7 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
                 let msg = if ok {
                     result_json(&id)
                 } else {
-                    r#"{"error":"failed to stream the backup: disk full"}"#.to_owned()
+                    error_line("failed to stream the backup: disk full")
                 };
                 end_job_pod(&client, n, &name, "backup", ok, &msg).await;
                 outcomes.insert(backup.to_owned(), (ok, id));
@@ -1100,11 +1160,12 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
                 .get(&format!("{name}-delete"))
                 .await
                 .expect("deletion job of a pruned backup");
-            let args = j.spec.unwrap().template.spec.unwrap().containers[0]
-                .args
-                .clone()
-                .unwrap();
-            assert_eq!(args, ["delete".to_owned(), id.clone()]);
+            let args = argv_of(job_container(&j)).args;
+            assert_eq!(
+                (args[1].as_str(), args.last()),
+                ("delete", Some(id)),
+                "{args:?}"
+            );
         }
     }
     let c = clusters.get("vault").await.unwrap();
@@ -1144,7 +1205,7 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     apply_yaml(&clusters, &yaml).await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
     let set = wait_get(&sets, "vault").await;
-    let pod = set.spec.unwrap().template.spec.unwrap();
+    let pod = set.spec.clone().unwrap().template.spec.unwrap();
     let inits: Vec<&str> = pod
         .init_containers
         .as_ref()
@@ -1158,35 +1219,29 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
         "the restore runs after init and before mysqld"
     );
     let restore = &pod.init_containers.as_ref().unwrap()[1];
-    let args = restore.args.clone().unwrap();
+    let repository = command::Repository {
+        url: "s3://vault-backups/prod/vault".into(),
+        s3_endpoint: Some("http://127.0.0.1:9000".into()),
+        s3_region: Some("eu-west-1".into()),
+        s3_path_style: true,
+        encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
+    };
     assert_eq!(
-        &args[..4],
-        ["instance", "restore", "--datadir", "/var/lib/mysql"]
+        argv_of(restore),
+        command::Restore::for_pod(repository.clone(), "20261101T000000Z-0a0b").argv()
     );
-    assert_eq!(
-        args.last().map(String::as_str),
-        Some("20261101T000000Z-0a0b")
-    );
-    let env: BTreeMap<String, String> = restore
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-        .collect();
+    // The agent finishes the restore (pending logical load, restored GTID history) from the same
+    // repository and files.
     let agent = pod.containers.iter().find(|c| c.name == "agent").unwrap();
-    let agent_args = agent.args.clone().unwrap().join(" ");
-    assert!(
-        agent_args.contains("--gtid-file /var/lib/bulwark/restored-gtid")
-            && args
-                .join(" ")
-                .contains("--gtid-file /var/lib/bulwark/restored-gtid"),
-        "restore and agent share the restored GTID file: {agent_args}"
-    );
-    assert_eq!(env["MYSQL_BACKUP_REPO"], "s3://vault-backups/prod/vault");
     assert_eq!(
-        env["MYSQL_BACKUP_ENCRYPTION_KEY_FILE"],
-        "/etc/bulwark/backup-key/master.key"
+        argv_of(agent),
+        command::Agent::for_pod("vault-primary", Some(repository)).argv()
     );
+    // The source is recorded on the StatefulSet, not parsed back from the arguments.
+    let recorded = set.annotations()["mysql.bulwark.dev/restore-source"].clone();
+    let recorded: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+    assert_eq!(recorded["backupId"], "20261101T000000Z-0a0b");
+    assert_eq!(recorded["storage"]["name"], "offsite");
     // Bootstrap is fixed at creation: it cannot be pointed at another backup later.
     let moved = yaml.replace("20261101T000000Z-0a0b", "20261102T000000Z-0c0d");
     let obj: MySQLCluster = serde_yaml::from_str(&moved).unwrap();
@@ -1318,4 +1373,91 @@ unsafe fn libc_kill(pid: i32) {
     unsafe {
         kill(pid, 15);
     }
+}
+
+/// The cause of a status race seen on a loaded machine: a reconcile working from a stale copy
+/// merged that copy's status into its write, and server-side apply dropped every field the
+/// newer write of the same manager had recorded (a backup's `sourcePod` vanished). Status writes
+/// now carry the version they were decided from, so such a write is refused and nothing drops.
+#[tokio::test]
+async fn a_status_write_from_a_stale_copy_is_refused_and_drops_nothing() {
+    let (client, ns) = setup("stale").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    // A pod no controller looks after, so that only this test writes its status.
+    let stale = apply_yaml(
+        &pods,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: stale-copy}\nspec: {containers: [{name: c, image: i}]}\n",
+    )
+    .await;
+    let manager = bulwark_operator::apply::BACKUP_MANAGER;
+    bulwark_operator::apply::apply_status(
+        &pods,
+        &stale,
+        json!({"reason": "First", "message": "recorded by the first write"}),
+        manager,
+    )
+    .await
+    .expect("a write over the current version is applied");
+    let err =
+        bulwark_operator::apply::apply_status(&pods, &stale, json!({"reason": "Second"}), manager)
+            .await
+            .expect_err("a write decided from a stale copy is refused");
+    assert!(err.is_conflict(), "{err:?}");
+    let now = pods.get("stale-copy").await.unwrap().status.unwrap();
+    assert_eq!(
+        (now.reason.as_deref(), now.message.as_deref()),
+        (Some("First"), Some("recorded by the first write"))
+    );
+}
+
+/// A schedule added to a cluster that has run for a while is not overdue at once: it counts
+/// from when the operator first saw it, not from the cluster's creation.
+#[tokio::test]
+async fn a_schedule_added_later_is_not_overdue_at_once() {
+    let (client, ns) = setup("late-schedule").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let created = apply_yaml(&clusters, BACKUP_CLUSTER)
+        .await
+        .creation_timestamp()
+        .expect("created")
+        .0;
+    // Let two runs of a 5-second schedule pass after the creation, so that, counted from the
+    // creation, a schedule added now would have missed one.
+    let period = chrono::Duration::seconds(5);
+    wait_for(
+        "two schedule periods since the creation",
+        WAIT,
+        || async move {
+            let missed = chrono::Utc::now() - created > period * 2 + chrono::Duration::seconds(1);
+            missed.then_some(()).ok_or_else(|| "too early".to_owned())
+        },
+    )
+    .await;
+    let yaml = format!(
+        "{BACKUP_CLUSTER}    schedules:\n      - name: every5s\n        schedule: \"*/5 * * * * *\"\n        storage: nas\n"
+    );
+    apply_yaml(&clusters, &yaml).await;
+    let health = wait_for("the schedule in the status", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let st = clusters
+                .get("vault")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if !st.schedules.iter().any(|s| s.name == "every5s") {
+                return Err(format!("{:?}", st.schedules));
+            }
+            st.conditions
+                .into_iter()
+                .find(|c| c.type_ == "BackupHealthy")
+                .ok_or_else(|| "no BackupHealthy".to_owned())
+        }
+    })
+    .await;
+    assert_ne!(health.reason, "BackupOverdue", "{health:?}");
+    ns.delete().await.expect("delete namespace");
 }

@@ -3,7 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 pub use bulwark_mysql_testkit::{
     assert_same, load_fixture, snapshot, Fault, FaultMode, FaultProxy, MariaDb, S3Server,
@@ -12,65 +12,11 @@ pub use bulwark_mysql_testkit::{
 /// Rows per big fixture table: enough for many chunks with the small chunk sizes used here.
 pub const ROWS: usize = 3000;
 
-/// A command for the binary under test, logging only warnings so stderr stays readable.
+pub use bulwark_mysql_testkit::cli::{fails, key_file, ok, run, tree};
+
+/// A command for the binary under test.
 pub fn cli(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
-    c.args(args)
-        .env("MYSQL_BACKUP_LOG", "warn")
-        .env("MYSQL_BACKUP_PROGRESS", "none")
-        .env_remove("MYSQL_PWD")
-        .stdin(Stdio::null());
-    c
-}
-
-/// Runs and returns the output.
-pub fn run(mut c: Command) -> Output {
-    c.output().expect("failed to run mysql-backup")
-}
-
-/// Runs, asserts success, returns stdout.
-pub fn ok(c: Command) -> String {
-    let out = run(c);
-    assert!(
-        out.status.success(),
-        "mysql-backup failed: {}\nstdout: {}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
-
-/// Runs, asserts a non-zero exit whose last stderr line is a one-line `error: …` containing
-/// every one of `needles`; returns that line.
-pub fn fails(c: Command, needles: &[&str]) -> String {
-    let out = run(c);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        !out.status.success(),
-        "expected failure, got success; stderr: {stderr}"
-    );
-    assert_eq!(out.status.code(), Some(1), "exit code; stderr: {stderr}");
-    let last = stderr.lines().last().unwrap_or_default().to_string();
-    assert!(
-        last.starts_with("error: "),
-        "last stderr line is not an error line: {stderr}"
-    );
-    for n in needles {
-        assert!(last.contains(n), "error line lacks {n:?}: {last}");
-    }
-    last
-}
-
-/// A base64 key file like `openssl rand -base64 32` writes.
-pub fn key_file(dir: &Path, name: &str) -> PathBuf {
-    let out = Command::new("openssl")
-        .args(["rand", "-base64", "32"])
-        .output()
-        .expect("openssl");
-    assert!(out.status.success());
-    let p = dir.join(name);
-    std::fs::write(&p, out.stdout).unwrap();
-    p
+    bulwark_mysql_testkit::cli::command(env!("CARGO_BIN_EXE_mysql-backup"), args)
 }
 
 /// `list --all --json` parsed.
@@ -102,34 +48,7 @@ pub fn backup(
     args: &[&str],
     env: &[(String, String)],
 ) -> serde_json::Value {
-    let mut all = vec!["backup", "--repo", repo, "--json"];
-    let conn = db.cli_args();
-    all.extend(conn.iter().map(String::as_str));
-    all.extend_from_slice(args);
-    let mut c = cli(&all);
-    c.envs(env.iter().cloned());
-    serde_json::from_str(&ok(c)).expect("backup prints JSON")
-}
-
-/// Files of a directory tree (relative paths), for checking nothing was left behind.
-pub fn tree(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
+    bulwark_mysql_testkit::cli::backup(env!("CARGO_BIN_EXE_mysql-backup"), repo, db, args, env)
 }
 
 /// A temporary directory, a MariaDB loaded with the fixture, and a repository path inside the

@@ -1,167 +1,25 @@
 //! The Jobs of a MySQLBackup: the backup itself (pinned to the source pod's node for physical
-//! backups) and the deletion of its data. Also how a storage is reached from a pod. Pure.
+//! backups) and the deletion of its data. Pure.
 
-use bulwark_api::cluster::{BackupEncryption, BackupStorage};
 use bulwark_api::{BackupMethod, MySQLBackup, MySQLCluster, SecretKeyReference};
+use bulwark_contract::command::{self, Method};
+use bulwark_contract::{paths, ports, Account};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
-    PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
+    Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use serde::{Deserialize, Serialize};
 
-use crate::cluster::build::paths;
 use crate::names::{self, component};
-use crate::podspec::{self, env, mount, restricted, secret_env};
+use crate::podspec::{self, command_container, mount};
+use crate::storage::{secret_file_volume, StorageAccess};
 
-/// Where a storage is mounted in Job and restore containers.
-pub const STORAGE_MOUNT: &str = "/backup-storage";
-/// Where the encryption key file is mounted.
-pub const KEY_MOUNT: &str = "/etc/bulwark/backup-key";
-/// Where the backup account's password is mounted.
-pub const PASSWORD_MOUNT: &str = "/etc/bulwark/backup-credentials";
 /// Longest a backup Job may run before Kubernetes stops it.
 pub const BACKUP_DEADLINE_SECONDS: i64 = 48 * 3600;
-
-/// The storage definition and encryption a backup was written with, recorded on the MySQLBackup
-/// so its data can be deleted even after the cluster is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StorageRecord {
-    pub storage: BackupStorage,
-}
-
-/// What a container needs to reach a storage: environment, volumes and mounts for
-/// `mysql-backup`, and the human-readable location of the repository.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StorageAccess {
-    pub env: Vec<EnvVar>,
-    pub volumes: Vec<Volume>,
-    pub mounts: Vec<VolumeMount>,
-    pub location: String,
-}
-
-fn secret_file_volume(name: &str, secret: &SecretKeyReference, file: &str) -> Volume {
-    Volume {
-        name: name.to_owned(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.name.clone()),
-            items: Some(vec![KeyToPath {
-                key: secret.key.clone(),
-                path: file.to_owned(),
-                mode: Some(0o400),
-            }]),
-            default_mode: Some(0o400),
-            optional: Some(false),
-        }),
-        ..Volume::default()
-    }
-}
-
-/// How to reach `storage` (and decrypt with `encryption`) from a pod; `None` when the storage
-/// sets none of its kinds (possible only in an edited storage record).
-pub fn storage_access(
-    storage: &BackupStorage,
-    encryption: Option<&BackupEncryption>,
-) -> Option<StorageAccess> {
-    let mut a = StorageAccess::default();
-    if let Some(s3) = &storage.s3 {
-        let prefix = s3.prefix.as_deref().unwrap_or("").trim_matches('/');
-        let repo = if prefix.is_empty() {
-            format!("s3://{}", s3.bucket)
-        } else {
-            format!("s3://{}/{prefix}", s3.bucket)
-        };
-        a.location = repo.clone();
-        a.env.push(env("MYSQL_BACKUP_REPO", repo));
-        if let Some(e) = &s3.endpoint {
-            a.env.push(env("MYSQL_BACKUP_S3_ENDPOINT", e.clone()));
-            if e.starts_with("http://") {
-                a.env.push(env("AWS_ALLOW_HTTP", "true"));
-            }
-        }
-        if let Some(r) = &s3.region {
-            a.env.push(env("MYSQL_BACKUP_S3_REGION", r.clone()));
-        }
-        if s3.force_path_style {
-            a.env.push(env("MYSQL_BACKUP_S3_PATH_STYLE", "true"));
-        }
-        if let Some(c) = &s3.credentials_secret {
-            a.env.push(secret_env(
-                "AWS_ACCESS_KEY_ID",
-                &c.name,
-                "AWS_ACCESS_KEY_ID",
-                false,
-            ));
-            a.env.push(secret_env(
-                "AWS_SECRET_ACCESS_KEY",
-                &c.name,
-                "AWS_SECRET_ACCESS_KEY",
-                false,
-            ));
-            a.env.push(secret_env(
-                "AWS_SESSION_TOKEN",
-                &c.name,
-                "AWS_SESSION_TOKEN",
-                true,
-            ));
-        }
-    } else {
-        let (volume, location, sub_path) = if let Some(p) = &storage.pvc {
-            (
-                Volume {
-                    name: "backup-storage".to_owned(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: p.claim_name.clone(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                },
-                format!(
-                    "pvc://{}/{}",
-                    p.claim_name,
-                    p.sub_path.as_deref().unwrap_or("")
-                ),
-                p.sub_path.clone(),
-            )
-        } else {
-            let n = storage.nfs.as_ref()?;
-            (
-                Volume {
-                    name: "backup-storage".to_owned(),
-                    nfs: Some(NFSVolumeSource {
-                        server: n.server.clone(),
-                        path: n.path.clone(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                },
-                format!("nfs://{}{}", n.server, n.path),
-                None,
-            )
-        };
-        a.location = location.trim_end_matches('/').to_owned();
-        a.volumes.push(volume);
-        let mut m = mount("backup-storage", STORAGE_MOUNT, false);
-        m.sub_path = sub_path;
-        a.mounts.push(m);
-        a.env.push(env("MYSQL_BACKUP_REPO", STORAGE_MOUNT));
-    }
-    if let Some(e) = encryption {
-        a.volumes.push(secret_file_volume(
-            "backup-key",
-            &e.key_secret_ref,
-            "master.key",
-        ));
-        a.mounts.push(mount("backup-key", KEY_MOUNT, true));
-        a.env.push(env(
-            "MYSQL_BACKUP_ENCRYPTION_KEY_FILE",
-            format!("{KEY_MOUNT}/master.key"),
-        ));
-    }
-    Some(a)
-}
+/// Seconds between the backup tool's progress log lines (read into the status).
+const PROGRESS_INTERVAL_SECONDS: u32 = 5;
 
 /// The pod a backup reads from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,34 +136,17 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
     let name = backup_job_name(backup.metadata.name.as_deref().unwrap_or_default());
     let physical = backup.spec.method == BackupMethod::Physical;
 
-    let mut env = vec![
-        env(
-            "MYSQL_BACKUP_METHOD",
-            if physical { "physical" } else { "logical" },
-        ),
-        env(
-            "MYSQL_BACKUP_MYSQL_HOST",
-            names::pod_host(&cluster_name, &input.source.name),
-        ),
-        env("MYSQL_BACKUP_MYSQL_PORT", names::MYSQL_PORT.to_string()),
-        env("MYSQL_BACKUP_MYSQL_USER", "bulwark_backup"),
-        env(
-            "MYSQL_BACKUP_MYSQL_PASSWORD_FILE",
-            format!("{PASSWORD_MOUNT}/password"),
-        ),
-        env("MYSQL_BACKUP_LOG_FORMAT", "json"),
-        env("MYSQL_BACKUP_PROGRESS", "log"),
-        env("MYSQL_BACKUP_PROGRESS_INTERVAL", "5s"),
-        env("MYSQL_BACKUP_RESULT_FILE", "/dev/termination-log"),
-    ];
-    env.extend(input.access.env.iter().cloned());
     let mut volumes = vec![secret_file_volume(
         "backup-credentials",
         input.password,
         "password",
     )];
     volumes.extend(input.access.volumes.iter().cloned());
-    let mut mounts = vec![mount("backup-credentials", PASSWORD_MOUNT, true)];
+    let mut mounts = vec![mount(
+        "backup-credentials",
+        paths::BACKUP_PASSWORD_DIR,
+        true,
+    )];
     mounts.extend(input.access.mounts.iter().cloned());
 
     let mut node_name = None;
@@ -313,7 +154,6 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         // The backup tool copies the data files, so it runs where they are, reading the source
         // pod's volume without being able to change it.
         node_name = Some(input.source.node.clone());
-        env.push(podspec::env("MYSQL_BACKUP_DATADIR", paths::DATADIR));
         volumes.push(Volume {
             name: "source-data".to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -327,16 +167,27 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
             ..mount("source-data", paths::DATADIR, true)
         });
     }
-
+    let argv = command::Backup {
+        repository: input.access.repository.clone(),
+        method: if physical {
+            Method::Physical
+        } else {
+            Method::Logical
+        },
+        host: names::pod_host(&cluster_name, &input.source.name),
+        port: ports::MYSQL,
+        user: Account::Backup.user().to_owned(),
+        password_file: paths::BACKUP_PASSWORD_FILE.to_owned(),
+        datadir: physical.then(|| paths::DATADIR.to_owned()),
+        result_file: paths::TERMINATION_LOG.to_owned(),
+        progress_interval_seconds: PROGRESS_INTERVAL_SECONDS,
+    }
+    .argv();
     let container = Container {
-        name: "backup".to_owned(),
-        image: Some(input.image.to_owned()),
-        args: Some(vec!["backup".to_owned()]),
-        env: Some(env),
+        env: (!input.access.env.is_empty()).then(|| input.access.env.clone()),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("File".to_owned()),
-        security_context: Some(restricted()),
-        ..Container::default()
+        ..command_container("backup", input.image, argv)
     };
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
@@ -365,17 +216,16 @@ pub fn delete_job(
     image: &str,
 ) -> Job {
     let name = delete_job_name(backup.metadata.name.as_deref().unwrap_or_default());
-    let mut env = vec![env("MYSQL_BACKUP_LOG_FORMAT", "json")];
-    env.extend(access.env.iter().cloned());
+    let argv = command::Delete {
+        repository: access.repository.clone(),
+        backup_id: backup_id.to_owned(),
+    }
+    .argv();
     let container = Container {
-        name: "delete".to_owned(),
-        image: Some(image.to_owned()),
-        args: Some(vec!["delete".to_owned(), backup_id.to_owned()]),
-        env: Some(env),
+        env: (!access.env.is_empty()).then(|| access.env.clone()),
         volume_mounts: Some(access.mounts.clone()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-        security_context: Some(restricted()),
-        ..Container::default()
+        ..command_container("delete", image, argv)
     };
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
@@ -449,26 +299,5 @@ mod tests {
                     .collect::<Vec<_>>()
             );
         }
-    }
-
-    #[test]
-    fn storages_are_reached_by_mount_or_by_url() {
-        let s3: BackupStorage = serde_json::from_value(serde_json::json!({
-            "name": "off", "s3": {"bucket": "b", "prefix": "/p/q/", "region": "r"}
-        }))
-        .unwrap();
-        let a = storage_access(&s3, None).unwrap();
-        assert_eq!(a.location, "s3://b/p/q");
-        assert!(a.volumes.is_empty() && a.mounts.is_empty());
-        assert!(!a.env.iter().any(|e| e.name == "AWS_ALLOW_HTTP"));
-        let nfs: BackupStorage = serde_json::from_value(serde_json::json!({
-            "name": "nas", "nfs": {"server": "10.1.2.3", "path": "/exports/db"}
-        }))
-        .unwrap();
-        let a = storage_access(&nfs, None).unwrap();
-        assert_eq!(a.location, "nfs://10.1.2.3/exports/db");
-        assert_eq!(a.mounts[0].mount_path, STORAGE_MOUNT);
-        let none: BackupStorage = serde_json::from_value(serde_json::json!({"name": "x"})).unwrap();
-        assert!(storage_access(&none, None).is_none());
     }
 }

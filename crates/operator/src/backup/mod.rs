@@ -17,12 +17,12 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::{self, BACKUP_MANAGER};
-use crate::cluster::validate::{self as cluster_validate, Account};
 use crate::conditions::{self, Desired, Status};
 use crate::context::{Context, Reason};
+use crate::credentials::{credential_sources, Account};
 use crate::error::{Error, Result};
 use crate::names;
-use job::StorageRecord;
+use crate::storage::{self, StorageAccess, StorageRecord};
 use outcome::Outcome;
 
 /// How long a backup waits for its cluster or storage to appear (they may be applied in the
@@ -83,7 +83,7 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         .backup
         .as_ref()
         .and_then(|b| b.encryption.as_ref());
-    let Some(access) = job::storage_access(&storage, encryption) else {
+    let Some(access) = storage::storage_access(&storage, encryption) else {
         let message = format!("storage {} sets none of s3, pvc or nfs", storage.name);
         return fail(&backup, &ctx, &ns, message, None).await;
     };
@@ -223,7 +223,7 @@ async fn start(
     cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
-    access: &job::StorageAccess,
+    access: &StorageAccess,
 ) -> Result<Action> {
     let cluster_name = cluster.name_any();
     let mut siblings = apply::backups_of(&ctx.client, ns, &cluster_name).await?;
@@ -246,7 +246,7 @@ async fn start(
         .await;
     }
 
-    let credentials = cluster_validate::credential_sources(cluster);
+    let credentials = credential_sources(cluster);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let list = apply::list(
         &pods,
@@ -370,7 +370,7 @@ async fn observe(
     ctx: &Context,
     ns: &str,
     job: &Job,
-    access: &job::StorageAccess,
+    access: &StorageAccess,
 ) -> Result<Action> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let job_pods = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
@@ -545,22 +545,11 @@ async fn write_status(
     if unchanged {
         return Ok(());
     }
-    let mut doc = serde_json::json!({
-        "apiVersion": MySQLBackup::api_version(&()),
-        "kind": MySQLBackup::kind(&()),
-        "status": status,
-    });
-    // A final phase is written only over the object it was decided from: a reconcile working
-    // from a stale copy gets a conflict and runs again on fresh data, so a transition (and its
-    // event and metric) happens once.
-    if !desired.is_empty() {
-        doc["metadata"] = serde_json::json!({
-            "name": backup.name_any(),
-            "resourceVersion": backup.resource_version(),
-        });
-    }
+    // Written only over the object it was decided from (a stale copy gets a conflict and the
+    // reconcile runs again on fresh data): a field an earlier write recorded is never dropped,
+    // and a transition (with its event and metric) happens once.
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
-    apply::apply_status(&api, &backup.name_any(), doc, BACKUP_MANAGER).await?;
+    apply::apply_status(&api, backup, status, BACKUP_MANAGER).await?;
     Ok(())
 }
 
@@ -610,7 +599,9 @@ async fn finalize(
         }
     }
     let record = recorded_storage(backup).and_then(|r| r.ok());
-    let access = record.as_ref().and_then(|s| job::storage_access(s, None));
+    let access = record
+        .as_ref()
+        .and_then(|s| storage::storage_access(s, None));
     let (Some(id), Some(storage), Some(access)) = (committed_id, record, access) else {
         // Nothing was committed (or nothing is known about where): nothing to delete.
         return release(backup, api).await;

@@ -2,38 +2,20 @@
 //! the tool reported in its termination message, or failed with the cause. Pure.
 
 use bulwark_api::BackupProgress;
+use bulwark_contract::result::{self, BackupResult, Report};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
-
-/// What `mysql-backup backup --result-file` writes on success (the `--json` fields we use).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupResult {
-    pub id: String,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: DateTime<Utc>,
-    pub plaintext_bytes: u64,
-    pub stored_bytes: u64,
-    #[serde(default)]
-    pub binlog_file: Option<String>,
-    #[serde(default)]
-    pub binlog_position: Option<u64>,
-    #[serde(default)]
-    pub gtid_set: Option<String>,
-    pub manifest_sha256: String,
-}
 
 /// The state of a backup Job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// The Job exists but has not started a pod yet.
     Pending,
     /// The backup runs.
     Running { started: Option<DateTime<Utc>> },
     /// The backup was committed.
-    Succeeded(BackupResult),
+    Succeeded(Box<BackupResult>),
     /// No usable backup; the message says why.
     Failed {
         message: String,
@@ -73,14 +55,16 @@ pub fn termination_message<'a>(pod: &'a Pod, container: &str) -> Option<&'a str>
 
 /// Interprets a backup Job and the pod it ran (if still there).
 pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
-    let message = pod.and_then(|p| termination_message(p, "backup"));
+    let report = pod
+        .and_then(|p| termination_message(p, "backup"))
+        .and_then(result::parse_line);
     let finished = job
         .status
         .as_ref()
         .and_then(|s| s.completion_time.as_ref().map(|t| t.0));
     if job_condition(job, "Complete").is_some() {
-        return match message.map(serde_json::from_str::<BackupResult>) {
-            Some(Ok(r)) => Outcome::Succeeded(r),
+        return match report {
+            Some(Report::Committed(r)) => Outcome::Succeeded(r),
             // Never report success without the tool's own account of the committed backup.
             _ => Outcome::Failed {
                 message: "backup job completed without reporting a committed backup".to_owned(),
@@ -89,9 +73,10 @@ pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
         };
     }
     if let Some(c) = job_condition(job, "Failed") {
-        let cause = message
-            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned));
+        let cause = match report {
+            Some(Report::Failed(e)) => Some(e),
+            _ => None,
+        };
         let message = match cause {
             Some(e) => format!("backup failed: {e}"),
             None => format!(
@@ -188,12 +173,41 @@ mod tests {
         .unwrap()
     }
 
-    const RESULT: &str = r#"{"id":"20261122T030000Z-ab12","method":"physical","startedAt":"2026-11-22T03:00:01Z","finishedAt":"2026-11-22T03:04:00Z","plaintextBytes":1000,"storedBytes":400,"binlogFile":"mysql-bin.000003","binlogPosition":1234,"gtidSet":"0-100-42","manifestSha256":"aa","location":"/x"}"#;
+    /// What `mysql-backup` reports for a committed backup, written by the producer's type.
+    fn result_line() -> String {
+        BackupResult {
+            id: "20261122T030000Z-ab12".into(),
+            method: "physical".into(),
+            location: Some("/x".into()),
+            started_at: "2026-11-22T03:00:01Z".parse().unwrap(),
+            finished_at: "2026-11-22T03:04:00Z".parse().unwrap(),
+            duration_seconds: 239.0,
+            flavor: "mariadb".into(),
+            server_version: "10.11.6-MariaDB".into(),
+            source_host: Some("tide-1".into()),
+            tool: "mariadb-backup".into(),
+            tool_version: Some("10.11.6".into()),
+            plaintext_bytes: 1000,
+            plaintext_sha256: "bb".into(),
+            stored_bytes: 400,
+            chunks: 1,
+            segments: 1,
+            compression_level: 1,
+            encrypted: false,
+            key_id: None,
+            binlog_file: Some("mysql-bin.000003".into()),
+            binlog_position: Some(1234),
+            gtid_set: Some("0-100-42".into()),
+            manifest_sha256: "aa".into(),
+            omitted: vec![],
+        }
+        .to_line()
+    }
 
     #[test]
     fn success_needs_the_tools_result() {
         let complete = job(serde_json::json!([{"type": "Complete", "status": "True"}]));
-        match backup_outcome(&complete, Some(&pod(RESULT))) {
+        match backup_outcome(&complete, Some(&pod(&result_line()))) {
             Outcome::Succeeded(r) => {
                 assert_eq!(r.id, "20261122T030000Z-ab12");
                 assert_eq!(r.gtid_set.as_deref(), Some("0-100-42"));
@@ -216,7 +230,7 @@ mod tests {
             serde_json::json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]),
         );
         assert!(matches!(
-            backup_outcome(&failed, Some(&pod(r#"{"error":"failed to connect to the server: access denied"}"#))),
+            backup_outcome(&failed, Some(&pod(&result::error_line("failed to connect to the server: access denied")))),
             Outcome::Failed { ref message, .. } if message == "backup failed: failed to connect to the server: access denied"
         ));
         assert!(matches!(

@@ -1,6 +1,7 @@
 //! The MySQLCluster controller: read the referenced objects → validate → build the children →
 //! server-side apply them → maintain the role labels → write the status from what was applied.
 
+pub mod bootstrap;
 pub mod build;
 pub mod config;
 pub mod validate;
@@ -21,12 +22,12 @@ use kube::{Resource, ResourceExt};
 use rand::distributions::{Alphanumeric, DistString};
 
 use crate::apply::{self, CLUSTER_MANAGER, ROLE_MANAGER};
-use crate::backup::job::{storage_access, StorageRecord};
 use crate::conditions::{self, Desired, Status};
 use crate::context::{Context, Reason};
 use crate::error::Result;
 use crate::names::{self, component};
-use build::{Images, RestoreSource};
+use bootstrap::RestoreSource;
+use build::Images;
 use validate::{Refs, Validated};
 
 /// Reconciles one MySQLCluster.
@@ -179,11 +180,12 @@ async fn apply_children(
         exporter: ctx.config.exporter_image.clone(),
     };
     let images = Images::pinned(existing_set.as_ref(), &defaults);
-    let restore = existing_set
-        .as_ref()
-        .and_then(RestoreSource::from_stateful_set)
-        .or_else(|| restore_source(cluster, refs));
-    let set = build::stateful_set(cluster, validated, &cm_name, &images, restore);
+    // A running cluster keeps the source it was created with, whatever the spec says now.
+    let restore = match &existing_set {
+        Some(set) => RestoreSource::recorded(set),
+        None => RestoreSource::from_spec(cluster, refs),
+    };
+    let set = build::stateful_set(cluster, validated, &cm_name, &images, restore.as_ref());
     let stateful_set = apply::apply(&sets, &name, &set, CLUSTER_MANAGER).await?;
 
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
@@ -193,36 +195,6 @@ async fn apply_children(
     Ok(Applied {
         stateful_set,
         config_map: cm_name,
-    })
-}
-
-/// The backup the pods of a bootstrapping cluster restore from, if any.
-fn restore_source(cluster: &MySQLCluster, refs: &Refs) -> Option<RestoreSource> {
-    let from = &cluster.spec.bootstrap.as_ref()?.from_backup;
-    let encryption = cluster
-        .spec
-        .backup
-        .as_ref()
-        .and_then(|b| b.encryption.as_ref());
-    if let Some(b) = &refs.bootstrap_backup {
-        let id = b.status.as_ref()?.backup_id.clone()?;
-        let record: StorageRecord =
-            serde_json::from_str(b.annotations().get(names::STORAGE_ANNOTATION)?).ok()?;
-        return Some(RestoreSource {
-            backup_id: id,
-            storage: storage_access(&record.storage, encryption)?,
-        });
-    }
-    let storage = cluster
-        .spec
-        .backup
-        .as_ref()?
-        .storages
-        .iter()
-        .find(|s| Some(&s.name) == from.storage.as_ref())?;
-    Some(RestoreSource {
-        backup_id: from.backup_id.clone()?,
-        storage: storage_access(storage, encryption)?,
     })
 }
 
@@ -442,12 +414,7 @@ async fn write_status(
             .expect("built as an object")
             .extend(extra.into_iter().filter(|(_, v)| !v.is_null()));
     }
-    let doc = serde_json::json!({
-        "apiVersion": MySQLCluster::api_version(&()),
-        "kind": MySQLCluster::kind(&()),
-        "status": status,
-    });
     let api: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
-    apply::apply_status(&api, &cluster.name_any(), doc, CLUSTER_MANAGER).await?;
+    apply::apply_status(&api, cluster, status, CLUSTER_MANAGER).await?;
     Ok(())
 }

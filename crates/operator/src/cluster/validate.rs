@@ -10,49 +10,11 @@ use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use crate::names;
+use crate::credentials::{self, credential_sources, Account, Credentials};
 
 /// Longest cluster name: `<name>-<ordinal>` pods carry a `controller-revision-hash` label of
 /// `<name>-<10 characters>` that must fit in 63.
 pub const MAX_NAME_LENGTH: usize = 45;
-
-/// The accounts the operator manages, with their key in the generated Secret.
-pub const ACCOUNTS: [Account; 4] = [
-    Account::Root,
-    Account::Replication,
-    Account::Backup,
-    Account::Metrics,
-];
-
-/// An account whose password the operator provides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Account {
-    Root,
-    Replication,
-    Backup,
-    Metrics,
-}
-
-impl Account {
-    /// Key in the generated Secret and file name under the credentials mount.
-    pub fn key(self) -> &'static str {
-        match self {
-            Account::Root => "root",
-            Account::Replication => "replication",
-            Account::Backup => "backup",
-            Account::Metrics => "metrics",
-        }
-    }
-
-    fn field(self) -> &'static str {
-        match self {
-            Account::Root => "credentials.root",
-            Account::Replication => "credentials.replication",
-            Account::Backup => "credentials.backup",
-            Account::Metrics => "credentials.metrics",
-        }
-    }
-}
 
 /// Objects a cluster refers to, read before validation. Deliberately not `Debug`: it holds
 /// Secrets.
@@ -107,27 +69,6 @@ impl Refs {
     }
 }
 
-/// Where each account's password comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials(pub BTreeMap<Account, SecretKeyReference>);
-
-impl Credentials {
-    /// The Secret key holding `account`'s password.
-    pub fn source(&self, account: Account) -> &SecretKeyReference {
-        &self.0[&account]
-    }
-
-    /// Accounts whose password the operator generates.
-    pub fn generated(&self, cluster: &str) -> Vec<Account> {
-        let secret = names::credentials_secret(cluster);
-        self.0
-            .iter()
-            .filter(|(a, r)| r.name == secret && r.key == a.key())
-            .map(|(a, _)| *a)
-            .collect()
-    }
-}
-
 /// A cluster that passed validation, with what was derived on the way.
 #[derive(Debug, Clone)]
 pub struct Validated {
@@ -169,15 +110,9 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     }
 
     let credentials = credential_sources(cluster);
-    let user = spec.credentials.clone().unwrap_or_default();
-    for (account, given) in [
-        (Account::Root, &user.root),
-        (Account::Replication, &user.replication),
-        (Account::Backup, &user.backup),
-        (Account::Metrics, &user.metrics),
-    ] {
-        if let Some(r) = given {
-            if let Some(p) = check_secret_key(refs, r, account.field()) {
+    for account in Account::ALL {
+        if let Some(r) = credentials::given(cluster, account) {
+            if let Some(p) = check_secret_key(refs, r, credentials::spec_field(account)) {
                 problems.push(p);
             }
         }
@@ -274,29 +209,6 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
         credentials,
         my_cnf: super::config::render(spec.engine, spec.mysqld_config.as_ref()),
     })
-}
-
-/// Where each account's password comes from: the user's Secret key, else the generated Secret.
-pub fn credential_sources(cluster: &MySQLCluster) -> Credentials {
-    let name = cluster.metadata.name.as_deref().unwrap_or_default();
-    let user = cluster.spec.credentials.clone().unwrap_or_default();
-    let map = ACCOUNTS
-        .into_iter()
-        .map(|account| {
-            let given = match account {
-                Account::Root => &user.root,
-                Account::Replication => &user.replication,
-                Account::Backup => &user.backup,
-                Account::Metrics => &user.metrics,
-            };
-            let source = given.clone().unwrap_or_else(|| SecretKeyReference {
-                name: names::credentials_secret(name),
-                key: account.key().to_owned(),
-            });
-            (account, source)
-        })
-        .collect();
-    Credentials(map)
 }
 
 /// The image of the server: `spec.image`, else the engine's official image at `spec.version`.

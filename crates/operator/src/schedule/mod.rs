@@ -31,7 +31,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
     let now = Utc::now();
-    let since = cluster
+    let created = cluster
         .meta()
         .creation_timestamp
         .as_ref()
@@ -86,6 +86,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             .collect();
         let busy = mine.iter().find(|v| v.is_active()).map(|v| v.name.clone());
         let prev = previous.get(&sc.name);
+        let since = plan::schedule_since(prev, created, now);
         let mut last_fired = prev.and_then(|p| p.last_schedule_time.as_ref().map(|t| t.0));
         let decision = plan::decide(sc, &cron, last_fired, since, busy.is_some(), now);
         match decision.fire {
@@ -134,15 +135,23 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
 
         statuses.push(ScheduleStatus {
             name: sc.name.clone(),
+            since: Some(Time(since)),
             last_schedule_time: last_fired.map(Time),
             next_schedule_time: decision.next.map(Time),
             last_successful_backup: last_success(&backups, Some(&sc.name)),
         });
-        parsed.push((sc.clone(), cron));
+        parsed.push((sc.clone(), cron, since));
     }
 
-    let pairs: Vec<(&BackupSchedule, &CronSchedule)> = parsed.iter().map(|(s, c)| (s, c)).collect();
-    let health = plan::backup_health(&views, &pairs, since, now);
+    let active: Vec<plan::ActiveSchedule> = parsed
+        .iter()
+        .map(|(schedule, cron, since)| plan::ActiveSchedule {
+            schedule,
+            cron,
+            since: *since,
+        })
+        .collect();
+    let health = plan::backup_health(&views, &active, now);
     let prev_conds = cluster
         .status
         .as_ref()
@@ -177,17 +186,13 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             && s.conditions.iter().any(|c| c == &cond)
     });
     if !unchanged {
-        let doc = serde_json::json!({
-            "apiVersion": MySQLCluster::api_version(&()),
-            "kind": MySQLCluster::kind(&()),
-            "status": {
-                "schedules": statuses,
-                "lastSuccessfulBackup": last,
-                "conditions": [cond],
-            }
+        let status = serde_json::json!({
+            "schedules": statuses,
+            "lastSuccessfulBackup": last,
+            "conditions": [cond],
         });
         let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
-        apply::apply_status(&clusters, &name, doc, SCHEDULER_MANAGER).await?;
+        apply::apply_status(&clusters, cluster.as_ref(), status, SCHEDULER_MANAGER).await?;
     }
     Ok(Action::requeue(wake.max(Duration::from_millis(200))))
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use bulwark_api::cluster::{BackupSchedule, RetentionPolicy};
+use bulwark_api::cluster::{BackupSchedule, RetentionPolicy, ScheduleStatus};
 use bulwark_api::BackupPhase;
 use bulwark_retention::{Candidate, KeepPolicy};
 use chrono::{DateTime, Duration, Utc};
@@ -141,8 +141,29 @@ pub struct Decision {
     pub next: Option<DateTime<Utc>>,
 }
 
+/// When a schedule counts from: the time recorded in its status when the operator first saw
+/// it; a schedule seen for the first time counts from `now`, and one recorded by an operator
+/// that kept no such time from the cluster's creation.
+pub fn schedule_since(
+    previous: Option<&ScheduleStatus>,
+    cluster_created: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    match previous {
+        None => now,
+        Some(p) => p.since.as_ref().map_or(cluster_created, |t| t.0),
+    }
+}
+
+/// A schedule the health check looks at, with the time it counts from.
+pub struct ActiveSchedule<'a> {
+    pub schedule: &'a BackupSchedule,
+    pub cron: &'a CronSchedule,
+    pub since: DateTime<Utc>,
+}
+
 /// Decides what a schedule does at `now`: the latest fire time after `last_fired` (or after
-/// `since`, the cluster's creation, when it never fired) starts a backup unless one of the
+/// `since`, when the schedule was first seen, when it never fired) starts a backup unless one of the
 /// schedule's backups is still `busy` (concurrency Forbid) or the time is older than the
 /// starting deadline.
 pub fn decide(
@@ -270,8 +291,7 @@ pub fn retention(
 /// Unknown before any backup; True otherwise.
 pub fn backup_health(
     backups: &[BackupView],
-    schedules: &[(&BackupSchedule, &CronSchedule)],
-    since: DateTime<Utc>,
+    schedules: &[ActiveSchedule<'_>],
     now: DateTime<Utc>,
 ) -> Desired {
     let finished: Vec<&BackupView> = backups.iter().filter(|b| !b.is_active()).collect();
@@ -295,7 +315,12 @@ pub fn backup_health(
             *e = (*e).max(b.time);
         }
     }
-    for (sc, cron) in schedules {
+    for ActiveSchedule {
+        schedule: sc,
+        cron,
+        since,
+    } in schedules
+    {
         if sc.suspend {
             continue;
         }
@@ -306,7 +331,7 @@ pub fn backup_health(
         else {
             continue;
         };
-        if previous_fire <= since {
+        if previous_fire <= *since {
             continue;
         }
         let ok = last_success
@@ -547,14 +572,21 @@ mod tests {
         let c = CronSchedule::parse(&s.schedule, None).unwrap();
         let since = t("2026-11-01T00:00:00Z");
         let now = t("2026-11-22T12:00:00Z");
-        let h = backup_health(&[], &[(&s, &c)], t("2026-11-22T00:00:00Z"), now);
+        let active = |since| {
+            [ActiveSchedule {
+                schedule: &s,
+                cron: &c,
+                since,
+            }]
+        };
+        let h = backup_health(&[], &active(t("2026-11-22T00:00:00Z")), now);
         assert_eq!((h.status, h.reason), (Status::Unknown, "NoBackups"));
         let ok = [view(
             "b22",
             BackupPhase::Succeeded,
             t("2026-11-22T03:05:00Z"),
         )];
-        let h = backup_health(&ok, &[(&s, &c)], since, now);
+        let h = backup_health(&ok, &active(since), now);
         assert_eq!((h.status, h.reason), (Status::True, "LastBackupSucceeded"));
         // Yesterday's success still covers the latest fire (today's may be running).
         let older = [view(
@@ -563,7 +595,7 @@ mod tests {
             t("2026-11-21T03:05:00Z"),
         )];
         assert_eq!(
-            backup_health(&older, &[(&s, &c)], since, now).status,
+            backup_health(&older, &active(since), now).status,
             Status::True
         );
         let stale = [view(
@@ -571,7 +603,7 @@ mod tests {
             BackupPhase::Succeeded,
             t("2026-11-20T03:05:00Z"),
         )];
-        let h = backup_health(&stale, &[(&s, &c)], since, now);
+        let h = backup_health(&stale, &active(since), now);
         assert_eq!((h.status, h.reason), (Status::False, "BackupOverdue"));
         assert_eq!(
             h.message,
@@ -581,10 +613,49 @@ mod tests {
             view("b21", BackupPhase::Succeeded, t("2026-11-21T03:05:00Z")),
             view("f22", BackupPhase::Failed, t("2026-11-22T03:05:00Z")),
         ];
-        let h = backup_health(&failed, &[(&s, &c)], since, now);
+        let h = backup_health(&failed, &active(since), now);
         assert_eq!(
             (h.status, h.message.as_str()),
             (Status::False, "the latest backup, f22, failed")
         );
+    }
+
+    #[test]
+    fn a_schedule_counts_from_when_it_was_first_seen() {
+        let created = t("2026-01-01T00:00:00Z");
+        let added = t("2026-11-22T10:00:00Z");
+        let status = |since: Option<&str>| ScheduleStatus {
+            name: "nightly".into(),
+            since: since.map(|s| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(s))),
+            last_schedule_time: None,
+            next_schedule_time: None,
+            last_successful_backup: None,
+        };
+        // New: from now. Recorded: from the record. Recorded by an operator that kept no time:
+        // from the cluster's creation, as before.
+        assert_eq!(schedule_since(None, created, added), added);
+        let seen = status(Some("2026-11-22T10:00:00Z"));
+        assert_eq!(
+            schedule_since(Some(&seen), created, t("2026-11-23T00:00:00Z")),
+            added
+        );
+        assert_eq!(schedule_since(Some(&status(None)), created, added), created);
+
+        // A nightly schedule added to a month-old cluster is not overdue at once, nor does it
+        // start a backup for a slot before it existed.
+        let s = sched("0 3 * * *");
+        let c = CronSchedule::parse(&s.schedule, None).unwrap();
+        let since = schedule_since(None, created, added);
+        let active = [ActiveSchedule {
+            schedule: &s,
+            cron: &c,
+            since,
+        }];
+        let h = backup_health(&[], &active, added);
+        assert_eq!((h.status, h.reason), (Status::Unknown, "NoBackups"));
+        assert_eq!(decide(&s, &c, None, since, false, added).fire, Fire::Idle);
+        // Two nights later with no success, it is.
+        let later = t("2026-11-24T12:00:00Z");
+        assert_eq!(backup_health(&[], &active, later).reason, "BackupOverdue");
     }
 }

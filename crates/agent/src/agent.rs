@@ -1,0 +1,977 @@
+//! The agent sidecar. It serves `/healthz` (does mysqld answer?) and `/readyz` (is this pod
+//! what its role label says, and healthy at it?), and every pass reads the role from the
+//! pod's labels, observes mysqld, and takes the one action [`topology::decide`] names:
+//! accounts, the GTID position of a physical restore, read_only, replication, and loading a
+//! pending logical backup into a new primary.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use bulwark_contract::Account;
+
+use crate::bootstrap;
+use crate::http::{self, Response};
+use crate::labels::{self, Role};
+use crate::sql::{self, Source, Statement};
+use crate::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
+use mysql_backup::crypto::MasterKey;
+use mysql_backup::format::Flavor;
+use mysql_backup::progress::Progress;
+use mysql_backup::repo::Repository;
+use mysql_backup::restore::{self, Target};
+use mysql_backup::source::{flavor_of, Connection};
+use mysql_backup::store::{self, S3Options};
+
+/// Time to connect to mysqld.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time one statement may take.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause before replication is started again after it stopped.
+const START_RETRY: Duration = Duration::from_secs(10);
+/// Pause before a failed logical restore is tried again.
+const RESTORE_RETRY: Duration = Duration::from_secs(30);
+/// Pause before a stale replication password is replaced again.
+const CHANGE_RETRY: Duration = Duration::from_secs(60);
+/// MySQL/MariaDB "access denied" (the replication password is wrong).
+const ER_ACCESS_DENIED: u32 = 1045;
+/// Syntax errors quote the statement, which may hold a password.
+const ER_PARSE_ERROR: u16 = 1064;
+
+/// Errors of the agent. Only [`AgentError::Listen`] ends it; the others make a pass fail and
+/// show in `/readyz`.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("failed to listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read the labels file {path}")]
+    ReadLabels {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read the credentials file {path}")]
+    ReadCredentials {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to connect to mysqld at {target}")]
+    Connect {
+        target: String,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
+    #[error("failed to observe mysqld ({what})")]
+    Observe {
+        what: &'static str,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
+    #[error("failed to send `{statement}`")]
+    SendStatement {
+        statement: String,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
+    #[error("failed to run `{statement}`: error {code}: {message}")]
+    RunStatement {
+        statement: String,
+        code: u16,
+        message: String,
+    },
+    #[error("failed to load backup {id}")]
+    LoadPendingRestore {
+        id: String,
+        #[source]
+        source: Box<mysql_backup::Error>,
+    },
+    #[error("failed to remove the pending logical restore {path}")]
+    RemovePending {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to finish adopting the restored GTID position")]
+    FinishGtidAdoption(#[source] bootstrap::BootstrapError),
+}
+
+impl AgentError {
+    /// Whether the connection to mysqld is unusable after this error.
+    fn connection_lost(&self) -> bool {
+        matches!(
+            self,
+            AgentError::Connect { .. }
+                | AgentError::Observe { .. }
+                | AgentError::SendStatement { .. }
+        )
+    }
+}
+
+/// Where a pending logical restore comes from.
+#[derive(Debug, Clone)]
+pub struct PendingRestoreConfig {
+    /// The file `bulwark-agent restore` leaves (holding the backup id).
+    pub file: PathBuf,
+    /// Repository URL; without it a pending restore fails (and says so).
+    pub repo_url: Option<String>,
+    /// S3 settings.
+    pub s3: S3Options,
+    /// Master key file, for encrypted backups.
+    pub key_file: Option<PathBuf>,
+    /// Chunks read in parallel.
+    pub parallel: usize,
+    /// SQL client to use instead of the detected one.
+    pub tool: Option<String>,
+}
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// mysqld's unix socket.
+    pub socket: PathBuf,
+    /// Address of the probe server.
+    pub listen: SocketAddr,
+    /// The downward API labels file.
+    pub labels_file: PathBuf,
+    /// Directory with the `root`, `replication`, `backup` and `metrics` password files.
+    pub credentials_dir: PathBuf,
+    /// Where replicas replicate from.
+    pub source: Source,
+    /// Largest replica lag that is still ready.
+    pub max_replica_lag: Duration,
+    /// Time between passes.
+    pub interval: Duration,
+    /// Time mysqld has to answer a health check.
+    pub health_timeout: Duration,
+    /// A logical backup to load once the pod is primary.
+    pub pending: Option<PendingRestoreConfig>,
+    /// The GTID position a physical restore left (`bulwark-agent restore --gtid-file`).
+    pub gtid_file: Option<PathBuf>,
+}
+
+/// Passwords from the credentials directory.
+struct Credentials {
+    root: Option<Zeroizing<String>>,
+    replication: Zeroizing<String>,
+    backup: Zeroizing<String>,
+    exporter: Zeroizing<String>,
+}
+
+impl Credentials {
+    fn read(dir: &Path) -> Result<Self, AgentError> {
+        let required = |name: &str| -> Result<Zeroizing<String>, AgentError> {
+            let path = dir.join(name);
+            read_secret(&path)?.ok_or_else(|| AgentError::ReadCredentials {
+                path: path.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the file does not exist",
+                ),
+            })
+        };
+        Ok(Credentials {
+            root: read_secret(&dir.join(Account::Root.key()))?,
+            replication: required(Account::Replication.key())?,
+            backup: required(Account::Backup.key())?,
+            exporter: required(Account::Metrics.key())?,
+        })
+    }
+
+    /// Identifies the account passwords (not reversible; only compared).
+    fn accounts_digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for p in [&self.replication, &self.backup, &self.exporter] {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p.as_bytes());
+        }
+        h.finalize().into()
+    }
+
+    fn replication_digest(&self) -> [u8; 32] {
+        Sha256::digest(self.replication.as_bytes()).into()
+    }
+
+    fn connection(&self, socket: &Path) -> Connection {
+        connection(socket, self.root.clone())
+    }
+}
+
+fn connection(socket: &Path, root: Option<Zeroizing<String>>) -> Connection {
+    Connection {
+        socket: Some(socket.to_path_buf()),
+        host: None,
+        port: None,
+        user: Some(Account::Root.user().into()),
+        password: root,
+    }
+}
+
+/// A password file's content without its trailing newline; `None` when the file is absent.
+pub fn read_secret(path: &Path) -> Result<Option<Zeroizing<String>>, AgentError> {
+    match mysql_backup::source::read_password_file(path) {
+        Ok(secret) => Ok(Some(secret)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(AgentError::ReadCredentials {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone)]
+struct Readiness {
+    ready: bool,
+    reason: String,
+    at: Instant,
+}
+
+/// Runs the agent until `shutdown` resolves.
+pub async fn run(
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let local = listener.local_addr().unwrap_or(config.listen);
+    tracing::info!(listen = %local, socket = %config.socket.display(), "agent listening");
+    println!("listening on {local}");
+
+    let readiness = Arc::new(Mutex::new(Readiness {
+        ready: false,
+        reason: "starting".into(),
+        at: Instant::now(),
+    }));
+    let stale_after = config.interval * 3 + STATEMENT_TIMEOUT * 3;
+    let handler = {
+        let readiness = readiness.clone();
+        let socket = config.socket.clone();
+        let credentials_dir = config.credentials_dir.clone();
+        let timeout = config.health_timeout;
+        move |path: String| {
+            let readiness = readiness.clone();
+            let socket = socket.clone();
+            let credentials_dir = credentials_dir.clone();
+            async move {
+                match path.as_str() {
+                    "/healthz" => health(&socket, &credentials_dir, timeout).await,
+                    "/readyz" => {
+                        let r = readiness.lock().expect("readiness lock").clone();
+                        if r.at.elapsed() > stale_after {
+                            Response::new(
+                                503,
+                                format!("not ready: no pass for {}s", r.at.elapsed().as_secs()),
+                            )
+                        } else if r.ready {
+                            Response::new(200, format!("ready: {}", r.reason))
+                        } else {
+                            Response::new(503, format!("not ready: {}", r.reason))
+                        }
+                    }
+                    _ => Response::new(404, "not found; try /healthz or /readyz"),
+                }
+            }
+        }
+    };
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(listener, handler, async {
+        let _ = http_stopped.await;
+    }));
+
+    let mut agent = Agent::new(config);
+    let mut ticker = tokio::time::interval(agent.config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = &mut shutdown => break,
+        }
+        let decision = agent.pass().await;
+        let mut r = readiness.lock().expect("readiness lock");
+        if r.ready != decision.ready {
+            tracing::info!(ready = decision.ready, reason = %decision.reason, "readiness changed");
+        } else if r.reason != decision.reason {
+            tracing::debug!(ready = decision.ready, reason = %decision.reason, "readiness reason changed");
+        }
+        *r = Readiness {
+            ready: decision.ready,
+            reason: decision.reason,
+            at: Instant::now(),
+        };
+    }
+    tracing::info!("agent stopping");
+    let _ = stop_http.send(());
+    let _ = server.await;
+    if let Some(conn) = agent.conn.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
+    }
+    Ok(())
+}
+
+/// `/healthz`: 200 while mysqld answers `SELECT 1` in time, and while it does not listen yet
+/// (starting, or recovering after a crash: liveness must not kill that); 503 when it accepts
+/// connections but does not answer.
+async fn health(socket: &Path, credentials_dir: &Path, timeout: Duration) -> Response {
+    let root = read_secret(&credentials_dir.join(Account::Root.key()))
+        .ok()
+        .flatten();
+    let opts = connection(socket, root).opts();
+    let check = async {
+        let mut c = mysql_async::Conn::new(opts).await?;
+        let answer = c.query_drop("SELECT 1").await;
+        let _ = c.disconnect().await;
+        answer
+    };
+    match tokio::time::timeout(timeout, check).await {
+        Ok(Ok(())) => Response::new(200, "mysqld answers"),
+        Ok(Err(mysql_async::Error::Server(e))) => {
+            Response::new(200, format!("mysqld answers (error {})", e.code))
+        }
+        Ok(Err(mysql_async::Error::Io(mysql_async::IoError::Io(e))))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Response::new(200, "mysqld is not listening yet (starting or recovering)")
+        }
+        Ok(Err(e)) => Response::new(503, format!("mysqld does not answer: {e}")),
+        Err(_) => Response::new(
+            503,
+            format!(
+                "mysqld accepted a connection but did not answer within {}",
+                humantime::format_duration(timeout)
+            ),
+        ),
+    }
+}
+
+/// The logical restore running in the background, or how the last one ended.
+#[derive(Default)]
+struct RestoreState {
+    running: Option<(String, tokio::task::JoinHandle<Result<(), AgentError>>)>,
+    failed: Option<(String, String, Instant)>,
+    /// Loaded by this agent but the pending file could not be removed: never loaded again.
+    loaded: Option<String>,
+}
+
+struct Agent {
+    config: AgentConfig,
+    conn: Option<mysql_async::Conn>,
+    flavor: Flavor,
+    /// `@@version` of the connected server.
+    version: String,
+    accounts_digest: Option<[u8; 32]>,
+    converge_root: bool,
+    source_digest: Option<[u8; 32]>,
+    last_change: Option<Instant>,
+    last_start: Option<Instant>,
+    last_role: Option<Result<Role, String>>,
+    /// The last failed action and its error, so a failure repeated every pass is logged once.
+    last_failure: Option<String>,
+    restore: RestoreState,
+    /// Backup whose GTID position was adopted but whose file could not be removed yet: the
+    /// file is removed, never applied again, and nothing else happens until it is gone.
+    gtid_adopted: Option<String>,
+}
+
+impl Agent {
+    fn new(config: AgentConfig) -> Self {
+        Agent {
+            config,
+            conn: None,
+            flavor: Flavor::Mariadb,
+            version: String::new(),
+            accounts_digest: None,
+            converge_root: false,
+            source_digest: None,
+            last_change: None,
+            last_start: None,
+            last_role: None,
+            last_failure: None,
+            restore: RestoreState::default(),
+            gtid_adopted: None,
+        }
+    }
+
+    fn read_role(&mut self) -> Result<Role, String> {
+        let path = &self.config.labels_file;
+        let role = match std::fs::read_to_string(path) {
+            Ok(text) => labels::role(&labels::parse_labels(&text)),
+            Err(source) => Err(format!(
+                "role unknown: {}",
+                mysql_backup::error::chain(&AgentError::ReadLabels {
+                    path: path.display().to_string(),
+                    source,
+                })
+            )),
+        };
+        if self.last_role.as_ref() != Some(&role) {
+            match &role {
+                Ok(r) => tracing::info!(role = %r, "role changed"),
+                Err(reason) => tracing::warn!(reason = %reason, "role unknown"),
+            }
+            self.last_role = Some(role.clone());
+        }
+        role
+    }
+
+    /// One pass: observe, decide, act once. Failures become the not-ready reason.
+    async fn pass(&mut self) -> Decision {
+        let role = self.read_role();
+        match self.try_pass(role).await {
+            Ok(d) => d,
+            Err(e) => {
+                if e.connection_lost() && self.conn.is_some() {
+                    tracing::warn!(error = %mysql_backup::error::chain(&e), "lost the connection to mysqld");
+                }
+                if e.connection_lost() {
+                    self.disconnect();
+                }
+                Decision {
+                    action: None,
+                    ready: false,
+                    reason: mysql_backup::error::chain(&e),
+                }
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        self.conn = None;
+        self.accounts_digest = None;
+    }
+
+    async fn try_pass(&mut self, role: Result<Role, String>) -> Result<Decision, AgentError> {
+        let creds = Credentials::read(&self.config.credentials_dir)?;
+        if self.conn.is_none() {
+            self.connect(&creds).await?;
+        }
+        let observed = self.observe().await?;
+        let pending = self.pending_state();
+        let restored_gtid = self.gtid_adoption();
+        let stale = match &observed.replication {
+            Some(r) => {
+                let changed = self
+                    .source_digest
+                    .is_some_and(|d| d != creds.replication_digest());
+                let denied = r.io_errno == ER_ACCESS_DENIED
+                    && self.last_change.is_none_or(|t| t.elapsed() > CHANGE_RETRY);
+                changed || denied
+            }
+            None => false,
+        };
+        let mut decision = topology::decide(&Situation {
+            role,
+            observed: &observed,
+            source: &self.config.source,
+            accounts_current: self.accounts_digest == Some(creds.accounts_digest())
+                && !self.converge_root,
+            source_password_stale: stale,
+            start_allowed: self.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
+            pending: &pending,
+            restored_gtid: &restored_gtid,
+            max_lag: self.config.max_replica_lag,
+        });
+        if let Some(action) = decision.action.clone() {
+            let applied = self.apply(&action, &creds).await;
+            if applied.is_ok() {
+                self.last_failure = None;
+            }
+            if let Err(e) = applied {
+                let msg = mysql_backup::error::chain(&e);
+                let failure = format!("{}: {msg}", action.name());
+                if self.last_failure.as_ref() != Some(&failure) {
+                    tracing::warn!(action = action.name(), error = %msg, "action failed");
+                    self.last_failure = Some(failure);
+                } else {
+                    tracing::debug!(action = action.name(), error = %msg, "action failed again");
+                }
+                if e.connection_lost() {
+                    return Err(e);
+                }
+                decision.reason = format!("{}: {msg}", decision.reason);
+            }
+        }
+        Ok(decision)
+    }
+
+    async fn connect(&mut self, creds: &Credentials) -> Result<(), AgentError> {
+        let target = creds.connection(&self.config.socket);
+        let connect_err = |source| AgentError::Connect {
+            target: target.describe(),
+            source: Box::new(source),
+        };
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, mysql_async::Conn::new(target.opts()))
+            .await
+            .map_err(|_| connect_err(mysql_async::Error::Other("timed out".into())))?
+            .map_err(connect_err)?;
+        for st in sql::session_setup() {
+            exec(&mut conn, &st, &[]).await?;
+        }
+        let row: Option<(String, String)> = conn
+            .query_first("SELECT @@version, @@version_comment")
+            .await
+            .map_err(|e| AgentError::Observe {
+                what: "version",
+                source: Box::new(e),
+            })?;
+        let (version, comment) = row.unwrap_or_default();
+        self.flavor = flavor_of(&version, &comment);
+        tracing::info!(flavor = %self.flavor, version = %version, "connected to mysqld");
+        self.version = version;
+        self.conn = Some(conn);
+        self.accounts_digest = None;
+        Ok(())
+    }
+
+    async fn observe(&mut self) -> Result<Observed, AgentError> {
+        let flavor = self.flavor;
+        let conn = self.conn.as_mut().expect("connected");
+        let observe_err = |what| {
+            move |source| AgentError::Observe {
+                what,
+                source: Box::new(source),
+            }
+        };
+        let vars: Vec<mysql_async::Row> = timed(conn.query(sql::variables_query(flavor)))
+            .await
+            .map_err(observe_err("variables"))?;
+        let vars = vars.first().map(row_texts).unwrap_or_default();
+        let status: Vec<mysql_async::Row> =
+            timed(conn.query(sql::replication_status_query(flavor)))
+                .await
+                .map_err(observe_err("replication status"))?;
+        let replication = status
+            .first()
+            .map(|row| {
+                let named: BTreeMap<String, Option<String>> = row
+                    .columns_ref()
+                    .iter()
+                    .zip(row_texts(row))
+                    .map(|(c, v)| (c.name_str().into_owned(), v))
+                    .collect();
+                sql::parse_replica_status(&named)
+            })
+            .filter(|r| !r.source_host.is_empty());
+        let flag = |i: usize| {
+            vars.get(i)
+                .cloned()
+                .flatten()
+                .is_some_and(|v| !matches!(v.as_str(), "0" | "OFF" | "off"))
+        };
+        Ok(Observed {
+            flavor,
+            read_only: flag(0),
+            super_read_only: flavor == Flavor::Mysql && flag(1),
+            gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
+            replication,
+        })
+    }
+
+    /// The restored GTID file's state; first retries the removal of an adopted one.
+    fn gtid_adoption(&mut self) -> GtidAdoption {
+        let Some(path) = &self.config.gtid_file else {
+            return GtidAdoption::Nothing;
+        };
+        if let Some(id) = &self.gtid_adopted {
+            return match bootstrap::remove_restored_gtid(path) {
+                Ok(()) => {
+                    tracing::info!(backup_id = %id, gtid_file = %path.display(), "restored GTID file removed");
+                    self.gtid_adopted = None;
+                    GtidAdoption::Nothing
+                }
+                Err(e) => GtidAdoption::Failed(format!(
+                    "adopted for backup {id}, but {}",
+                    mysql_backup::error::chain(&e)
+                )),
+            };
+        }
+        match bootstrap::read_restored_gtid(path) {
+            Ok(None) => GtidAdoption::Nothing,
+            Ok(Some(r)) => GtidAdoption::Waiting(r),
+            Err(e) => GtidAdoption::Failed(mysql_backup::error::chain(&e)),
+        }
+    }
+
+    /// Reaps a finished restore and reads the pending file.
+    fn pending_state(&mut self) -> Pending {
+        let Some(cfg) = &self.config.pending else {
+            return Pending::Nothing;
+        };
+        if let Some((id, handle)) = &self.restore.running {
+            if !handle.is_finished() {
+                return Pending::Loading(id.clone());
+            }
+            let (id, handle) = self.restore.running.take().expect("running");
+            let result = futures::FutureExt::now_or_never(handle)
+                .expect("finished")
+                .unwrap_or_else(|join| {
+                    Err(AgentError::LoadPendingRestore {
+                        id: id.clone(),
+                        source: Box::new(mysql_backup::Error::InvalidArgument(format!(
+                            "restore task ended: {join}"
+                        ))),
+                    })
+                })
+                .and_then(|()| remove_pending(&cfg.file));
+            match result {
+                Ok(()) => {
+                    tracing::info!(backup_id = %id, "pending logical restore loaded");
+                    self.restore.failed = None;
+                    // The dump replaced the privilege tables: converge the accounts and root.
+                    self.converge_root = true;
+                }
+                Err(e @ AgentError::RemovePending { .. }) => {
+                    tracing::error!(backup_id = %id, error = %mysql_backup::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");
+                    self.restore.loaded = Some(id.clone());
+                    self.restore.failed =
+                        Some((id, mysql_backup::error::chain(&e), Instant::now()));
+                }
+                Err(e) => {
+                    let msg = mysql_backup::error::chain(&e);
+                    tracing::warn!(backup_id = %id, error = %msg, retry_in_seconds = RESTORE_RETRY.as_secs(), "pending logical restore failed; retrying later");
+                    self.restore.failed = Some((id, msg, Instant::now()));
+                }
+            }
+        }
+        let id = match bootstrap::read_pending(&cfg.file) {
+            Ok(None) => return Pending::Nothing,
+            Ok(Some(id)) => id,
+            Err(e) => {
+                return Pending::Failed {
+                    id: "?".into(),
+                    error: mysql_backup::error::chain(&e),
+                }
+            }
+        };
+        if let Some((failed_id, error, at)) = &self.restore.failed {
+            if *failed_id == id
+                && (self.restore.loaded.as_deref() == Some(&id) || at.elapsed() < RESTORE_RETRY)
+            {
+                return Pending::Failed {
+                    id,
+                    error: error.clone(),
+                };
+            }
+        }
+        Pending::Waiting(id)
+    }
+
+    async fn apply(&mut self, action: &Action, creds: &Credentials) -> Result<(), AgentError> {
+        let flavor = self.flavor;
+        let statements = match action {
+            Action::EnsureAccounts => {
+                // MySQL's super_read_only stops even root: lifted around the change if on.
+                let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                let mut st = sql::ensure_accounts(
+                    flavor,
+                    &sql::AccountPasswords {
+                        replication: &creds.replication,
+                        backup: &creds.backup,
+                        exporter: &creds.exporter,
+                    },
+                    lift,
+                );
+                if self.converge_root {
+                    if let Some(root) = creds.root.as_ref().filter(|r| !r.is_empty()) {
+                        st.extend(sql::converge_root(root));
+                    }
+                }
+                st
+            }
+            Action::StopReplicationIo => sql::stop_replication_io(flavor),
+            Action::StopReplication => sql::stop_replication(flavor),
+            Action::ResetReplication => sql::reset_replication(flavor),
+            Action::SetWritable => sql::set_writable(flavor),
+            Action::SetReadOnly => sql::set_read_only(flavor),
+            Action::ChangeSource { adopt_gtid_pos } => sql::change_source(
+                flavor,
+                &self.config.source,
+                &creds.replication,
+                adopt_gtid_pos.as_deref(),
+            ),
+            Action::StartReplication => {
+                self.last_start = Some(Instant::now());
+                sql::start_replication(flavor)
+            }
+            Action::LoadPendingRestore { backup_id } => {
+                self.start_restore(backup_id, creds);
+                return Ok(());
+            }
+            Action::DiscardPendingRestore { backup_id } => {
+                if let Some(cfg) = &self.config.pending {
+                    remove_pending(&cfg.file)?;
+                    tracing::info!(backup_id = %backup_id, pending_file = %cfg.file.display(), "pending logical restore discarded: a replica gets the data by replication");
+                }
+                return Ok(());
+            }
+            Action::AdoptRestoredGtid {
+                restored,
+                stop_replication,
+            } => {
+                let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                sql::adopt_restored_gtid(
+                    flavor,
+                    &self.version,
+                    &restored.gtid_set,
+                    *stop_replication,
+                    lift,
+                )
+            }
+        };
+        let secrets: Vec<&str> = [
+            Some(creds.replication.as_str()),
+            Some(creds.backup.as_str()),
+            Some(creds.exporter.as_str()),
+            creds.root.as_ref().map(|r| r.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .collect();
+        let conn = self.conn.as_mut().expect("connected");
+        for st in &statements {
+            exec(conn, st, &secrets).await?;
+        }
+        match action {
+            Action::EnsureAccounts => {
+                self.accounts_digest = Some(creds.accounts_digest());
+                self.converge_root = false;
+                tracing::info!(
+                    accounts = ?[sql::REPLICATION_USER, sql::BACKUP_USER, sql::EXPORTER_USER],
+                    "accounts ensured"
+                );
+            }
+            Action::ChangeSource { adopt_gtid_pos } => {
+                self.source_digest = Some(creds.replication_digest());
+                self.last_change = Some(Instant::now());
+                // A fresh configuration starts at once, not after the restart pause.
+                self.last_start = None;
+                tracing::info!(
+                    host = %self.config.source.host,
+                    port = self.config.source.port,
+                    adopted_gtid_pos = adopt_gtid_pos.as_deref().unwrap_or(""),
+                    "replication source changed"
+                );
+            }
+            Action::AdoptRestoredGtid { restored, .. } => {
+                tracing::info!(backup_id = %restored.backup_id, gtid_set = %restored.gtid_set, "restored GTID position adopted");
+                // Removed before anything else happens: a file still there after a crash
+                // means the server has not been written to since, so adopting again is
+                // harmless.
+                if let Some(path) = &self.config.gtid_file {
+                    if let Err(e) = bootstrap::remove_restored_gtid(path) {
+                        self.gtid_adopted = Some(restored.backup_id.clone());
+                        return Err(AgentError::FinishGtidAdoption(e));
+                    }
+                    tracing::info!(gtid_file = %path.display(), "restored GTID file removed");
+                }
+            }
+            other => tracing::info!(action = other.name(), "action applied"),
+        }
+        Ok(())
+    }
+
+    async fn super_read_only(&mut self) -> Result<bool, AgentError> {
+        let conn = self.conn.as_mut().expect("connected");
+        let v: Option<i64> = timed(conn.query_first("SELECT @@GLOBAL.super_read_only"))
+            .await
+            .map_err(|e| AgentError::Observe {
+                what: "super_read_only",
+                source: Box::new(e),
+            })?;
+        Ok(v.unwrap_or(0) != 0)
+    }
+
+    fn start_restore(&mut self, id: &str, creds: &Credentials) {
+        let Some(cfg) = self.config.pending.clone() else {
+            return;
+        };
+        tracing::info!(backup_id = %id, "loading pending logical restore");
+        let conn = creds.connection(&self.config.socket);
+        let task_id = id.to_string();
+        let handle = tokio::spawn(async move {
+            load_backup(&cfg, &task_id, conn).await.map_err(|source| {
+                AgentError::LoadPendingRestore {
+                    id: task_id.clone(),
+                    source: Box::new(source),
+                }
+            })
+        });
+        self.restore.running = Some((id.to_string(), handle));
+    }
+}
+
+/// Loads backup `id` into the server through the SQL client (verified in full first).
+async fn load_backup(
+    cfg: &PendingRestoreConfig,
+    id: &str,
+    conn: Connection,
+) -> Result<(), mysql_backup::Error> {
+    let url = cfg.repo_url.as_deref().ok_or_else(|| {
+        mysql_backup::Error::InvalidArgument(
+            "no repository given (--repo) for the pending restore".into(),
+        )
+    })?;
+    let repo = Repository::new(
+        store::open(url, &cfg.s3)
+            .await
+            .map_err(mysql_backup::Error::OpenRepository)?,
+    );
+    let key = cfg
+        .key_file
+        .as_deref()
+        .map(MasterKey::from_file)
+        .transpose()?;
+    let backup = repo.resolve(id).await?;
+    let outcome = restore::restore(
+        &repo,
+        &backup,
+        key.as_ref(),
+        Target::Server {
+            connection: conn,
+            verify_first: true,
+            // The replicas get the data from the primary's binary log.
+            binlogged: true,
+        },
+        cfg.tool.as_deref(),
+        cfg.parallel,
+        Progress::new(),
+    )
+    .await?;
+    tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
+    Ok(())
+}
+
+fn remove_pending(path: &Path) -> Result<(), AgentError> {
+    let err = |source| AgentError::RemovePending {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+async fn timed<T>(
+    f: impl Future<Output = Result<T, mysql_async::Error>>,
+) -> Result<T, mysql_async::Error> {
+    tokio::time::timeout(STATEMENT_TIMEOUT, f)
+        .await
+        .unwrap_or_else(|_| {
+            Err(mysql_async::Error::Other(
+                format!("no answer within {}s", STATEMENT_TIMEOUT.as_secs()).into(),
+            ))
+        })
+}
+
+/// Runs one statement; server errors keep the connection, others lose it. Passwords in
+/// `secrets` never reach a message.
+async fn exec(
+    conn: &mut mysql_async::Conn,
+    st: &Statement,
+    secrets: &[&str],
+) -> Result<(), AgentError> {
+    match timed(conn.query_drop(st.sql.as_str())).await {
+        Ok(()) => Ok(()),
+        Err(mysql_async::Error::Server(e)) => Err(AgentError::RunStatement {
+            statement: st.shown.clone(),
+            code: e.code,
+            message: redact(e.code, &e.message, secrets),
+        }),
+        Err(source) => Err(AgentError::SendStatement {
+            statement: st.shown.clone(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// A server message with passwords removed; syntax errors quote the statement, so their
+/// message is withheld whole.
+fn redact(code: u16, message: &str, secrets: &[&str]) -> String {
+    if code == ER_PARSE_ERROR {
+        return "syntax error (message withheld: the statement may carry a password)".into();
+    }
+    let mut out = message.to_string();
+    for s in secrets {
+        out = out.replace(s, "<redacted>");
+    }
+    out
+}
+
+/// The values of a row as text (`None` for NULL).
+fn row_texts(row: &mysql_async::Row) -> Vec<Option<String>> {
+    (0..row.len())
+        .map(|i| match row.as_ref(i) {
+            None | Some(mysql_async::Value::NULL) => None,
+            Some(mysql_async::Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            Some(mysql_async::Value::Int(v)) => Some(v.to_string()),
+            Some(mysql_async::Value::UInt(v)) => Some(v.to_string()),
+            Some(other) => Some(format!("{other:?}")),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_lose_their_trailing_newline_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("root");
+        assert!(read_secret(&p).unwrap().is_none());
+        for (content, want) in [
+            ("pw\n", "pw"),
+            ("pw\r\n", "pw"),
+            (" pw \n\n", " pw "),
+            ("", ""),
+        ] {
+            std::fs::write(&p, content).unwrap();
+            assert_eq!(
+                read_secret(&p).unwrap().unwrap().as_str(),
+                want,
+                "{content:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_never_carry_passwords() {
+        assert_eq!(
+            redact(
+                1396,
+                "Operation ALTER USER failed for hunter2",
+                &["hunter2"]
+            ),
+            "Operation ALTER USER failed for <redacted>"
+        );
+        assert!(!redact(1064, "near 'hunter2' at line 1", &[]).contains("hunter2"));
+    }
+}

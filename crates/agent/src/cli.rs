@@ -1,0 +1,499 @@
+//! The `bulwark-agent` command line (what runs inside each MySQL pod): argument parsing and
+//! output over the crate's modules. In the library so that tests can parse exactly what the
+//! operator builds (`bulwark_contract::command`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use mysql_backup::cli::args::{
+    absolute, s3_options, shutdown_signal, workers, BackupSelector, KeyArgs, ProgressArgs, S3Args,
+};
+use mysql_backup::cli::output::{print_json, LogFormat};
+use mysql_backup::format::{Flavor, Method};
+use mysql_backup::progress::{Progress, Reporter};
+use mysql_backup::Error;
+use serde_json::json;
+
+use crate::agent::{self, AgentConfig, PendingRestoreConfig};
+use crate::bootstrap::{self, DatadirState};
+use crate::init::{self, InitRequest};
+use crate::sql::Source;
+
+/// The in-pod agent of Bulwark's MySQL clusters.
+#[derive(Parser)]
+#[command(
+    name = "bulwark-agent",
+    version,
+    about = "What runs inside each MySQL pod of a Bulwark cluster: configuration, bootstrap from a backup, the agent sidecar"
+)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "BULWARK_AGENT_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// Log filter (tracing syntax), e.g. `info` or `bulwark_agent=debug`.
+    #[arg(long, global = true, default_value = "info", env = "BULWARK_AGENT_LOG")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: AgentCommand,
+}
+
+#[derive(Subcommand)]
+pub enum AgentCommand {
+    /// Write the per-pod server configuration (an init container, before mysqld starts).
+    Init(InitArgs),
+    /// Bootstrap an empty datadir from a backup (an init container after `init`); a datadir
+    /// that already holds a server is left alone.
+    Restore(RestoreArgs),
+    /// The sidecar: health endpoints, accounts, role and replication for the mysqld beside
+    /// it, and the pending logical restore.
+    Run(AgentArgs),
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// This pod's name, `<statefulset>-<ordinal>` (from the downward API).
+    #[arg(long, env = "BULWARK_AGENT_POD_NAME")]
+    pub pod_name: String,
+    /// Cluster name; the headless Service is `<cluster>-headless`.
+    #[arg(long, env = "BULWARK_AGENT_CLUSTER")]
+    pub cluster: String,
+    /// Server family.
+    #[arg(long, value_enum, env = "BULWARK_AGENT_ENGINE")]
+    pub engine: Flavor,
+    /// The cluster's configuration, copied into the include directory as bulwark.cnf.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_CONFIG_FILE",
+        default_value = "/etc/bulwark/config/my.cnf"
+    )]
+    pub config_file: PathBuf,
+    /// mysqld's include directory; bulwark-instance.cnf is written there too.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_CONF_DIR",
+        default_value = "/etc/mysql/conf.d"
+    )]
+    pub conf_dir: PathBuf,
+    /// Data directory to create when absent (a subdirectory of the data volume).
+    #[arg(long, env = "BULWARK_AGENT_INIT_DATADIR")]
+    pub datadir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+    /// The datadir mysqld will use: existing and empty (a fresh volume), or already holding a
+    /// server (then nothing happens).
+    #[arg(long, env = "BULWARK_AGENT_DATADIR", default_value = "/var/lib/mysql")]
+    pub datadir: PathBuf,
+    /// Where a logical backup's id is left for the agent
+    /// [default: <datadir>/../bulwark-pending-logical-restore].
+    #[arg(long, env = "BULWARK_AGENT_PENDING_FILE")]
+    pub pending_file: Option<PathBuf>,
+    /// Where a physical restore leaves the backup's GTID position for the agent (written only
+    /// when a restore happened) [default: <datadir>/../bulwark-restored-gtid].
+    #[arg(long, env = "BULWARK_AGENT_GTID_FILE")]
+    pub gtid_file: Option<PathBuf>,
+    /// Tool for --prepare instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: Option<String>,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// mysqld's unix socket.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_SOCKET",
+        default_value = "/run/mysqld/mysqld.sock"
+    )]
+    pub socket: PathBuf,
+    /// Address of the probe server (/healthz, /readyz).
+    #[arg(long, env = "BULWARK_AGENT_LISTEN", default_value = "0.0.0.0:9081")]
+    pub listen: SocketAddr,
+    /// The pod's labels (downward API); the role label is read from it every pass.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_LABELS_FILE",
+        default_value = "/etc/podinfo/labels"
+    )]
+    pub labels_file: PathBuf,
+    /// Directory with the password files root, replication, backup and metrics.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_CREDENTIALS_DIR",
+        default_value = "/etc/bulwark/credentials"
+    )]
+    pub credentials_dir: PathBuf,
+    /// Host replicas replicate from (the cluster's primary Service).
+    #[arg(long, env = "BULWARK_AGENT_PRIMARY_HOST")]
+    pub primary_host: String,
+    /// Port replicas replicate from.
+    #[arg(long, env = "BULWARK_AGENT_PRIMARY_PORT", default_value_t = 3306)]
+    pub primary_port: u16,
+    /// Largest replication lag at which a replica is still ready.
+    #[arg(long, env = "BULWARK_AGENT_MAX_REPLICA_LAG", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub max_replica_lag: Duration,
+    /// Time between passes (labels read, server observed, one action taken).
+    #[arg(long, env = "BULWARK_AGENT_INTERVAL", value_parser = humantime::parse_duration, default_value = "2s")]
+    pub interval: Duration,
+    /// Time mysqld has to answer a health check.
+    #[arg(long, env = "BULWARK_AGENT_HEALTH_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2s")]
+    pub health_timeout: Duration,
+    /// File naming a logical backup to load once this pod is primary (left by `bulwark-agent
+    /// restore`); needs --repo.
+    #[arg(long, env = "BULWARK_AGENT_PENDING_LOGICAL_RESTORE")]
+    pub pending_logical_restore: Option<PathBuf>,
+    /// File with the GTID position of a physical restore (left by `bulwark-agent restore
+    /// --gtid-file`): adopted once, before replication or writes, then removed.
+    #[arg(long, env = "BULWARK_AGENT_GTID_FILE")]
+    pub gtid_file: Option<PathBuf>,
+    /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
+    #[arg(long, env = "MYSQL_BACKUP_REPO")]
+    pub repo: Option<String>,
+    #[command(flatten)]
+    s3: S3Args,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Chunks read and decoded in parallel while loading (default: number of CPUs + 2).
+    #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
+    pub workers: Option<usize>,
+    /// SQL client for the load instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: Option<String>,
+}
+
+/// Runs one subcommand.
+pub async fn run(command: AgentCommand) -> anyhow::Result<()> {
+    match command {
+        AgentCommand::Init(a) => cmd_init(a),
+        AgentCommand::Restore(a) => cmd_restore(a).await,
+        AgentCommand::Run(a) => cmd_agent(a).await,
+    }
+}
+
+async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
+    if a.interval.is_zero() {
+        return Err(Error::InvalidArgument("--interval must be positive".into()).into());
+    }
+    let pending = match &a.pending_logical_restore {
+        Some(file) => {
+            if a.repo.is_none() {
+                tracing::warn!(pending_file = %file.display(), "no --repo given: a pending logical restore would fail");
+            }
+            Some(PendingRestoreConfig {
+                file: absolute(file)?,
+                repo_url: a.repo.clone(),
+                s3: s3_options(&a.s3, 0),
+                key_file: a
+                    .key
+                    .encryption_key_file
+                    .as_deref()
+                    .map(absolute)
+                    .transpose()?,
+                parallel: workers(a.workers) + 2,
+                tool: a.tool.clone(),
+            })
+        }
+        None => None,
+    };
+    let config = AgentConfig {
+        socket: absolute(&a.socket)?,
+        listen: a.listen,
+        labels_file: absolute(&a.labels_file)?,
+        credentials_dir: absolute(&a.credentials_dir)?,
+        source: Source {
+            host: a.primary_host,
+            port: a.primary_port,
+        },
+        max_replica_lag: a.max_replica_lag,
+        interval: a.interval,
+        health_timeout: a.health_timeout,
+        pending,
+        gtid_file: a.gtid_file.as_deref().map(absolute).transpose()?,
+    };
+    agent::run(config, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
+    let datadir = absolute(&a.datadir)?;
+    let pending = match &a.pending_file {
+        Some(p) => absolute(p)?,
+        None => bootstrap::default_pending_file(&datadir),
+    };
+    let gtid_file = match &a.gtid_file {
+        Some(p) => absolute(p)?,
+        None => bootstrap::default_gtid_file(&datadir),
+    };
+    // Decided before the repository is contacted: a routine restart of the pod must not
+    // depend on the repository being reachable. A skipped restore leaves the GTID file alone:
+    // the agent may not have adopted it yet.
+    match bootstrap::inspect(&datadir, &[&pending, &gtid_file])? {
+        DatadirState::Initialized(evidence) => {
+            tracing::info!(datadir = %datadir.display(), evidence = %evidence, "datadir already initialized; restore skipped");
+            if a.json {
+                print_json(&json!({ "action": "skipped", "datadir": datadir }));
+            } else {
+                println!(
+                    "datadir {} already initialized ({evidence} present); restore skipped",
+                    datadir.display()
+                );
+            }
+            return Ok(());
+        }
+        DatadirState::Unexpected(entries) => {
+            return Err(bootstrap::BootstrapError::AcceptDatadir {
+                path: datadir.display().to_string(),
+                entries: match entries.len() {
+                    n if n > 10 => format!("{} and {} more", entries[..10].join(", "), n - 10),
+                    _ => entries.join(", "),
+                },
+            }
+            .into())
+        }
+        DatadirState::Interrupted => {
+            tracing::warn!(datadir = %datadir.display(), "an earlier restore was interrupted; starting over");
+            bootstrap::clear(&datadir)?;
+        }
+        DatadirState::Empty => {}
+    }
+    let (repo, backup, key) = a.backup.open().await?;
+    let progress = Progress::new();
+    let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
+    let id = backup.manifest.id.clone();
+    let work = async {
+        match backup.manifest.method {
+            Method::Physical => bootstrap::restore_physical(
+                &repo,
+                &backup,
+                key.as_ref(),
+                &datadir,
+                &gtid_file,
+                a.tool.as_deref(),
+                a.backup.parallel(),
+                progress,
+            )
+            .await
+            .map(Some),
+            Method::Logical => {
+                // A physical attempt may have left its marker; a logical bootstrap leaves the
+                // datadir empty for mysqld to initialize.
+                let marker = datadir.join(bootstrap::MARKER_NAME);
+                bootstrap::stage_logical(
+                    &repo,
+                    &backup,
+                    key.as_ref(),
+                    &pending,
+                    a.backup.parallel(),
+                    progress,
+                )
+                .await?;
+                if marker.exists() {
+                    // A GTID file beside an interrupted physical attempt is stale too.
+                    bootstrap::remove_restored_gtid(&gtid_file)?;
+                    std::fs::remove_file(&marker).map_err(|source| {
+                        bootstrap::BootstrapError::CompleteRestore {
+                            path: datadir.display().to_string(),
+                            source,
+                        }
+                    })?;
+                }
+                Ok(None)
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = work => r,
+        _ = shutdown_signal() => Err(Error::Interrupted.into()),
+    };
+    reporter.finish().await;
+    match result? {
+        Some(bootstrap::PhysicalBootstrap { outcome, gtid }) => {
+            tracing::info!(backup_id = %id, datadir = %datadir.display(), files = outcome.files, gtid_set = %gtid.gtid_set, gtid_file = %gtid_file.display(), "datadir restored");
+            if a.json {
+                print_json(&json!({
+                    "action": "restored",
+                    "backupId": id,
+                    "datadir": datadir,
+                    "plaintextBytes": outcome.plaintext_bytes,
+                    "files": outcome.files,
+                    "gtidSet": gtid.gtid_set,
+                    "gtidFile": gtid_file,
+                }));
+            } else {
+                let at = match gtid.gtid_set.as_str() {
+                    "" => "no GTID position".to_string(),
+                    g => format!("GTID position {g}"),
+                };
+                println!(
+                    "restored backup {id} into {}: {} files, prepared; {at} left in {}",
+                    datadir.display(),
+                    outcome.files.unwrap_or(0),
+                    gtid_file.display()
+                );
+            }
+        }
+        None => {
+            tracing::info!(backup_id = %id, pending_file = %pending.display(), "logical backup verified; left for the agent");
+            if a.json {
+                print_json(&json!({
+                    "action": "pending",
+                    "backupId": id,
+                    "datadir": datadir,
+                    "pendingFile": pending,
+                }));
+            } else {
+                println!(
+                    "logical backup {id} verified; the agent loads it once mysqld runs (pending file {})",
+                    pending.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmd_init(a: InitArgs) -> anyhow::Result<()> {
+    let outcome = init::run(&InitRequest {
+        pod_name: a.pod_name,
+        cluster: a.cluster,
+        engine: a.engine,
+        config_file: a.config_file,
+        conf_dir: a.conf_dir,
+        datadir: a.datadir,
+    })?;
+    tracing::info!(
+        server_id = outcome.server_id,
+        cluster_config = %outcome.cluster_config.display(),
+        instance_config = %outcome.instance_config.display(),
+        "server configuration written"
+    );
+    println!(
+        "wrote {} and {} (server_id {})",
+        outcome.cluster_config.display(),
+        outcome.instance_config.display(),
+        outcome.server_id
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bulwark_contract::command::{self, Argv, Engine, Repository};
+    use bulwark_contract::paths;
+
+    fn parse(argv: Argv) -> AgentCommand {
+        assert_eq!(argv.program, "bulwark-agent");
+        Cli::try_parse_from(argv.to_vec())
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+            .command
+    }
+
+    fn repository() -> Repository {
+        Repository {
+            url: "s3://bucket/prefix".into(),
+            s3_endpoint: Some("http://minio:9000".into()),
+            s3_region: Some("eu-1".into()),
+            s3_path_style: true,
+            encryption_key_file: Some(paths::KEY_FILE.into()),
+        }
+    }
+
+    fn path(p: &std::path::Path) -> &str {
+        p.to_str().unwrap()
+    }
+
+    /// What the operator's `init` container runs is what this binary parses.
+    #[test]
+    fn the_operators_init_command_parses() {
+        for engine in [Engine::MariaDb, Engine::MySql] {
+            let AgentCommand::Init(a) = parse(command::Init::for_pod("quay", engine).argv()) else {
+                panic!("not init")
+            };
+            assert_eq!(a.pod_name, "$(POD_NAME)");
+            assert_eq!(a.cluster, "quay");
+            assert_eq!(a.engine.to_string(), engine.as_str());
+            assert_eq!(path(&a.config_file), paths::CONFIG_FILE);
+            assert_eq!(path(&a.conf_dir), paths::CONF_DIR);
+            assert_eq!(a.datadir, None);
+        }
+    }
+
+    #[test]
+    fn the_operators_restore_command_parses() {
+        let built = command::Restore::for_pod(repository(), "20261122T031633Z-4a0760");
+        let AgentCommand::Restore(a) = parse(built.argv()) else {
+            panic!("not restore")
+        };
+        assert_eq!(a.backup.id, "20261122T031633Z-4a0760");
+        assert_eq!(a.backup.repo.repo, "s3://bucket/prefix");
+        assert_eq!(
+            a.backup.repo.s3.s3_endpoint.as_deref(),
+            Some("http://minio:9000")
+        );
+        assert_eq!(a.backup.repo.s3.s3_region.as_deref(), Some("eu-1"));
+        assert!(a.backup.repo.s3.s3_path_style);
+        assert_eq!(
+            a.backup.key.encryption_key_file.as_deref().map(path),
+            Some(paths::KEY_FILE)
+        );
+        assert_eq!(path(&a.datadir), paths::DATADIR);
+        assert_eq!(
+            a.pending_file.as_deref().map(path),
+            Some(paths::PENDING_LOGICAL_RESTORE)
+        );
+        assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+    }
+
+    #[test]
+    fn the_operators_agent_command_parses() {
+        let AgentCommand::Run(a) = parse(command::Agent::for_pod("quay-primary", None).argv())
+        else {
+            panic!("not run")
+        };
+        assert_eq!(path(&a.socket), paths::SOCKET);
+        assert_eq!(a.listen.to_string(), "0.0.0.0:9081");
+        assert_eq!(a.listen.port(), bulwark_contract::ports::AGENT);
+        assert_eq!(path(&a.labels_file), paths::LABELS_FILE);
+        assert_eq!(path(&a.credentials_dir), paths::CREDENTIALS_DIR);
+        assert_eq!(a.primary_host, "quay-primary");
+        assert_eq!(a.primary_port, bulwark_contract::ports::MYSQL);
+        assert_eq!(
+            (a.repo, a.pending_logical_restore, a.gtid_file),
+            (None, None, None)
+        );
+
+        let bootstrapped = command::Agent::for_pod("quay-primary", Some(repository()));
+        let AgentCommand::Run(a) = parse(bootstrapped.argv()) else {
+            panic!("not run")
+        };
+        assert_eq!(a.repo.as_deref(), Some("s3://bucket/prefix"));
+        assert_eq!(a.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
+        assert!(a.s3.s3_path_style);
+        assert_eq!(
+            a.key.encryption_key_file.as_deref().map(path),
+            Some(paths::KEY_FILE)
+        );
+        assert_eq!(
+            a.pending_logical_restore.as_deref().map(path),
+            Some(paths::PENDING_LOGICAL_RESTORE)
+        );
+        assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+    }
+}

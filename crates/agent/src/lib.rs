@@ -1,0 +1,15 @@
+//! `bulwark-agent`: what runs inside each MySQL pod of a cluster. `init` writes the per-pod
+//! server settings, `bootstrap` restores a new cluster's datadir from a backup, and the `agent`
+//! sidecar serves the health endpoints and keeps accounts, role and replication as the pod's
+//! labels say. Backups and restores go through the `mysql-backup` library; what the operator
+//! and this crate must agree on lives in `bulwark-contract`.
+
+pub mod agent;
+pub mod bootstrap;
+pub mod cli;
+pub mod gtid;
+pub mod http;
+pub mod init;
+pub mod labels;
+pub mod sql;
+pub mod topology;

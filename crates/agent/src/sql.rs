@@ -1,0 +1,734 @@
+//! The SQL the agent sends, per engine, as pure functions: account convergence, read-only
+//! switches, replication set-up and teardown, and the parsing of the replication status row.
+//! Statements carrying a password keep a redacted form for messages.
+
+use std::collections::BTreeMap;
+
+use bulwark_contract::Account;
+use zeroize::Zeroizing;
+
+use mysql_backup::format::Flavor;
+
+/// Replication account (REPLICATION SLAVE).
+pub const REPLICATION_USER: &str = Account::Replication.user();
+/// Backup account: what mariabackup/xtrabackup and mariadb-dump/mysqldump need.
+pub const BACKUP_USER: &str = Account::Backup.user();
+/// Metrics exporter account.
+pub const EXPORTER_USER: &str = Account::Metrics.user();
+/// Connection cap of the exporter account.
+pub const EXPORTER_MAX_CONNECTIONS: u32 = 3;
+/// Seconds between a replica's attempts to reach its source.
+pub const CONNECT_RETRY_SECONDS: u32 = 5;
+
+/// One statement; `shown` is what logs and errors may print (passwords replaced).
+pub struct Statement {
+    /// The SQL sent.
+    pub sql: Zeroizing<String>,
+    /// The SQL with secrets replaced by `<redacted>`.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for Statement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl Statement {
+    fn plain(sql: impl Into<String>) -> Self {
+        let sql = sql.into();
+        Statement {
+            shown: sql.clone(),
+            sql: Zeroizing::new(sql),
+        }
+    }
+
+    /// Builds a statement from a template where `{secret}` stands for a quoted password.
+    fn with_secret(template: &str, secret: &str) -> Self {
+        Statement {
+            sql: Zeroizing::new(template.replace("{secret}", &quote(secret))),
+            shown: template.replace("{secret}", "<redacted>"),
+        }
+    }
+}
+
+/// A single-quoted SQL string literal (backslash escapes: the agent's session clears
+/// sql_mode, so NO_BACKSLASH_ESCAPES is off).
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\x1a' => out.push_str("\\Z"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Makes the agent's session predictable: no sql_mode (so backslash escapes work in
+/// [`quote`]d literals; nothing the agent sends depends on a mode), nothing it does replicated.
+pub fn session_setup() -> Vec<Statement> {
+    vec![
+        Statement::plain("SET SESSION sql_mode = ''"),
+        Statement::plain("SET SESSION sql_log_bin = 0"),
+    ]
+}
+
+/// Passwords of the accounts the agent keeps.
+pub struct AccountPasswords<'a> {
+    /// For [`REPLICATION_USER`].
+    pub replication: &'a str,
+    /// For [`BACKUP_USER`].
+    pub backup: &'a str,
+    /// For [`EXPORTER_USER`].
+    pub exporter: &'a str,
+}
+
+/// Global privileges of each account.
+pub fn grants(flavor: Flavor, user: &str) -> &'static str {
+    match (flavor, user) {
+        (_, REPLICATION_USER) => "REPLICATION SLAVE",
+        (Flavor::Mariadb, BACKUP_USER) => {
+            "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, SLAVE MONITOR, CONNECTION ADMIN, \
+             SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
+        }
+        (Flavor::Mysql, BACKUP_USER) => {
+            "RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, BACKUP_ADMIN, \
+             SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
+        }
+        // MariaDB 10.5.9+ wants SLAVE MONITOR for SHOW SLAVE STATUS (replication metrics).
+        (Flavor::Mariadb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR, SELECT",
+        (Flavor::Mysql, _) => "PROCESS, REPLICATION CLIENT, SELECT",
+    }
+}
+
+/// Creates the three accounts if missing and converges their passwords and privileges, with
+/// binary logging off for the session (the statements stay local, and work on replicas).
+/// `super_read_only` (MySQL) blocks even root, so it is lifted around the change; read_only
+/// stays on meanwhile.
+pub fn ensure_accounts(
+    flavor: Flavor,
+    passwords: &AccountPasswords<'_>,
+    super_read_only: bool,
+) -> Vec<Statement> {
+    let mut out = session_setup();
+    let lift = flavor == Flavor::Mysql && super_read_only;
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
+    }
+    let exporter_limits = format!(" WITH MAX_USER_CONNECTIONS {EXPORTER_MAX_CONNECTIONS}");
+    let accounts = [
+        (REPLICATION_USER, passwords.replication, ""),
+        (BACKUP_USER, passwords.backup, ""),
+        (EXPORTER_USER, passwords.exporter, exporter_limits.as_str()),
+    ];
+    for (user, password, limits) in accounts {
+        let account = format!("{}@'%'", quote(user));
+        out.push(Statement::with_secret(
+            &format!("CREATE USER IF NOT EXISTS {account} IDENTIFIED BY {{secret}}{limits}"),
+            password,
+        ));
+        out.push(Statement::with_secret(
+            &format!("ALTER USER {account} IDENTIFIED BY {{secret}}{limits}"),
+            password,
+        ));
+        out.push(Statement::plain(format!(
+            "GRANT {} ON *.* TO {account}",
+            grants(flavor, user)
+        )));
+    }
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+    }
+    out
+}
+
+/// After a logical restore replaced the privilege tables: root's password back to the
+/// cluster's, on the accounts that exist.
+pub fn converge_root(root_password: &str) -> Vec<Statement> {
+    let mut out = session_setup();
+    for host in ["localhost", "%"] {
+        out.push(Statement::with_secret(
+            &format!("ALTER USER IF EXISTS 'root'@'{host}' IDENTIFIED BY {{secret}}"),
+            root_password,
+        ));
+    }
+    out
+}
+
+/// Lets the server take writes (a primary).
+pub fn set_writable(flavor: Flavor) -> Vec<Statement> {
+    match flavor {
+        Flavor::Mariadb => vec![Statement::plain("SET GLOBAL read_only = OFF")],
+        Flavor::Mysql => vec![
+            Statement::plain("SET GLOBAL super_read_only = OFF"),
+            Statement::plain("SET GLOBAL read_only = OFF"),
+        ],
+    }
+}
+
+/// Stops writes from anyone but replication (a replica).
+pub fn set_read_only(flavor: Flavor) -> Vec<Statement> {
+    match flavor {
+        Flavor::Mariadb => vec![Statement::plain("SET GLOBAL read_only = ON")],
+        // super_read_only ON implies read_only ON.
+        Flavor::Mysql => vec![
+            Statement::plain("SET GLOBAL read_only = ON"),
+            Statement::plain("SET GLOBAL super_read_only = ON"),
+        ],
+    }
+}
+
+fn replica_word(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Mariadb => "SLAVE",
+        Flavor::Mysql => "REPLICA",
+    }
+}
+
+/// Stops receiving (the first step of a promotion: the relay log is applied before the rest).
+pub fn stop_replication_io(flavor: Flavor) -> Vec<Statement> {
+    vec![Statement::plain(format!(
+        "STOP {} IO_THREAD",
+        replica_word(flavor)
+    ))]
+}
+
+/// Stops both replication threads.
+pub fn stop_replication(flavor: Flavor) -> Vec<Statement> {
+    vec![Statement::plain(format!("STOP {}", replica_word(flavor)))]
+}
+
+/// Forgets the replication source (a primary has none).
+pub fn reset_replication(flavor: Flavor) -> Vec<Statement> {
+    vec![Statement::plain(format!(
+        "RESET {} ALL",
+        replica_word(flavor)
+    ))]
+}
+
+/// Starts both replication threads.
+pub fn start_replication(flavor: Flavor) -> Vec<Statement> {
+    vec![Statement::plain(format!("START {}", replica_word(flavor)))]
+}
+
+/// MySQL's statement that empties the binary log and the GTID history: `RESET BINARY LOGS AND
+/// GTIDS` from 8.2 (8.4 no longer knows `RESET MASTER`), `RESET MASTER` before.
+pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
+    if mysql_backup::source::parse_version(server_version) >= (8, 2, 0) {
+        "RESET BINARY LOGS AND GTIDS"
+    } else {
+        "RESET MASTER"
+    }
+}
+
+/// Makes a server freshly restored from a physical backup continue from the backup's GTID
+/// position `gtid_set` (empty: the backup has none), whatever its role: a restored datadir has
+/// no binary log, so without this the primary's new transactions would restart the sequence
+/// and replicas would ask for a position no binary log holds. Any replication configuration
+/// that came with the backup (`stop_replication`) is removed first. The same on both roles, so
+/// that a replica promoted later serves the others from a binary log that starts at the
+/// backup's position.
+///
+/// MariaDB: `RESET MASTER`, `gtid_binlog_state` and `gtid_slave_pos` set to the position.
+/// MySQL: the binary logs and GTID history reset, `gtid_purged` set to the set
+/// (`super_read_only`, which would refuse that, lifted around it).
+pub fn adopt_restored_gtid(
+    flavor: Flavor,
+    server_version: &str,
+    gtid_set: &str,
+    stop_replication: bool,
+    super_read_only: bool,
+) -> Vec<Statement> {
+    let mut out = Vec::new();
+    let lift = flavor == Flavor::Mysql && super_read_only;
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
+    }
+    if stop_replication {
+        out.extend(self::stop_replication(flavor));
+        out.extend(reset_replication(flavor));
+    }
+    let gtid = quote(gtid_set);
+    match flavor {
+        Flavor::Mariadb => out.extend([
+            Statement::plain("RESET MASTER"),
+            Statement::plain(format!("SET GLOBAL gtid_binlog_state = {gtid}")),
+            Statement::plain(format!("SET GLOBAL gtid_slave_pos = {gtid}")),
+        ]),
+        Flavor::Mysql => {
+            out.push(Statement::plain(mysql_reset_binary_logs(server_version)));
+            if !gtid_set.is_empty() {
+                out.push(Statement::plain(format!("SET GLOBAL gtid_purged = {gtid}")));
+            }
+        }
+    }
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+    }
+    out
+}
+
+/// Where a replica replicates from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// Host (the cluster's primary Service).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// Points replication at `source` with the replication account, by GTID. `adopt_gtid_pos`
+/// (MariaDB) first sets the replica position to what this server has itself logged, which a
+/// demoted primary needs: its own transactions are in its binary log, not in its
+/// gtid_slave_pos. MySQL's auto-position works from gtid_executed and needs nothing.
+pub fn change_source(
+    flavor: Flavor,
+    source: &Source,
+    password: &str,
+    adopt_gtid_pos: Option<&str>,
+) -> Vec<Statement> {
+    let mut out = Vec::new();
+    match flavor {
+        Flavor::Mariadb => {
+            if let Some(pos) = adopt_gtid_pos {
+                out.push(Statement::plain(format!(
+                    "SET GLOBAL gtid_slave_pos = {}",
+                    quote(pos)
+                )));
+            }
+            out.push(Statement::with_secret(
+                &format!(
+                    "CHANGE MASTER TO MASTER_HOST = {}, MASTER_PORT = {}, MASTER_USER = {}, \
+                     MASTER_PASSWORD = {{secret}}, MASTER_USE_GTID = slave_pos, \
+                     MASTER_CONNECT_RETRY = {CONNECT_RETRY_SECONDS}",
+                    quote(&source.host),
+                    source.port,
+                    quote(REPLICATION_USER)
+                ),
+                password,
+            ));
+        }
+        Flavor::Mysql => out.push(Statement::with_secret(
+            &format!(
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST = {}, SOURCE_PORT = {}, \
+                 SOURCE_USER = {}, SOURCE_PASSWORD = {{secret}}, SOURCE_AUTO_POSITION = 1, \
+                 GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = {CONNECT_RETRY_SECONDS}",
+                quote(&source.host),
+                source.port,
+                quote(REPLICATION_USER)
+            ),
+            password,
+        )),
+    }
+    out
+}
+
+/// The query that shows replication's state.
+pub fn replication_status_query(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Mariadb => "SHOW SLAVE STATUS",
+        Flavor::Mysql => "SHOW REPLICA STATUS",
+    }
+}
+
+/// The server's global state the agent decides on.
+pub fn variables_query(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Mariadb => "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos",
+        Flavor::Mysql => {
+            "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed"
+        }
+    }
+}
+
+/// State of the receiving thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoState {
+    /// Connected and receiving.
+    Running,
+    /// Trying to connect.
+    Connecting,
+    /// Stopped.
+    Stopped,
+}
+
+/// One replica status row, with the column names of either engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// Source host.
+    pub source_host: String,
+    /// Source port.
+    pub source_port: u16,
+    /// Replication user.
+    pub source_user: String,
+    /// Receiving thread.
+    pub io: IoState,
+    /// Applying thread running.
+    pub sql_running: bool,
+    /// Seconds behind the source (unknown while not connected).
+    pub lag_seconds: Option<u64>,
+    /// Positions by GTID (MariaDB `Using_Gtid` = Slave_Pos/Current_Pos, MySQL auto-position).
+    pub gtid: bool,
+    /// Everything received has been applied.
+    pub relay_applied: bool,
+    /// Error number of the receiving thread (0: none).
+    pub io_errno: u32,
+    /// Last error of either thread, for messages.
+    pub last_error: String,
+}
+
+/// Parses a replica status row given as column name → value (NULL as `None`); MariaDB's and
+/// MySQL's column names (Master_*/Source_*, Slave_*/Replica_*) are both understood.
+pub fn parse_replica_status(row: &BTreeMap<String, Option<String>>) -> ReplicaStatus {
+    let get = |names: &[&str]| -> Option<String> {
+        names
+            .iter()
+            .find_map(|n| row.get(*n).cloned().flatten())
+            .filter(|v| !v.is_empty())
+    };
+    let text = |names: &[&str]| get(names).unwrap_or_default();
+    let io = match text(&["Slave_IO_Running", "Replica_IO_Running"]).as_str() {
+        "Yes" => IoState::Running,
+        "Connecting" => IoState::Connecting,
+        _ => IoState::Stopped,
+    };
+    let using_gtid = text(&["Using_Gtid"]).to_ascii_lowercase();
+    let gtid = matches!(using_gtid.as_str(), "slave_pos" | "current_pos")
+        || text(&["Auto_Position"]) == "1";
+    let read_file = text(&["Master_Log_File", "Source_Log_File"]);
+    let exec_file = text(&["Relay_Master_Log_File", "Relay_Source_Log_File"]);
+    let read_pos = text(&["Read_Master_Log_Pos", "Read_Source_Log_Pos"]);
+    let exec_pos = text(&["Exec_Master_Log_Pos", "Exec_Source_Log_Pos"]);
+    let last_error = [text(&["Last_IO_Error"]), text(&["Last_SQL_Error"])]
+        .into_iter()
+        .filter(|e| !e.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    ReplicaStatus {
+        source_host: text(&["Master_Host", "Source_Host"]),
+        source_port: text(&["Master_Port", "Source_Port"]).parse().unwrap_or(0),
+        source_user: text(&["Master_User", "Source_User"]),
+        io,
+        sql_running: text(&["Slave_SQL_Running", "Replica_SQL_Running"]) == "Yes",
+        lag_seconds: get(&["Seconds_Behind_Master", "Seconds_Behind_Source"])
+            .and_then(|v| v.parse().ok()),
+        gtid,
+        relay_applied: read_file == exec_file && read_pos == exec_pos,
+        io_errno: text(&["Last_IO_Errno"]).parse().unwrap_or(0),
+        last_error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sql(statements: &[Statement]) -> Vec<String> {
+        statements.iter().map(|s| s.sql.to_string()).collect()
+    }
+
+    fn shown(statements: &[Statement]) -> Vec<String> {
+        statements.iter().map(|s| s.shown.clone()).collect()
+    }
+
+    #[test]
+    fn quoting_escapes_what_could_end_the_literal() {
+        let cases = [
+            ("plain", "'plain'"),
+            ("it's", "'it\\'s'"),
+            ("back\\slash", "'back\\\\slash'"),
+            ("nl\nnul\0", "'nl\\nnul\\0'"),
+        ];
+        for (raw, quoted) in cases {
+            assert_eq!(quote(raw), quoted, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn role_statements_per_engine() {
+        type Build = fn(Flavor) -> Vec<Statement>;
+        let cases: &[(Build, Flavor, &[&str])] = &[
+            (
+                set_writable,
+                Flavor::Mariadb,
+                &["SET GLOBAL read_only = OFF"],
+            ),
+            (
+                set_writable,
+                Flavor::Mysql,
+                &[
+                    "SET GLOBAL super_read_only = OFF",
+                    "SET GLOBAL read_only = OFF",
+                ],
+            ),
+            (
+                set_read_only,
+                Flavor::Mariadb,
+                &["SET GLOBAL read_only = ON"],
+            ),
+            (
+                set_read_only,
+                Flavor::Mysql,
+                &[
+                    "SET GLOBAL read_only = ON",
+                    "SET GLOBAL super_read_only = ON",
+                ],
+            ),
+            (
+                stop_replication_io,
+                Flavor::Mariadb,
+                &["STOP SLAVE IO_THREAD"],
+            ),
+            (
+                stop_replication_io,
+                Flavor::Mysql,
+                &["STOP REPLICA IO_THREAD"],
+            ),
+            (stop_replication, Flavor::Mariadb, &["STOP SLAVE"]),
+            (stop_replication, Flavor::Mysql, &["STOP REPLICA"]),
+            (reset_replication, Flavor::Mariadb, &["RESET SLAVE ALL"]),
+            (reset_replication, Flavor::Mysql, &["RESET REPLICA ALL"]),
+            (start_replication, Flavor::Mariadb, &["START SLAVE"]),
+            (start_replication, Flavor::Mysql, &["START REPLICA"]),
+        ];
+        for (build, flavor, want) in cases {
+            assert_eq!(sql(&build(*flavor)), *want, "{flavor}");
+        }
+    }
+
+    #[test]
+    fn change_source_per_engine() {
+        let source = Source {
+            host: "harbor-primary".into(),
+            port: 3306,
+        };
+        let maria = change_source(Flavor::Mariadb, &source, "s3cr'et", None);
+        assert_eq!(
+            sql(&maria),
+            [
+                "CHANGE MASTER TO MASTER_HOST = 'harbor-primary', MASTER_PORT = 3306, \
+              MASTER_USER = 'bulwark_replication', MASTER_PASSWORD = 's3cr\\'et', \
+              MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 5"
+            ]
+        );
+        assert!(!maria[0].shown.contains("s3cr") && maria[0].shown.contains("<redacted>"));
+        assert_eq!(format!("{:?}", maria[0]), maria[0].shown);
+        let demoted = change_source(Flavor::Mariadb, &source, "pw", Some("0-101-42"));
+        assert_eq!(sql(&demoted)[0], "SET GLOBAL gtid_slave_pos = '0-101-42'");
+        assert_eq!(demoted.len(), 2);
+        let mysql = change_source(Flavor::Mysql, &source, "pw", Some("ignored"));
+        assert_eq!(
+            sql(&mysql),
+            [
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'harbor-primary', SOURCE_PORT = 3306, \
+              SOURCE_USER = 'bulwark_replication', SOURCE_PASSWORD = 'pw', \
+              SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn restored_gtid_adoption_per_engine_and_version() {
+        let maria_set = "0-101-42,1-102-7";
+        let mysql_set = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5";
+        type Case<'a> = (Flavor, &'a str, &'a str, bool, bool, &'a [&'a str]);
+        let cases: &[Case<'_>] = &[
+            (
+                Flavor::Mariadb,
+                "10.11.6-MariaDB",
+                maria_set,
+                false,
+                false,
+                &[
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_binlog_state = '0-101-42,1-102-7'",
+                    "SET GLOBAL gtid_slave_pos = '0-101-42,1-102-7'",
+                ],
+            ),
+            (
+                Flavor::Mariadb,
+                "11.4.2-MariaDB",
+                "",
+                true,
+                true,
+                &[
+                    "STOP SLAVE",
+                    "RESET SLAVE ALL",
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_binlog_state = ''",
+                    "SET GLOBAL gtid_slave_pos = ''",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.0.36",
+                mysql_set,
+                false,
+                false,
+                &[
+                    "RESET MASTER",
+                    "SET GLOBAL gtid_purged = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.4.3",
+                mysql_set,
+                true,
+                true,
+                &[
+                    "SET GLOBAL super_read_only = OFF",
+                    "STOP REPLICA",
+                    "RESET REPLICA ALL",
+                    "RESET BINARY LOGS AND GTIDS",
+                    "SET GLOBAL gtid_purged = '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5'",
+                    "SET GLOBAL super_read_only = ON",
+                ],
+            ),
+            (
+                Flavor::Mysql,
+                "8.2.0",
+                "",
+                false,
+                false,
+                &["RESET BINARY LOGS AND GTIDS"],
+            ),
+            (
+                Flavor::Mysql,
+                "8.1.0-commercial",
+                "",
+                false,
+                false,
+                &["RESET MASTER"],
+            ),
+        ];
+        for (flavor, version, gtid, stop, sro, want) in cases {
+            assert_eq!(
+                sql(&adopt_restored_gtid(*flavor, version, gtid, *stop, *sro)),
+                *want,
+                "{flavor} {version}"
+            );
+        }
+    }
+
+    #[test]
+    fn accounts_per_engine() {
+        let pw = AccountPasswords {
+            replication: "r-pw",
+            backup: "b-pw",
+            exporter: "e-pw",
+        };
+        let maria = ensure_accounts(Flavor::Mariadb, &pw, true);
+        let text = sql(&maria);
+        assert_eq!(text[1], "SET SESSION sql_log_bin = 0");
+        assert!(text.contains(
+            &"CREATE USER IF NOT EXISTS 'bulwark_replication'@'%' IDENTIFIED BY 'r-pw'".to_string()
+        ));
+        assert!(text.contains(
+            &"ALTER USER 'bulwark_exporter'@'%' IDENTIFIED BY 'e-pw' WITH MAX_USER_CONNECTIONS 3"
+                .to_string()
+        ));
+        assert!(text
+            .contains(&"GRANT REPLICATION SLAVE ON *.* TO 'bulwark_replication'@'%'".to_string()));
+        assert!(text
+            .iter()
+            .any(|s| s.starts_with("GRANT RELOAD") && s.contains("BINLOG MONITOR")));
+        assert!(
+            !text.iter().any(|s| s.contains("super_read_only")),
+            "MariaDB has none"
+        );
+        for s in shown(&maria) {
+            assert!(!s.contains("-pw"), "password in {s}");
+        }
+
+        let mysql = sql(&ensure_accounts(Flavor::Mysql, &pw, true));
+        assert_eq!(mysql[2], "SET GLOBAL super_read_only = OFF");
+        assert_eq!(mysql.last().unwrap(), "SET GLOBAL super_read_only = ON");
+        assert!(mysql.iter().any(|s| s.starts_with("GRANT RELOAD")
+            && s.contains("BACKUP_ADMIN")
+            && s.contains("REPLICATION CLIENT")));
+        let writable = sql(&ensure_accounts(Flavor::Mysql, &pw, false));
+        assert!(!writable.iter().any(|s| s.contains("super_read_only")));
+        assert!(writable.contains(
+            &"GRANT PROCESS, REPLICATION CLIENT, SELECT ON *.* TO 'bulwark_exporter'@'%'"
+                .to_string()
+        ));
+    }
+
+    fn row(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+            .collect()
+    }
+
+    #[test]
+    fn replica_status_rows_of_both_engines() {
+        let maria = row(&[
+            ("Master_Host", Some("10.0.0.5")),
+            ("Master_User", Some("bulwark_replication")),
+            ("Master_Port", Some("3306")),
+            ("Master_Log_File", Some("mysql-bin.000002")),
+            ("Read_Master_Log_Pos", Some("900")),
+            ("Relay_Master_Log_File", Some("mysql-bin.000002")),
+            ("Exec_Master_Log_Pos", Some("800")),
+            ("Slave_IO_Running", Some("Yes")),
+            ("Slave_SQL_Running", Some("Yes")),
+            ("Seconds_Behind_Master", Some("3")),
+            ("Last_IO_Errno", Some("0")),
+            ("Last_IO_Error", Some("")),
+            ("Last_SQL_Error", Some("")),
+            ("Using_Gtid", Some("Slave_Pos")),
+        ]);
+        let s = parse_replica_status(&maria);
+        assert_eq!(
+            s,
+            ReplicaStatus {
+                source_host: "10.0.0.5".into(),
+                source_port: 3306,
+                source_user: "bulwark_replication".into(),
+                io: IoState::Running,
+                sql_running: true,
+                lag_seconds: Some(3),
+                gtid: true,
+                relay_applied: false,
+                io_errno: 0,
+                last_error: String::new(),
+            }
+        );
+        let mysql = row(&[
+            ("Source_Host", Some("harbor-primary")),
+            ("Source_User", Some("bulwark_replication")),
+            ("Source_Port", Some("3306")),
+            ("Source_Log_File", Some("binlog.000003")),
+            ("Read_Source_Log_Pos", Some("157")),
+            ("Relay_Source_Log_File", Some("binlog.000003")),
+            ("Exec_Source_Log_Pos", Some("157")),
+            ("Replica_IO_Running", Some("Connecting")),
+            ("Replica_SQL_Running", Some("Yes")),
+            ("Seconds_Behind_Source", None),
+            ("Last_IO_Errno", Some("1045")),
+            ("Last_IO_Error", Some("Access denied")),
+            ("Auto_Position", Some("1")),
+        ]);
+        let s = parse_replica_status(&mysql);
+        assert_eq!(
+            (s.io, s.lag_seconds, s.gtid, s.relay_applied, s.io_errno),
+            (IoState::Connecting, None, true, true, 1045)
+        );
+        assert_eq!(s.last_error, "Access denied");
+        let positional = parse_replica_status(&row(&[
+            ("Using_Gtid", Some("No")),
+            ("Slave_IO_Running", Some("No")),
+        ]));
+        assert_eq!((positional.gtid, positional.io), (false, IoState::Stopped));
+    }
+}

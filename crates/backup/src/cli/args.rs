@@ -1,0 +1,269 @@
+//! Argument groups and helpers shared by the `mysql-backup` and `bulwark-agent` command
+//! lines: repository, S3, server connection, key, progress and backup selection.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use zeroize::Zeroizing;
+
+use crate::crypto::MasterKey;
+use crate::progress;
+use crate::repo::{CompleteBackup, Repository};
+use crate::source::Connection;
+use crate::store::{self, S3Options};
+use crate::Error;
+
+#[derive(Args, Clone)]
+pub struct RepoArgs {
+    /// Repository: a path, file:///path or s3://bucket/prefix.
+    #[arg(long, env = "MYSQL_BACKUP_REPO")]
+    pub repo: String,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args, Clone)]
+pub struct S3Args {
+    /// S3 endpoint for S3-compatible services (http://host:port).
+    #[arg(long, env = "MYSQL_BACKUP_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1).
+    #[arg(long, env = "MYSQL_BACKUP_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// Use path-style S3 requests (most S3-compatible servers need this).
+    #[arg(long, env = "MYSQL_BACKUP_S3_PATH_STYLE")]
+    pub s3_path_style: bool,
+    /// Multipart part size, e.g. 16MiB (default: from the segment size, at least 8MiB).
+    #[arg(long, env = "MYSQL_BACKUP_S3_PART_SIZE", value_parser = parse_size)]
+    pub s3_part_size: Option<u64>,
+    /// Multipart parts uploaded at once per object.
+    #[arg(long, env = "MYSQL_BACKUP_S3_PARTS_IN_FLIGHT", default_value_t = 3)]
+    pub s3_parts_in_flight: usize,
+    /// Retries per S3 request before failing.
+    #[arg(long, env = "MYSQL_BACKUP_S3_MAX_RETRIES", default_value_t = 10)]
+    pub s3_max_retries: usize,
+    /// Timeout of one S3 request, e.g. 2min.
+    #[arg(long, env = "MYSQL_BACKUP_S3_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2min")]
+    pub s3_request_timeout: Duration,
+}
+
+#[derive(Args, Clone, Default)]
+pub struct ConnArgs {
+    /// Server Unix socket.
+    #[arg(long, env = "MYSQL_BACKUP_MYSQL_SOCKET")]
+    pub mysql_socket: Option<PathBuf>,
+    /// Server host (TCP).
+    #[arg(long, env = "MYSQL_BACKUP_MYSQL_HOST", conflicts_with = "mysql_socket")]
+    pub mysql_host: Option<String>,
+    /// Server port (TCP).
+    #[arg(long, env = "MYSQL_BACKUP_MYSQL_PORT")]
+    pub mysql_port: Option<u16>,
+    /// User name.
+    #[arg(long, env = "MYSQL_BACKUP_MYSQL_USER", default_value = "root")]
+    pub mysql_user: String,
+    /// File holding the password (else MYSQL_PWD is used).
+    #[arg(long, env = "MYSQL_BACKUP_MYSQL_PASSWORD_FILE")]
+    pub mysql_password_file: Option<PathBuf>,
+}
+
+impl ConnArgs {
+    pub fn given(&self) -> bool {
+        self.mysql_socket.is_some() || self.mysql_host.is_some()
+    }
+
+    pub fn connection(&self) -> Result<Connection, Error> {
+        let password = match &self.mysql_password_file {
+            Some(p) => {
+                Some(
+                    crate::source::read_password_file(p).map_err(|source| Error::LocalIo {
+                        action: "read password file",
+                        path: p.display().to_string(),
+                        source,
+                    })?,
+                )
+            }
+            None => std::env::var("MYSQL_PWD").ok().map(Zeroizing::new),
+        };
+        Ok(Connection {
+            socket: self.mysql_socket.as_deref().map(absolute).transpose()?,
+            host: self.mysql_host.clone(),
+            port: self.mysql_port,
+            user: Some(self.mysql_user.clone()),
+            password,
+        })
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct KeyArgs {
+    /// File with the 32-byte master key, raw or base64 (`openssl rand -base64 32 > key`).
+    #[arg(long, env = "MYSQL_BACKUP_ENCRYPTION_KEY_FILE")]
+    pub encryption_key_file: Option<PathBuf>,
+}
+
+impl KeyArgs {
+    pub fn load(&self) -> Result<Option<MasterKey>, Error> {
+        self.encryption_key_file
+            .as_deref()
+            .map(MasterKey::from_file)
+            .transpose()
+            .map_err(Error::from)
+    }
+}
+
+#[derive(Args)]
+pub struct ProgressArgs {
+    /// How to show progress: auto (bar on a terminal, log lines otherwise), bar, log, none.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        env = "MYSQL_BACKUP_PROGRESS"
+    )]
+    pub progress: ProgressMode,
+    /// Interval between progress log lines.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", env = "MYSQL_BACKUP_PROGRESS_INTERVAL")]
+    pub progress_interval: Duration,
+}
+
+impl ProgressArgs {
+    pub fn display(&self) -> progress::Display {
+        match self.progress {
+            ProgressMode::Auto => progress::Display::auto(self.progress_interval),
+            ProgressMode::Bar => progress::Display::Bar,
+            ProgressMode::Log => progress::Display::Log(self.progress_interval),
+            ProgressMode::None => progress::Display::Quiet,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ProgressMode {
+    Auto,
+    Bar,
+    Log,
+    None,
+}
+
+/// Which backup to read, where, and with which key.
+#[derive(Args)]
+pub struct BackupSelector {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Backup id or `latest`.
+    pub id: String,
+    /// Chunks read and decoded in parallel (default: number of CPUs + 2).
+    #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+impl BackupSelector {
+    /// Loads the key first (a bad key file fails before any I/O), then resolves the backup.
+    pub async fn open(&self) -> Result<(Repository, CompleteBackup, Option<MasterKey>), Error> {
+        let key = self.key.load()?;
+        let repo = open_repo(&self.repo, 0).await?;
+        let backup = repo.resolve(&self.id).await?;
+        Ok((repo, backup, key))
+    }
+
+    pub fn parallel(&self) -> usize {
+        workers(self.workers) + 2
+    }
+}
+
+/// Makes a path absolute: the tools we run change directory (mariabackup into the datadir), so
+/// relative paths handed to them would point elsewhere.
+pub fn absolute(p: &std::path::Path) -> Result<PathBuf, Error> {
+    std::path::absolute(p).map_err(|source| Error::LocalIo {
+        action: "resolve path",
+        path: p.display().to_string(),
+        source,
+    })
+}
+
+/// Parses sizes like `8MiB`, `4GiB`, `512KiB`, `16M` or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 8MiB"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (use KiB, MiB, GiB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+pub fn workers(n: Option<usize>) -> usize {
+    n.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2)
+    })
+    .max(1)
+}
+
+pub fn s3_options(args: &S3Args, segment_size: u64) -> S3Options {
+    // Parts sized so a capped segment stays far below S3's 10,000-part limit.
+    let auto_part = (segment_size / 8000).max(8 << 20) as usize;
+    S3Options {
+        endpoint: args.s3_endpoint.clone(),
+        region: args.s3_region.clone(),
+        path_style: args.s3_path_style,
+        part_size: args.s3_part_size.map(|p| p as usize).unwrap_or(auto_part),
+        parts_in_flight: args.s3_parts_in_flight,
+        request_timeout: Some(args.s3_request_timeout),
+        max_retries: Some(args.s3_max_retries),
+    }
+}
+
+pub async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
+    let opts = s3_options(&args.s3, segment_size);
+    let store = store::open(&args.repo, &opts)
+        .await
+        .map_err(Error::OpenRepository)?;
+    Ok(Repository::new(store))
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub fn shutdown_signal() -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::warn!("signal received; stopping and cleaning up");
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8MiB"), Ok(8 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("8 parsecs").is_err());
+        assert!(parse_size("MiB").is_err());
+    }
+}

@@ -1,0 +1,73 @@
+//! What `prune` removes: complete backups the retention rules do not keep, and incomplete
+//! backups (no manifest) untouched for longer than the orphan grace. Damaged backups are never
+//! removed automatically. The plan is pure; [`execute`] carries it out, manifests first.
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::repo::{Catalog, IncompleteBackup, IncompleteState, Repository};
+use crate::retention::{self, Candidate, Decision, KeepPolicy};
+use crate::Result;
+
+/// What a prune will do.
+#[derive(Debug)]
+pub struct PrunePlan<'a> {
+    /// One decision per complete backup, newest first.
+    pub decisions: Vec<Decision>,
+    /// Incomplete backups past the grace: removed.
+    pub stale: Vec<&'a IncompleteBackup>,
+    /// Damaged backups: left alone, reported.
+    pub damaged: Vec<&'a IncompleteBackup>,
+}
+
+/// Plans a prune of `catalog` at `now`.
+pub fn plan<'a>(
+    catalog: &'a Catalog,
+    policy: &KeepPolicy,
+    orphan_grace: Duration,
+    now: DateTime<Utc>,
+) -> PrunePlan<'a> {
+    let candidates: Vec<Candidate> = catalog
+        .complete
+        .iter()
+        .map(|b| Candidate {
+            id: b.manifest.id.clone(),
+            time: b.manifest.finished_at,
+        })
+        .collect();
+    PrunePlan {
+        decisions: retention::plan(policy, &candidates),
+        stale: catalog
+            .incomplete
+            .iter()
+            .filter(|i| {
+                i.state == IncompleteState::Orphan
+                    && i.newest().is_some_and(|t| now - t > orphan_grace)
+            })
+            .collect(),
+        damaged: catalog
+            .incomplete
+            .iter()
+            .filter(|i| matches!(i.state, IncompleteState::Damaged(_)))
+            .collect(),
+    }
+}
+
+/// Removes what `plan` does not keep; returns the ids removed, in order.
+pub async fn execute(
+    repo: &Repository,
+    catalog: &Catalog,
+    plan: &PrunePlan<'_>,
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for d in plan.decisions.iter().filter(|d| !d.keep) {
+        repo.delete_backup(&d.id, &catalog.objects[&d.id]).await?;
+        tracing::info!(backup_id = %d.id, "backup removed");
+        removed.push(d.id.clone());
+    }
+    for o in &plan.stale {
+        repo.delete_backup(&o.id, &o.objects).await?;
+        tracing::info!(backup_id = %o.id, "incomplete backup removed");
+        removed.push(o.id.clone());
+    }
+    Ok(removed)
+}

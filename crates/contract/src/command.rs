@@ -1,0 +1,328 @@
+//! Command lines of the programs in the operator's pods, as the operator writes them. Each
+//! builder yields an [`Argv`]; the binaries' tests parse every builder's output with their real
+//! argument parsers, so both sides cannot drift apart.
+
+use crate::paths;
+
+/// The backup tool (backup and delete Jobs).
+pub const BACKUP_PROGRAM: &str = "mysql-backup";
+/// The in-pod agent (the server pods' init, restore and agent containers).
+pub const AGENT_PROGRAM: &str = "bulwark-agent";
+
+/// A program and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Argv {
+    pub program: &'static str,
+    pub args: Vec<String>,
+}
+
+impl Argv {
+    fn new(program: &'static str) -> Self {
+        Argv {
+            program,
+            args: Vec::new(),
+        }
+    }
+
+    fn arg(&mut self, a: impl Into<String>) -> &mut Self {
+        self.args.push(a.into());
+        self
+    }
+
+    fn flag(&mut self, name: &str, value: impl std::fmt::Display) -> &mut Self {
+        self.args.push(format!("--{name}={value}"));
+        self
+    }
+
+    fn opt(&mut self, name: &str, value: Option<impl std::fmt::Display>) -> &mut Self {
+        if let Some(v) = value {
+            self.flag(name, v);
+        }
+        self
+    }
+
+    fn switch(&mut self, name: &str, on: bool) -> &mut Self {
+        if on {
+            self.args.push(format!("--{name}"));
+        }
+        self
+    }
+
+    /// The whole command line, program first (what an argument parser takes).
+    pub fn to_vec(&self) -> Vec<String> {
+        std::iter::once(self.program.to_owned())
+            .chain(self.args.iter().cloned())
+            .collect()
+    }
+}
+
+/// Server family, as `--engine` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    MariaDb,
+    MySql,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::MariaDb => "mariadb",
+            Engine::MySql => "mysql",
+        }
+    }
+}
+
+/// Backup method, as `--method` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Physical,
+    Logical,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Physical => "physical",
+            Method::Logical => "logical",
+        }
+    }
+}
+
+/// A backup repository and how to reach it. Credentials are not part of it: they reach the
+/// program through its environment or files, never its command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repository {
+    /// A path, `file:///path` or `s3://bucket/prefix`.
+    pub url: String,
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    pub s3_path_style: bool,
+    /// The master key file, when backups are encrypted.
+    pub encryption_key_file: Option<String>,
+}
+
+impl Repository {
+    fn push(&self, argv: &mut Argv) {
+        argv.flag("repo", &self.url)
+            .opt("s3-endpoint", self.s3_endpoint.as_deref())
+            .opt("s3-region", self.s3_region.as_deref())
+            .switch("s3-path-style", self.s3_path_style)
+            .opt("encryption-key-file", self.encryption_key_file.as_deref());
+    }
+}
+
+/// `mysql-backup backup`, as a backup Job runs it: from a server over TCP, reporting its result
+/// line into the termination log and its progress as JSON log lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    pub repository: Repository,
+    pub method: Method,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password_file: String,
+    /// The source's datadir as mounted in the Job (physical backups).
+    pub datadir: Option<String>,
+    pub result_file: String,
+    /// Seconds between progress log lines.
+    pub progress_interval_seconds: u32,
+}
+
+impl Backup {
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(BACKUP_PROGRAM);
+        a.flag("log-format", "json").arg("backup");
+        self.repository.push(&mut a);
+        a.flag("method", self.method.as_str())
+            .flag("mysql-host", &self.host)
+            .flag("mysql-port", self.port)
+            .flag("mysql-user", &self.user)
+            .flag("mysql-password-file", &self.password_file)
+            .opt("datadir", self.datadir.as_deref())
+            .flag("result-file", &self.result_file)
+            .flag("progress", "log")
+            .flag(
+                "progress-interval",
+                format!("{}s", self.progress_interval_seconds),
+            );
+        a
+    }
+}
+
+/// `mysql-backup delete`: removes one backup's data (succeeds when it is already gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delete {
+    pub repository: Repository,
+    pub backup_id: String,
+}
+
+impl Delete {
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(BACKUP_PROGRAM);
+        a.flag("log-format", "json").arg("delete");
+        self.repository.push(&mut a);
+        a.arg("--").arg(&self.backup_id);
+        a
+    }
+}
+
+/// `bulwark-agent init`: writes the per-pod server configuration before mysqld starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Init {
+    /// The pod's name; `$(POD_NAME)` lets the kubelet fill it in from the downward API.
+    pub pod_name: String,
+    pub cluster: String,
+    pub engine: Engine,
+    pub config_file: String,
+    pub conf_dir: String,
+}
+
+impl Init {
+    /// The command of the server pods' `init` container.
+    pub fn for_pod(cluster: &str, engine: Engine) -> Init {
+        Init {
+            pod_name: "$(POD_NAME)".to_owned(),
+            cluster: cluster.to_owned(),
+            engine,
+            config_file: paths::CONFIG_FILE.to_owned(),
+            conf_dir: paths::CONF_DIR.to_owned(),
+        }
+    }
+
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(AGENT_PROGRAM);
+        a.arg("init")
+            .flag("pod-name", &self.pod_name)
+            .flag("cluster", &self.cluster)
+            .flag("engine", self.engine.as_str())
+            .flag("config-file", &self.config_file)
+            .flag("conf-dir", &self.conf_dir);
+        a
+    }
+}
+
+/// `bulwark-agent restore`: bootstraps an empty datadir from a backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restore {
+    pub repository: Repository,
+    pub backup_id: String,
+    pub datadir: String,
+    /// Where a logical backup's id is left for the agent.
+    pub pending_file: String,
+    /// Where a physical restore leaves its GTID position for the agent.
+    pub gtid_file: String,
+}
+
+impl Restore {
+    /// The command of the server pods' `restore` container.
+    pub fn for_pod(repository: Repository, backup_id: &str) -> Restore {
+        Restore {
+            repository,
+            backup_id: backup_id.to_owned(),
+            datadir: paths::DATADIR.to_owned(),
+            pending_file: paths::PENDING_LOGICAL_RESTORE.to_owned(),
+            gtid_file: paths::RESTORED_GTID.to_owned(),
+        }
+    }
+
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(AGENT_PROGRAM);
+        a.arg("restore");
+        self.repository.push(&mut a);
+        a.flag("datadir", &self.datadir)
+            .flag("pending-file", &self.pending_file)
+            .flag("gtid-file", &self.gtid_file)
+            .arg("--")
+            .arg(&self.backup_id);
+        a
+    }
+}
+
+/// What the agent of a bootstrapped cluster finishes after the restore container: loading a
+/// pending logical backup, continuing a physical backup's GTID history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRestore {
+    pub repository: Repository,
+    pub pending_logical_restore: String,
+    pub gtid_file: String,
+}
+
+/// `bulwark-agent run`: the sidecar next to mysqld.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agent {
+    pub socket: String,
+    pub listen: String,
+    pub labels_file: String,
+    pub credentials_dir: String,
+    /// Host replicas replicate from (the cluster's primary Service).
+    pub primary_host: String,
+    pub primary_port: u16,
+    pub restore: Option<AgentRestore>,
+}
+
+impl Agent {
+    /// The command of the server pods' `agent` container.
+    pub fn for_pod(primary_host: &str, restore: Option<Repository>) -> Agent {
+        Agent {
+            socket: paths::SOCKET.to_owned(),
+            listen: format!("0.0.0.0:{}", crate::ports::AGENT),
+            labels_file: paths::LABELS_FILE.to_owned(),
+            credentials_dir: paths::CREDENTIALS_DIR.to_owned(),
+            primary_host: primary_host.to_owned(),
+            primary_port: crate::ports::MYSQL,
+            restore: restore.map(|repository| AgentRestore {
+                repository,
+                pending_logical_restore: paths::PENDING_LOGICAL_RESTORE.to_owned(),
+                gtid_file: paths::RESTORED_GTID.to_owned(),
+            }),
+        }
+    }
+
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(AGENT_PROGRAM);
+        a.flag("log-format", "json")
+            .arg("run")
+            .flag("socket", &self.socket)
+            .flag("listen", &self.listen)
+            .flag("labels-file", &self.labels_file)
+            .flag("credentials-dir", &self.credentials_dir)
+            .flag("primary-host", &self.primary_host)
+            .flag("primary-port", self.primary_port);
+        if let Some(r) = &self.restore {
+            r.repository.push(&mut a);
+            a.flag("pending-logical-restore", &r.pending_logical_restore)
+                .flag("gtid-file", &r.gtid_file);
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_attached_to_their_flags() {
+        // `--flag=value` keeps values that start with a dash from being read as flags.
+        let argv = Delete {
+            repository: Repository {
+                url: "-odd".into(),
+                ..Repository::default()
+            },
+            backup_id: "-id".into(),
+        }
+        .argv()
+        .to_vec();
+        assert_eq!(
+            argv,
+            [
+                "mysql-backup",
+                "--log-format=json",
+                "delete",
+                "--repo=-odd",
+                "--",
+                "-id"
+            ]
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! The contract between the operator and the programs its pods run (`mysql-backup` in backup
+//! Jobs, `bulwark-agent` in the server pods): everything both sides must spell the same way.
+//! The operator builds command lines with [`command`]; the binaries' own argument parsers are
+//! tested against these builders, so a renamed flag fails a test instead of a pod.
+//!
+//! No Kubernetes and no async runtime here: this crate sits at the bottom of the workspace.
+
+pub mod accounts;
+pub mod command;
+pub mod labels;
+pub mod paths;
+pub mod ports;
+pub mod result;
+
+pub use accounts::Account;
+pub use labels::Role;

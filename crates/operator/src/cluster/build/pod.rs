@@ -1,0 +1,396 @@
+//! The StatefulSet of the server pods, one function per container and per part of the pod.
+//!
+//! Pod layout: an `init` container (`bulwark-agent init`) renders the option files into a
+//! shared directory; with `bootstrap.fromBackup` a `restore` container (`bulwark-agent
+//! restore`) restores the backup into an empty data volume; `mysqld` runs the server with
+//! probes answered by the `agent` sidecar (`bulwark-agent run`), which also manages accounts
+//! and replication from the role label; `exporter` serves metrics when enabled.
+
+use std::collections::BTreeMap;
+
+use bulwark_api::cluster::Engine;
+use bulwark_api::MySQLCluster;
+use bulwark_contract::command;
+use bulwark_contract::{paths, Account};
+use k8s_openapi::api::apps::v1::{
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{cluster_name, meta, Images};
+use crate::cluster::bootstrap::RestoreSource;
+use crate::cluster::validate::Validated;
+use crate::names::{self, component};
+use crate::podspec::{self, command_container, mount, pod_name_env, restricted, secret_env};
+use crate::storage::StorageAccess;
+
+/// The StatefulSet of the server pods; `restore` is the backup a bootstrapping cluster's pods
+/// restore (recorded on the StatefulSet, see [`RestoreSource`]).
+pub fn stateful_set(
+    cluster: &MySQLCluster,
+    validated: &Validated,
+    config_map_name: &str,
+    images: &Images,
+    restore: Option<&RestoreSource>,
+) -> StatefulSet {
+    let spec = &cluster.spec;
+    let name = cluster_name(cluster);
+    let access = restore.and_then(RestoreSource::access);
+    let mut metadata = meta(cluster, name.to_owned(), component::DATABASE);
+    if let Some(r) = restore {
+        metadata.annotations = Some(BTreeMap::from([(
+            names::RESTORE_SOURCE_ANNOTATION.to_owned(),
+            r.to_annotation(),
+        )]));
+    }
+    StatefulSet {
+        metadata,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.replicas),
+            service_name: Some(names::headless_service(name)),
+            selector: LabelSelector {
+                match_labels: Some(names::selector_labels(name)),
+                ..LabelSelector::default()
+            },
+            pod_management_policy: Some("Parallel".to_owned()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(0),
+                    ..RollingUpdateStatefulSetStrategy::default()
+                }),
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Retain".to_owned()),
+                    when_scaled: Some("Retain".to_owned()),
+                },
+            ),
+            template: pod_template(
+                cluster,
+                validated,
+                config_map_name,
+                images,
+                restore.zip(access.as_ref()),
+            ),
+            volume_claim_templates: Some(vec![data_claim_template(cluster)]),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    }
+}
+
+fn pod_template(
+    cluster: &MySQLCluster,
+    validated: &Validated,
+    config_map_name: &str,
+    images: &Images,
+    restore: Option<(&RestoreSource, &StorageAccess)>,
+) -> PodTemplateSpec {
+    let spec = &cluster.spec;
+    let name = cluster_name(cluster);
+    let mut init_containers = vec![init_container(cluster, images)];
+    let mut volumes = volumes(validated, config_map_name);
+    if let Some((source, access)) = restore {
+        init_containers.push(restore_container(source, access, images));
+        volumes.extend(access.volumes.iter().cloned());
+    }
+    let mut containers = vec![
+        mysqld_container(cluster, validated),
+        agent_container(cluster, images, restore.map(|(_, a)| a)),
+    ];
+    if spec.metrics.enabled {
+        containers.push(exporter_container(validated, images));
+    }
+    let mut labels = names::labels(name, component::DATABASE);
+    labels.extend(names::selector_labels(name));
+    let annotations = spec.metrics.enabled.then(|| {
+        BTreeMap::from([
+            ("prometheus.io/scrape".to_owned(), "true".to_owned()),
+            (
+                "prometheus.io/port".to_owned(),
+                names::EXPORTER_PORT.to_string(),
+            ),
+        ])
+    });
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            annotations,
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            init_containers: Some(init_containers),
+            containers,
+            volumes: Some(volumes),
+            affinity: spec.affinity.clone(),
+            tolerations: spec.tolerations.clone(),
+            node_selector: spec.node_selector.clone(),
+            security_context: Some(podspec::server_user()),
+            termination_grace_period_seconds: Some(300),
+            enable_service_links: Some(false),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// The pod's volumes (the data volume comes from the claim template; a restore adds its
+/// storage's).
+fn volumes(validated: &Validated, config_map_name: &str) -> Vec<Volume> {
+    vec![
+        Volume {
+            name: "config".to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map_name.to_owned(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        empty_dir("conf"),
+        empty_dir("run"),
+        empty_dir("tmp"),
+        credentials_volume(validated),
+        Volume {
+            name: "podinfo".to_owned(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "labels".to_owned(),
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.labels".to_owned(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..DownwardAPIVolumeFile::default()
+                }]),
+                ..DownwardAPIVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ]
+}
+
+fn engine(cluster: &MySQLCluster) -> command::Engine {
+    match cluster.spec.engine {
+        Engine::MariaDb => command::Engine::MariaDb,
+        Engine::MySql => command::Engine::MySql,
+    }
+}
+
+/// `bulwark-agent init`: the per-pod option files.
+fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
+    let argv = command::Init::for_pod(cluster_name(cluster), engine(cluster)).argv();
+    Container {
+        env: Some(vec![pod_name_env()]),
+        volume_mounts: Some(vec![
+            mount("config", paths::CONFIG_DIR, true),
+            mount("conf", paths::CONF_DIR, false),
+            mount("data", paths::VOLUME_ROOT, false),
+        ]),
+        ..command_container("init", &images.agent, argv)
+    }
+}
+
+/// `bulwark-agent restore`: the backup into an empty data volume.
+fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Images) -> Container {
+    let argv = command::Restore::for_pod(access.repository.clone(), &source.backup_id).argv();
+    let mut mounts = vec![datadir_mount(), mount("data", paths::VOLUME_ROOT, false)];
+    mounts.extend(access.mounts.iter().cloned());
+    Container {
+        env: Some(access.env.clone()),
+        volume_mounts: Some(mounts),
+        ..command_container("restore", &images.agent, argv)
+    }
+}
+
+/// The server, from the validated image; its probes are answered by the agent.
+fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container {
+    let root = validated.credentials.source(Account::Root);
+    let root_env = match cluster.spec.engine {
+        Engine::MariaDb => "MARIADB_ROOT_PASSWORD",
+        Engine::MySql => "MYSQL_ROOT_PASSWORD",
+    };
+    Container {
+        name: "mysqld".to_owned(),
+        image: Some(validated.server_image.clone()),
+        env: Some(vec![secret_env(root_env, &root.name, &root.key, false)]),
+        ports: Some(vec![port("mysql", names::MYSQL_PORT)]),
+        // The agent answers /healthz with 200 while the server is not listening yet, so a long
+        // crash recovery is never cut short; only a server that accepts connections and then
+        // hangs fails it.
+        liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        resources: cluster.spec.resources.clone(),
+        volume_mounts: Some(vec![
+            datadir_mount(),
+            mount("conf", paths::CONF_DIR, true),
+            mount("run", paths::RUN_DIR, false),
+            mount("tmp", "/tmp", false),
+        ]),
+        security_context: Some(restricted()),
+        ..Container::default()
+    }
+}
+
+/// `bulwark-agent run`: probes, accounts, role and replication; in a bootstrapping cluster
+/// also the pending logical load and the restored GTID history, from the restore's storage.
+fn agent_container(
+    cluster: &MySQLCluster,
+    images: &Images,
+    restore: Option<&StorageAccess>,
+) -> Container {
+    let primary = names::primary_service(cluster_name(cluster));
+    let argv = command::Agent::for_pod(&primary, restore.map(|a| a.repository.clone())).argv();
+    let mut mounts = vec![
+        mount("run", paths::RUN_DIR, false),
+        mount("credentials", paths::CREDENTIALS_DIR, true),
+        mount("podinfo", paths::PODINFO_DIR, true),
+        mount("data", paths::VOLUME_ROOT, false),
+    ];
+    let mut env = Vec::new();
+    if let Some(a) = restore {
+        env.extend(a.env.iter().cloned());
+        mounts.extend(a.mounts.iter().cloned());
+    }
+    let quantity = |q: &str| Quantity(q.to_owned());
+    Container {
+        env: (!env.is_empty()).then_some(env),
+        ports: Some(vec![port("agent", names::AGENT_PORT)]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), quantity("10m")),
+                ("memory".to_owned(), quantity("32Mi")),
+            ])),
+            limits: Some(BTreeMap::from([("memory".to_owned(), quantity("256Mi"))])),
+            ..ResourceRequirements::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..command_container("agent", &images.agent, argv)
+    }
+}
+
+/// mysqld_exporter, reading the server over loopback with the metrics account.
+fn exporter_container(validated: &Validated, images: &Images) -> Container {
+    let metrics = validated.credentials.source(Account::Metrics);
+    Container {
+        name: "exporter".to_owned(),
+        image: Some(images.exporter.clone()),
+        args: Some(vec![
+            format!("--mysqld.address=127.0.0.1:{}", names::MYSQL_PORT),
+            format!("--mysqld.username={}", Account::Metrics.user()),
+        ]),
+        env: Some(vec![secret_env(
+            "MYSQLD_EXPORTER_PASSWORD",
+            &metrics.name,
+            &metrics.key,
+            false,
+        )]),
+        ports: Some(vec![port("metrics", names::EXPORTER_PORT)]),
+        security_context: Some(restricted()),
+        ..Container::default()
+    }
+}
+
+fn data_claim_template(cluster: &MySQLCluster) -> PersistentVolumeClaim {
+    let storage = &cluster.spec.storage;
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".to_owned()),
+            labels: Some(names::labels(cluster_name(cluster), component::DATABASE)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    storage.size.clone(),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+fn port(name: &str, number: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: number,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("agent".to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+/// The projected volume of password files: `<account>` → the Secret key that holds it.
+fn credentials_volume(validated: &Validated) -> Volume {
+    let mut by_secret: BTreeMap<&str, Vec<KeyToPath>> = BTreeMap::new();
+    for account in Account::ALL {
+        let src = validated.credentials.source(account);
+        by_secret.entry(&src.name).or_default().push(KeyToPath {
+            key: src.key.clone(),
+            path: account.key().to_owned(),
+            mode: Some(0o400),
+        });
+    }
+    Volume {
+        name: "credentials".to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o400),
+            sources: Some(
+                by_secret
+                    .into_iter()
+                    .map(|(name, items)| VolumeProjection {
+                        secret: Some(SecretProjection {
+                            name: name.to_owned(),
+                            items: Some(items),
+                            optional: Some(false),
+                        }),
+                        ..VolumeProjection::default()
+                    })
+                    .collect(),
+            ),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// The data directory: the `mysql` subdirectory of the data volume.
+fn datadir_mount() -> VolumeMount {
+    VolumeMount {
+        sub_path: Some(paths::DATADIR_SUBPATH.to_owned()),
+        ..mount("data", paths::DATADIR, false)
+    }
+}
