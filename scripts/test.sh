@@ -20,9 +20,13 @@ export BULWARK_HELM_BIN
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# Keep cargo's output, then close with one summary line over every test binary.
+# Every test binary runs to the end (--no-fail-fast), so one failure does not hide others;
+# cargo's output is kept, then one summary line closes the run over every binary, and the
+# script exits non-zero when anything failed.
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
+status=0
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log"
+     END { printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log" || status=1
+exit "$status"

@@ -1,5 +1,5 @@
-//! The crate's error type: one variant per action that can fail, with a retryable/permanent
-//! classification, plus a helper that renders a whole cause chain on one line.
+//! The crate's error type: one variant per action that can fail, plus a helper that renders a
+//! whole cause chain on one line.
 
 use crate::crypto::KeyError;
 use crate::store::StoreError;
@@ -112,23 +112,6 @@ pub enum Error {
     InvalidArgument(String),
     #[error("interrupted by signal")]
     Interrupted,
-}
-
-impl Error {
-    /// Whether running the same command again may succeed without changing anything.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::OpenRepository(s)
-            | Error::ListRepository(s)
-            | Error::ReadManifest { source: s, .. }
-            | Error::WriteSegment { source: s, .. }
-            | Error::WriteManifest { source: s, .. }
-            | Error::ReadSegment { source: s, .. }
-            | Error::Delete { source: s, .. } => s.is_retryable(),
-            Error::ConnectServer { .. } | Error::QueryServer(_) | Error::Interrupted => true,
-            _ => false,
-        }
-    }
 }
 
 /// Renders an error and its sources as `outer: cause: root cause`, skipping repeats.

@@ -44,38 +44,6 @@ pub enum StoreError {
     },
 }
 
-impl StoreError {
-    /// Whether trying again later may succeed (network, throttling, server errors), as opposed
-    /// to a refusal that stays until something is changed (missing object, credentials).
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            StoreError::Remote { source, .. } => !is_permanent(source),
-            StoreError::Io { source, .. } => matches!(
-                source.kind(),
-                std::io::ErrorKind::Interrupted
-                    | std::io::ErrorKind::TimedOut
-                    | std::io::ErrorKind::WouldBlock
-            ),
-            _ => false,
-        }
-    }
-}
-
-/// object_store errors that repeating the request cannot cure.
-pub(crate) fn is_permanent(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    matches!(
-        e,
-        E::NotFound { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::NotSupported { .. }
-            | E::NotImplemented
-            | E::InvalidPath { .. }
-            | E::Precondition { .. }
-    )
-}
-
 /// One listed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
