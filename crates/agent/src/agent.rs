@@ -259,40 +259,43 @@ pub async fn run(
         at: Instant::now(),
     }));
     let stale_after = config.interval * 3 + STATEMENT_TIMEOUT * 3;
-    let handler = {
-        let readiness = readiness.clone();
+    let healthz = {
         let socket = config.socket.clone();
         let credentials_dir = config.credentials_dir.clone();
         let timeout = config.health_timeout;
-        move |path: String| {
-            let readiness = readiness.clone();
+        move || {
             let socket = socket.clone();
             let credentials_dir = credentials_dir.clone();
+            async move { health(&socket, &credentials_dir, timeout).await }
+        }
+    };
+    let readyz = {
+        let readiness = readiness.clone();
+        move || {
+            let r = readiness.lock().expect("readiness lock").clone();
             async move {
-                match path.as_str() {
-                    "/healthz" => health(&socket, &credentials_dir, timeout).await,
-                    "/readyz" => {
-                        let r = readiness.lock().expect("readiness lock").clone();
-                        if r.at.elapsed() > stale_after {
-                            Response::new(
-                                503,
-                                format!("not ready: no pass for {}s", r.at.elapsed().as_secs()),
-                            )
-                        } else if r.ready {
-                            Response::new(200, format!("ready: {}", r.reason))
-                        } else {
-                            Response::new(503, format!("not ready: {}", r.reason))
-                        }
-                    }
-                    _ => Response::new(404, "not found; try /healthz or /readyz"),
+                if r.at.elapsed() > stale_after {
+                    Response::new(
+                        503,
+                        format!("not ready: no pass for {}s", r.at.elapsed().as_secs()),
+                    )
+                } else if r.ready {
+                    Response::new(200, format!("ready: {}", r.reason))
+                } else {
+                    Response::new(503, format!("not ready: {}", r.reason))
                 }
             }
         }
     };
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, handler, async {
-        let _ = http_stopped.await;
-    }));
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::probes(healthz, readyz),
+        http::limits(config.health_timeout),
+        async {
+            let _ = http_stopped.await;
+        },
+    ));
 
     let mut agent = Agent::new(config);
     let mut ticker = tokio::time::interval(agent.config.interval);

@@ -1,16 +1,21 @@
-//! A minimal HTTP/1.1 server for the kubelet's probes: GET only, one short plain-text line per
-//! answer, and the connection closed after each response.
+//! The kubelet's probe endpoint, `/healthz` and `/readyz`, on the shared small-endpoint stack
+//! (`bulwark-http`): GET only, one short plain-text line per answer, connections bounded in
+//! number and time.
 
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+pub use bulwark_http::serve;
+use bulwark_http::Limits;
 
-/// Longest request head read.
-const MAX_HEAD: usize = 8 << 10;
-/// Time a client has to send its request.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once. Each `/healthz` opens a connection to mysqld, so this also
+/// bounds what probes cost the server.
+const MAX_CONNECTIONS: usize = 16;
 
 /// An answer: status code and one line of text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,167 +34,118 @@ impl Response {
             body: body.into(),
         }
     }
+}
 
-    fn encode(&self) -> Vec<u8> {
-        let reason = match self.status {
-            200 => "OK",
-            400 => "Bad Request",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            503 => "Service Unavailable",
-            _ => "Unknown",
-        };
-        let body = format!("{}\n", self.body.replace(['\r', '\n'], " "));
-        let allow = if self.status == 405 {
-            "Allow: GET\r\n"
-        } else {
-            ""
-        };
-        format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
-             Content-Length: {}\r\nCache-Control: no-store\r\n{allow}Connection: close\r\n\r\n{body}",
-            self.status,
-            body.len()
-        )
-        .into_bytes()
+impl axum::response::IntoResponse for Response {
+    fn into_response(self) -> axum::response::Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        bulwark_http::text(status, &self.body)
     }
 }
 
-/// The path of a GET request, or the response that refuses it.
-pub fn parse_request(head: &[u8]) -> Result<String, Response> {
-    let text = std::str::from_utf8(head).map_err(|_| Response::new(400, "bad request"))?;
-    let line = text.lines().next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Response::new(400, "bad request"));
-    };
-    if !version.starts_with("HTTP/1.") || parts.next().is_some() {
-        return Err(Response::new(400, "bad request"));
+/// Limits for handlers that answer within `handler_time`: the request head within
+/// [`HEADER_TIMEOUT`], the whole exchange within the handler's time plus a margin.
+pub fn limits(handler_time: Duration) -> Limits {
+    Limits {
+        header: HEADER_TIMEOUT,
+        connection: HEADER_TIMEOUT + handler_time + Duration::from_secs(5),
+        max_connections: MAX_CONNECTIONS,
     }
-    if method != "GET" {
-        return Err(Response::new(405, "only GET is served"));
-    }
-    let path = target.split(['?', '#']).next().unwrap_or("");
-    Ok(path.to_string())
 }
 
-/// Answers requests on `listener` with `handler(path)` until `shutdown` resolves.
-pub async fn serve<H, F>(listener: TcpListener, handler: H, shutdown: impl Future<Output = ()>)
+/// The probe routes: `/healthz` and `/readyz` answered by the given handlers.
+pub fn probes<H, HF, R, RF>(healthz: H, readyz: R) -> Router
 where
-    H: Fn(String) -> F + Clone + Send + 'static,
-    F: Future<Output = Response> + Send,
+    H: Fn() -> HF + Clone + Send + Sync + 'static,
+    HF: Future<Output = Response> + Send + 'static,
+    R: Fn() -> RF + Clone + Send + Sync + 'static,
+    RF: Future<Output = Response> + Send + 'static,
 {
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = &mut shutdown => return,
-        };
-        let (mut stream, _) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "failed to accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let handler = handler.clone();
-        tokio::spawn(async move {
-            let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
-                Ok(Ok(head)) => head,
-                _ => return,
-            };
-            let response = match parse_request(&head) {
-                Ok(path) => handler(path).await,
-                Err(refusal) => refusal,
-            };
-            let _ = stream.write_all(&response.encode()).await;
-            let _ = stream.shutdown().await;
-        });
-    }
-}
-
-async fn read_head(stream: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(head);
-        }
-        head.extend_from_slice(&buf[..n]);
-        let complete =
-            head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n");
-        if complete || head.len() >= MAX_HEAD {
-            return Ok(head);
-        }
-    }
+    bulwark_http::get_only(
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz)),
+        "not found; try /healthz or /readyz",
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
 
-    #[test]
-    fn requests() {
-        let cases: &[(&str, Result<&str, u16>)] = &[
-            ("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", Ok("/healthz")),
-            ("GET /readyz?verbose=1 HTTP/1.0\r\n\r\n", Ok("/readyz")),
-            ("POST /readyz HTTP/1.1\r\n\r\n", Err(405)),
-            ("HEAD /readyz HTTP/1.1\r\n\r\n", Err(405)),
-            ("GET /readyz\r\n\r\n", Err(400)),
-            ("GET /a b HTTP/1.1\r\n\r\n", Err(400)),
-            ("", Err(400)),
-        ];
-        for (raw, want) in cases {
-            let got = parse_request(raw.as_bytes());
-            match (want, got) {
-                (Ok(p), Ok(g)) => assert_eq!(*p, g, "{raw:?}"),
-                (Err(code), Err(r)) => assert_eq!(*code, r.status, "{raw:?}"),
-                (w, g) => panic!("{raw:?}: wanted {w:?}, got {g:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn responses_are_one_line() {
-        let r = Response::new(503, "not ready:\nsecond line").encode();
-        let text = String::from_utf8(r).unwrap();
-        assert!(
-            text.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
-            "{text}"
-        );
-        assert!(text.ends_with("\r\n\r\nnot ready: second line\n"), "{text}");
-        assert!(text.contains("Content-Length: 23\r\n"), "{text}");
-        assert!(String::from_utf8(Response::new(405, "x").encode())
-            .unwrap()
-            .contains("Allow: GET\r\n"));
-    }
-
-    #[tokio::test]
-    async fn serves_over_tcp() {
+    /// A server answering `/healthz` with 200 and `/readyz` with a two-line 503; stopped when
+    /// the sender is dropped.
+    async fn start(limits: Limits) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(
-            listener,
-            |path: String| async move { Response::new(200, format!("path {path}")) },
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        assert!(
-            out.starts_with("HTTP/1.1 200 OK\r\n") && out.ends_with("path /healthz\n"),
-            "{out}"
+        let app = probes(
+            || async { Response::new(200, "mysqld answers") },
+            || async { Response::new(503, "not ready:\nsecond line") },
         );
-        stop.send(()).unwrap();
-        server.await.unwrap();
+        tokio::spawn(serve(listener, app, limits, async {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    /// `request` sent raw; the whole answer, read until the server closes the connection.
+    async fn exchange(addr: SocketAddr, request: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+            .await
+            .expect("the server closes the connection")
+            .unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_probes_over_tcp() {
+        let (addr, _stop) = start(limits(Duration::from_secs(1))).await;
+        let ok = exchange(addr, "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains("content-type: text/plain; charset=utf-8\r\n"),
+            "{ok}"
+        );
+        assert!(ok.contains("cache-control: no-store\r\n"), "{ok}");
+        assert!(ok.ends_with("\r\n\r\nmysqld answers\n"), "{ok}");
+
+        let not_ready = exchange(addr, "GET /readyz?verbose=1 HTTP/1.0\r\n\r\n").await;
+        assert!(
+            not_ready.starts_with("HTTP/1.0 503 Service Unavailable\r\n")
+                || not_ready.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{not_ready}"
+        );
+        assert!(
+            not_ready.ends_with("\r\n\r\nnot ready: second line\n"),
+            "{not_ready}"
+        );
+        assert!(not_ready.contains("content-length: 23\r\n"), "{not_ready}");
+
+        for request in [
+            "POST /readyz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            "HEAD /readyz HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            let a = exchange(addr, request).await;
+            assert!(a.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{a}");
+            assert!(a.contains("allow: GET\r\n"), "{a}");
+        }
+        let nowhere = exchange(addr, "GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        assert!(
+            nowhere.starts_with("HTTP/1.1 404 Not Found\r\n"),
+            "{nowhere}"
+        );
+        assert!(
+            nowhere.ends_with("not found; try /healthz or /readyz\n"),
+            "{nowhere}"
+        );
+        let bad = exchange(addr, "GET /a b HTTP/1.1\r\n\r\n").await;
+        assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
     }
 }

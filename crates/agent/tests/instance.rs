@@ -193,7 +193,7 @@ fn physical_bootstrap_restores_once_and_redoes_an_interrupted_restore() {
     assert_eq!(fingerprint(&datadir), unchanged);
     assert_eq!(std::fs::read_to_string(&gtid_file).unwrap(), recorded);
     let mut c = instance_restore(&repo, &datadir, &["latest"]);
-    c.env("MYSQL_BACKUP_LOG", "info");
+    c.env("BULWARK_AGENT_LOG", "info");
     let out = run(c);
     assert!(
         String::from_utf8_lossy(&out.stderr)

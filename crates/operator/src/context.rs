@@ -1,11 +1,12 @@
 //! What every reconcile shares: the client, the operator's configuration, metrics and the event
-//! recorder.
+//! recorder; and the readiness the controllers report into.
 
 use std::sync::Arc;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
+use crate::http::{Readiness, API_STALE_AFTER};
 use crate::metrics::Metrics;
 
 /// Images and settings given to the operator at start.
@@ -22,6 +23,8 @@ pub struct Context {
     pub client: Client,
     pub config: Config,
     pub metrics: Arc<Metrics>,
+    /// What `/readyz` answers: the controllers and the API server check report into it.
+    pub readiness: Arc<Readiness>,
     recorder: Recorder,
     /// Consecutive failed reconciles per controller and object, for backoff.
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
@@ -39,6 +42,7 @@ impl Context {
             client,
             config,
             metrics,
+            readiness: Arc::new(Readiness::new(API_STALE_AFTER)),
             failures: Default::default(),
         })
     }

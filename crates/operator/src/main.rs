@@ -1,7 +1,6 @@
 //! `mysql-operator`: runs Bulwark's controllers with the metrics and health endpoint.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -96,21 +95,37 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("failed to configure the Kubernetes client")?;
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
-    tokio::spawn(bulwark_operator::http::serve(
-        listener,
-        metrics.clone(),
-        ready.clone(),
-    ));
     let config = Config {
         backup_image: args.backup_image,
         exporter_image: args.exporter_image,
     };
-    let ctx = Context::new(client, config, metrics);
-    ready.store(true, Ordering::Relaxed);
-    bulwark_operator::run::controllers(ctx, shutdown_signal()).await;
+    let ctx = Context::new(client, config, metrics.clone());
+    // `/readyz` fails until the controllers run and the API server has answered.
+    tokio::spawn(bulwark_operator::http::serve(
+        listener,
+        metrics,
+        ctx.readiness.clone(),
+    ));
+    // The controllers stop gracefully (in-flight reconciles finish), but a controller still
+    // waiting for its first listing (an unreachable API server) never does: after the grace,
+    // the process exits anyway rather than waiting for the kubelet's SIGKILL.
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let controllers = bulwark_operator::run::controllers(ctx, async move {
+        shutdown_signal().await;
+        let _ = signalled_tx.send(true);
+    });
+    tokio::select! {
+        _ = controllers => {}
+        _ = async {
+            let _ = signalled.wait_for(|s| *s).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!(grace_seconds = SHUTDOWN_GRACE.as_secs(), "controllers did not stop in time; exiting"),
+    }
     Ok(())
 }
+
+/// How long the controllers have to stop after SIGTERM (a pod has 30 s by default).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

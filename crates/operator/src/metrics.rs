@@ -1,72 +1,149 @@
-//! Prometheus metrics in the text exposition format: reconciles, errors by category and
-//! durations per controller; per cluster the last successful backup's time, duration and size,
-//! and failed backups. Label sets are bounded: controllers and categories are static, clusters
-//! are forgotten when deleted.
+//! The operator's metrics, kept and encoded by `prometheus-client` (OpenMetrics text):
+//! reconciles, errors by category and durations per controller; per cluster the last
+//! successful backup's time, duration and size, and failed backups. Label sets are bounded:
+//! controllers and categories are static, clusters are forgotten when deleted.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::collections::BTreeSet;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the reconcile duration histogram, in seconds.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
 }
 
-#[derive(Default, Clone, Copy)]
-struct ClusterBackups {
-    last_success_seconds: Option<f64>,
-    last_duration_seconds: Option<f64>,
-    last_stored_bytes: Option<u64>,
-    failed_total: u64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    category: &'static str,
 }
 
-#[derive(Default)]
-struct State {
-    reconciles: BTreeMap<&'static str, u64>,
-    errors: BTreeMap<(&'static str, &'static str), u64>,
-    durations: BTreeMap<&'static str, Histogram>,
-    clusters: BTreeMap<(String, String), ClusterBackups>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ClusterLabels {
+    namespace: String,
+    cluster: String,
 }
+
+impl ClusterLabels {
+    fn new(ns: &str, cluster: &str) -> Self {
+        ClusterLabels {
+            namespace: ns.to_owned(),
+            cluster: cluster.to_owned(),
+        }
+    }
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// The operator's metrics.
-#[derive(Default)]
 pub struct Metrics {
-    state: Mutex<State>,
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_durations: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    last_success: Family<ClusterLabels, FloatGauge>,
+    last_duration: Family<ClusterLabels, FloatGauge>,
+    last_stored: Family<ClusterLabels, Gauge<u64, AtomicU64>>,
+    backups_failed: Family<ClusterLabels, Counter>,
+    /// Clusters that have series. The families cannot be iterated, and the three "last" gauges
+    /// change together: holding this lock makes a record and a forget of a cluster atomic.
+    clusters: Mutex<BTreeSet<ClusterLabels>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let m = Metrics {
+            registry: Registry::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_durations: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+            last_success: Family::default(),
+            last_duration: Family::default(),
+            last_stored: Family::default(),
+            backups_failed: Family::default(),
+            clusters: Mutex::default(),
+        };
+        let mut registry = Registry::default();
+        // Counters are registered without `_total`: the encoder appends it to the samples.
+        // Help texts get their final period from the registry.
+        registry.register(
+            "bulwark_reconciles",
+            "Reconciles run, by controller",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "bulwark_reconcile_errors",
+            "Failed reconciles, by controller and error category",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "bulwark_reconcile_duration_seconds",
+            "Duration of reconciles, by controller",
+            m.reconcile_durations.clone(),
+        );
+        registry.register(
+            "bulwark_backup_last_success_timestamp_seconds",
+            "Completion time of the cluster's latest successful backup",
+            m.last_success.clone(),
+        );
+        registry.register(
+            "bulwark_backup_last_duration_seconds",
+            "Duration of the cluster's latest successful backup",
+            m.last_duration.clone(),
+        );
+        registry.register(
+            "bulwark_backup_last_stored_bytes",
+            "Bytes stored by the cluster's latest successful backup",
+            m.last_stored.clone(),
+        );
+        registry.register(
+            "bulwark_backups_failed",
+            "Failed backups of the cluster since the operator started",
+            m.backups_failed.clone(),
+        );
+        Metrics { registry, ..m }
+    }
 }
 
 impl Metrics {
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    fn clusters(&self) -> std::sync::MutexGuard<'_, BTreeSet<ClusterLabels>> {
+        self.clusters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records one reconcile of `controller` that took `seconds`.
     pub fn reconciled(&self, controller: &'static str, seconds: f64) {
-        self.with(|s| {
-            *s.reconciles.entry(controller).or_default() += 1;
-            let h = s.durations.entry(controller).or_default();
-            for (i, b) in BUCKETS.iter().enumerate() {
-                if seconds <= *b {
-                    h.counts[i] += 1;
-                }
-            }
-            h.sum += seconds;
-            h.count += 1;
-        });
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_durations
+            .get_or_create(&labels)
+            .observe(seconds);
     }
 
     /// Records a failed reconcile of `controller` in an error `category`.
     pub fn reconcile_failed(&self, controller: &'static str, category: &'static str) {
-        self.with(|s| *s.errors.entry((controller, category)).or_default() += 1);
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller,
+                category,
+            })
+            .inc();
     }
 
-    /// Records a successful backup of a cluster.
+    /// Records a successful backup of a cluster; an older backup reported late changes nothing.
     pub fn backup_succeeded(
         &self,
         ns: &str,
@@ -75,94 +152,73 @@ impl Metrics {
         seconds: f64,
         stored: u64,
     ) {
-        self.with(|s| {
-            let c = s
-                .clusters
-                .entry((ns.to_owned(), cluster.to_owned()))
-                .or_default();
-            let t = finished.timestamp_millis() as f64 / 1000.0;
-            if c.last_success_seconds.is_none_or(|prev| t >= prev) {
-                c.last_success_seconds = Some(t);
-                c.last_duration_seconds = Some(seconds);
-                c.last_stored_bytes = Some(stored);
-            }
-        });
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        let t = finished.timestamp_millis() as f64 / 1000.0;
+        if self
+            .last_success
+            .get(&labels)
+            .is_some_and(|prev| t < prev.get())
+        {
+            return;
+        }
+        self.last_success.get_or_create(&labels).set(t);
+        self.last_duration.get_or_create(&labels).set(seconds);
+        self.last_stored.get_or_create(&labels).set(stored);
+        // The failure counter exists from the first backup on, so that its first increase shows.
+        let _ = self.backups_failed.get_or_create(&labels);
+        clusters.insert(labels);
     }
 
     /// Records a failed backup of a cluster.
     pub fn backup_failed(&self, ns: &str, cluster: &str) {
-        self.with(|s| {
-            s.clusters
-                .entry((ns.to_owned(), cluster.to_owned()))
-                .or_default()
-                .failed_total += 1
-        });
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.backups_failed.get_or_create(&labels).inc();
+        clusters.insert(labels);
     }
 
     /// Forgets a deleted cluster's series.
     pub fn forget_cluster(&self, ns: &str, cluster: &str) {
-        self.with(|s| s.clusters.remove(&(ns.to_owned(), cluster.to_owned())));
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.remove(&labels);
+        clusters.remove(&labels);
     }
 
     /// Keeps the series of the given clusters only.
-    pub fn retain_clusters(&self, live: &std::collections::BTreeSet<(String, String)>) {
-        self.with(|s| s.clusters.retain(|k, _| live.contains(k)));
+    pub fn retain_clusters(&self, live: &BTreeSet<(String, String)>) {
+        let mut clusters = self.clusters();
+        clusters.retain(|l| {
+            let keep = live.contains(&(l.namespace.clone(), l.cluster.clone()));
+            if !keep {
+                self.remove(l);
+            }
+            keep
+        });
     }
 
-    /// The metrics in the Prometheus text format.
+    fn remove(&self, labels: &ClusterLabels) {
+        self.last_success.remove(labels);
+        self.last_duration.remove(labels);
+        self.last_stored.remove(labels);
+        self.backups_failed.remove(labels);
+    }
+
+    /// The metrics in the OpenMetrics text format (see [`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        self.with(|s| {
-            let mut o = String::new();
-            o.push_str("# HELP bulwark_reconciles_total Reconciles run, by controller.\n# TYPE bulwark_reconciles_total counter\n");
-            for (c, n) in &s.reconciles {
-                let _ = writeln!(o, "bulwark_reconciles_total{{controller=\"{c}\"}} {n}");
-            }
-            o.push_str("# HELP bulwark_reconcile_errors_total Failed reconciles, by controller and error category.\n# TYPE bulwark_reconcile_errors_total counter\n");
-            for ((c, cat), n) in &s.errors {
-                let _ = writeln!(o, "bulwark_reconcile_errors_total{{controller=\"{c}\",category=\"{cat}\"}} {n}");
-            }
-            o.push_str("# HELP bulwark_reconcile_duration_seconds Duration of reconciles, by controller.\n# TYPE bulwark_reconcile_duration_seconds histogram\n");
-            for (c, h) in &s.durations {
-                for (i, b) in BUCKETS.iter().enumerate() {
-                    let _ = writeln!(o, "bulwark_reconcile_duration_seconds_bucket{{controller=\"{c}\",le=\"{b}\"}} {}", h.counts[i]);
-                }
-                let _ = writeln!(o, "bulwark_reconcile_duration_seconds_bucket{{controller=\"{c}\",le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(o, "bulwark_reconcile_duration_seconds_sum{{controller=\"{c}\"}} {}", h.sum);
-                let _ = writeln!(o, "bulwark_reconcile_duration_seconds_count{{controller=\"{c}\"}} {}", h.count);
-            }
-            type Get = fn(&ClusterBackups) -> Option<f64>;
-            let gauges: [(&str, &str, &str, Get); 4] = [
-                ("bulwark_backup_last_success_timestamp_seconds", "gauge", "Completion time of the cluster's latest successful backup.", |c| c.last_success_seconds),
-                ("bulwark_backup_last_duration_seconds", "gauge", "Duration of the cluster's latest successful backup.", |c| c.last_duration_seconds),
-                ("bulwark_backup_last_stored_bytes", "gauge", "Bytes stored by the cluster's latest successful backup.", |c| c.last_stored_bytes.map(|b| b as f64)),
-                ("bulwark_backups_failed_total", "counter", "Failed backups of the cluster since the operator started.", |c| Some(c.failed_total as f64)),
-            ];
-            for (name, kind, help, get) in gauges {
-                let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for ((ns, cl), c) in &s.clusters {
-                    if let Some(v) = get(c) {
-                        let _ = writeln!(o, "{name}{{namespace=\"{}\",cluster=\"{}\"}} {v}", escape(ns), escape(cl));
-                    }
-                }
-            }
-            o
-        })
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
     }
-}
-
-/// Escapes a label value.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_counters_histograms_and_cluster_series() {
+    fn recorded() -> Metrics {
         let m = Metrics::default();
         m.reconciled("cluster", 0.02);
         m.reconciled("cluster", 3.0);
@@ -172,19 +228,132 @@ mod tests {
             .with_timezone(&Utc);
         m.backup_succeeded("shop", "orders", t, 12.5, 4096);
         m.backup_failed("shop", "orders");
+        m
+    }
+
+    #[test]
+    fn renders_counters_histograms_and_cluster_series() {
+        let m = recorded();
         let out = m.render();
         for line in [
             "bulwark_reconciles_total{controller=\"cluster\"} 2",
             "bulwark_reconcile_errors_total{controller=\"backup\",category=\"apply\"} 1",
-            "bulwark_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.025\"} 1",
-            "bulwark_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"+Inf\"} 2",
-            "bulwark_backup_last_success_timestamp_seconds{namespace=\"shop\",cluster=\"orders\"} 1795316400",
+            "bulwark_reconcile_duration_seconds_bucket{le=\"0.025\",controller=\"cluster\"} 1",
+            "bulwark_reconcile_duration_seconds_bucket{le=\"+Inf\",controller=\"cluster\"} 2",
+            // OpenMetrics writes float gauges with a fractional part.
+            "bulwark_backup_last_success_timestamp_seconds{namespace=\"shop\",cluster=\"orders\"} 1795316400.0",
+            "bulwark_backup_last_duration_seconds{namespace=\"shop\",cluster=\"orders\"} 12.5",
             "bulwark_backup_last_stored_bytes{namespace=\"shop\",cluster=\"orders\"} 4096",
             "bulwark_backups_failed_total{namespace=\"shop\",cluster=\"orders\"} 1",
+            "# HELP bulwark_reconciles Reconciles run, by controller.",
+            "# EOF",
         ] {
-            assert!(out.contains(line), "missing {line} in\n{out}");
+            assert!(
+                out.lines().any(|l| l == line),
+                "missing line {line} in\n{out}"
+            );
         }
         m.forget_cluster("shop", "orders");
-        assert!(!m.render().contains("orders"));
+        let out = m.render();
+        assert!(!out.contains("orders"), "{out}");
+        assert!(out.contains("controller=\"cluster\""), "{out}");
+    }
+
+    #[test]
+    fn an_older_backup_reported_late_does_not_replace_the_latest() {
+        let m = recorded();
+        let earlier = DateTime::parse_from_rfc3339("2026-11-21T03:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        m.backup_succeeded("shop", "orders", earlier, 99.0, 1);
+        let out = m.render();
+        assert!(out.contains("cluster=\"orders\"} 1795316400.0"), "{out}");
+        assert!(!out.contains("} 99.0"), "{out}");
+    }
+
+    #[test]
+    fn retain_clusters_drops_every_series_of_the_others() {
+        let m = recorded();
+        m.backup_failed("shop", "carts");
+        m.backup_failed("ops", "orders");
+        let live = [("shop".to_owned(), "carts".to_owned())].into();
+        m.retain_clusters(&live);
+        let out = m.render();
+        assert!(
+            out.contains("namespace=\"shop\",cluster=\"carts\""),
+            "{out}"
+        );
+        assert!(!out.contains("cluster=\"orders\""), "{out}");
+        // A forgotten cluster starts again from nothing.
+        m.backup_failed("shop", "orders");
+        assert!(m
+            .render()
+            .contains("bulwark_backups_failed_total{namespace=\"shop\",cluster=\"orders\"} 1"));
+    }
+
+    /// Every family on the wire with its type, and every sample name with its label names in
+    /// order: a renamed metric or label, or a changed type, fails here.
+    #[test]
+    fn names_types_and_labels_on_the_wire() {
+        let out = recorded().render();
+        let mut types = Vec::new();
+        let mut samples = BTreeSet::new();
+        for line in out.lines() {
+            if let Some(t) = line.strip_prefix("# TYPE ") {
+                types.push(t.to_owned());
+            } else if !line.starts_with('#') {
+                let (name, rest) = line.split_once('{').expect("every sample has labels");
+                let labels = rest.split_once('}').expect("labels end").0;
+                let keys: Vec<&str> = labels
+                    .split(',')
+                    .map(|kv| kv.split_once('=').expect("key=value").0)
+                    .collect();
+                samples.insert(format!("{name}{{{}}}", keys.join(",")));
+            }
+        }
+        assert_eq!(
+            types,
+            [
+                "bulwark_reconciles counter",
+                "bulwark_reconcile_errors counter",
+                "bulwark_reconcile_duration_seconds histogram",
+                "bulwark_backup_last_success_timestamp_seconds gauge",
+                "bulwark_backup_last_duration_seconds gauge",
+                "bulwark_backup_last_stored_bytes gauge",
+                "bulwark_backups_failed counter",
+            ]
+        );
+        let want: BTreeSet<String> = [
+            "bulwark_reconciles_total{controller}",
+            "bulwark_reconcile_errors_total{controller,category}",
+            "bulwark_reconcile_duration_seconds_bucket{le,controller}",
+            "bulwark_reconcile_duration_seconds_sum{controller}",
+            "bulwark_reconcile_duration_seconds_count{controller}",
+            "bulwark_backup_last_success_timestamp_seconds{namespace,cluster}",
+            "bulwark_backup_last_duration_seconds{namespace,cluster}",
+            "bulwark_backup_last_stored_bytes{namespace,cluster}",
+            "bulwark_backups_failed_total{namespace,cluster}",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        assert_eq!(samples, want, "{out}");
+    }
+
+    #[test]
+    fn histogram_buckets_are_the_reconcile_buckets() {
+        let out = recorded().render();
+        let bounds: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("bulwark_reconcile_duration_seconds_bucket{"))
+            .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "10.0",
+                "+Inf"
+            ]
+        );
     }
 }

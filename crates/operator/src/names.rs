@@ -34,7 +34,7 @@ pub const SCHEDULED_AT_ANNOTATION: &str = "mysql.bulwark.dev/scheduled-at";
 /// deleted after the cluster (and with it the storage definition) is gone.
 pub const STORAGE_ANNOTATION: &str = "mysql.bulwark.dev/storage";
 /// Annotation on a bootstrapped cluster's StatefulSet: the backup its pods restore, as JSON
-/// ([`crate::cluster::bootstrap::RestoreSource`]), resolved once when the cluster was created.
+/// (`cluster::bootstrap::RestoreSource`), resolved once when the cluster was created.
 pub const RESTORE_SOURCE_ANNOTATION: &str = "mysql.bulwark.dev/restore-source";
 /// Finalizer on MySQLBackups whose data is deleted with them.
 pub const BACKUP_DATA_FINALIZER: &str = "mysql.bulwark.dev/backup-data";

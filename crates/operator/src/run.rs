@@ -1,7 +1,9 @@
-//! Wiring: the three controllers with their watches, metrics and error policy.
+//! Wiring: the three controllers with their watches, metrics and error policy, and what they
+//! report for `/readyz`: each controller's end, and whether the API server still answers.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bulwark_api::{MySQLBackup, MySQLCluster};
 use futures::StreamExt;
@@ -18,7 +20,13 @@ use tracing::Instrument;
 
 use crate::context::{Context, Reason};
 use crate::error::{chain, Error};
+use crate::http::Readiness;
 use crate::names;
+
+/// Time between two checks of the API server for `/readyz`.
+const API_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// Time the API server has to answer a check.
+const API_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the controllers until `shutdown` resolves.
 pub async fn controllers(
@@ -39,6 +47,15 @@ pub async fn controllers(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let readiness = ctx.readiness.clone();
+    for name in ["cluster", "schedule", "backup"] {
+        readiness.controller_started(name);
+    }
+    tokio::spawn(check_api_server(
+        client.clone(),
+        readiness.clone(),
+        stop_rx.clone(),
+    ));
 
     let clusters: Api<MySQLCluster> = Api::all(client.clone());
     let backups: Api<MySQLBackup> = Api::all(client.clone());
@@ -107,7 +124,7 @@ pub async fn controllers(
     // Per-cluster series of deleted clusters are dropped, keeping the label set bounded.
     let metrics_client = client.clone();
     let metrics = ctx.metrics.clone();
-    let mut metrics_stop = stop_rx;
+    let mut metrics_stop = stop_rx.clone();
     tokio::spawn(async move {
         let clusters: Api<MySQLCluster> = Api::all(metrics_client);
         loop {
@@ -127,8 +144,66 @@ pub async fn controllers(
     });
 
     tracing::info!("controllers started");
-    futures::join!(cluster_ctl, schedule_ctl, backup_ctl);
+    futures::join!(
+        tracked("cluster", cluster_ctl, &readiness, &stop_rx),
+        tracked("schedule", schedule_ctl, &readiness, &stop_rx),
+        tracked("backup", backup_ctl, &readiness, &stop_rx),
+    );
     tracing::info!("controllers stopped");
+}
+
+/// Runs a controller to its end, then reports it stopped: `/readyz` fails from then on.
+async fn tracked(
+    name: &'static str,
+    controller: impl Future<Output = ()>,
+    readiness: &Readiness,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    controller.await;
+    readiness.controller_stopped(name);
+    if *stop.borrow() {
+        tracing::info!(controller = name, "controller stopped");
+    } else {
+        tracing::error!(controller = name, "controller stopped before shutdown");
+    }
+}
+
+/// Asks the API server for its version every few seconds until `stop`, reporting each answer
+/// and failure to `readiness`; changes are logged once.
+async fn check_api_server(
+    client: kube::Client,
+    readiness: Arc<Readiness>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut reachable = None;
+    loop {
+        let failure =
+            match tokio::time::timeout(API_CHECK_TIMEOUT, client.apiserver_version()).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(chain(&e)),
+                Err(_) => Some(format!("no answer within {}s", API_CHECK_TIMEOUT.as_secs())),
+            };
+        match failure {
+            None => {
+                readiness.api_answered(Instant::now());
+                if reachable != Some(true) {
+                    tracing::info!("api server answers");
+                }
+                reachable = Some(true);
+            }
+            Some(error) => {
+                if reachable != Some(false) {
+                    tracing::warn!(%error, "api server check failed");
+                }
+                readiness.api_failed(crate::context::truncate(error, 300));
+                reachable = Some(false);
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tokio::time::sleep(API_CHECK_INTERVAL) => {}
+        }
+    }
 }
 
 async fn timed<K, F, Fut>(

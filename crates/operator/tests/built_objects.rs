@@ -50,7 +50,10 @@ fn refs() -> Refs {
             ),
             secret(
                 "quarry-s3",
-                &[("AWS_ACCESS_KEY_ID", b"id"), ("AWS_SECRET_ACCESS_KEY", b"key")],
+                &[
+                    ("AWS_ACCESS_KEY_ID", b"id"),
+                    ("AWS_SECRET_ACCESS_KEY", b"key"),
+                ],
             ),
         ]),
         claims: BTreeSet::from(["quarry-dumps".to_owned()]),
@@ -88,7 +91,11 @@ fn children(cluster: &MySQLCluster, restore: Option<&RestoreSource>) -> Vec<serd
     out.push(serde_yaml::to_value(build::pod_disruption_budget(cluster)).unwrap());
     out.push(
         serde_yaml::to_value(build::stateful_set(
-            cluster, &v, &cm_name, &images(), restore,
+            cluster,
+            &v,
+            &cm_name,
+            &images(),
+            restore,
         ))
         .unwrap(),
     );
