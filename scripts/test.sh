@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Every test: installs what the tests need (Debian MariaDB, moto; as root), builds the test
-# control plane once into a cache outside the clone, checks formatting and lints, and runs the
-# whole workspace's tests against real MariaDB, a real S3 server and a real API server.
+# Every test: installs what the tests need (Debian MariaDB, moto, the node's containerd, runc,
+# CNI plugins, buildah, debootstrap; as root), builds the test control plane, helm and the
+# node's Kubernetes parts once into a cache outside the clone, checks formatting and lints, runs
+# the whole workspace's tests against real MariaDB, a real S3 server and a real API server, and
+# brings a real Kubernetes node up in its own network namespace to run pods on it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +11,7 @@ cd "$ROOT"
 
 if [[ $(id -u) -eq 0 ]]; then
   bash scripts/install-test-deps.sh
+  bash tests/node/install-deps.sh
 else
   echo "[test] not root: assuming scripts/install-test-deps.sh has been run" >&2
 fi
@@ -27,6 +30,24 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log" || status=1
+
+# The real node (tests/node): up in its own network namespace, pods from images built here
+# (Services, DNS, volumes, MariaDB, no route out), down again leaving the host as it was.
+# Counted as one test in the summary.
+node_passed=0 node_failed=0
+if [[ $(id -u) -eq 0 ]]; then
+  if bash tests/node/smoke.sh 2>&1 | tee -a "$log"; then
+    node_passed=1
+  else
+    node_failed=1
+    status=1
+  fi
+else
+  echo "[test] not root: the real-node tests need root and were not run" >&2
+  node_failed=1
+  status=1
+fi
+awk -v np="$node_passed" -v nf="$node_failed" \
+  '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+   END { p += np; f += nf; printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log" || status=1
 exit "$status"

@@ -22,9 +22,10 @@ CLUSTER_DOMAIN=cluster.local
 # The host reaches the API server on this loopback port (socat, through a unix socket).
 API_HOST_PORT="${BULWARK_NODE_API_PORT:-16443}"
 
-# Runtime state: certificates, etcd, containerd's root, the kubelet's root, local-path volumes,
-# logs, PID files. On disk rather than a tmpfs because images, pod volumes and MariaDB data
-# would otherwise sit in memory; `node.sh down` removes all of it.
+# Runtime state: certificates, etcd, the kubelet's root, local-path volumes, logs, PID files.
+# On disk rather than a tmpfs because pod volumes and MariaDB data would otherwise sit in
+# memory; containerd's root (images, container layers) is a tmpfs inside it unless
+# BULWARK_NODE_CONTAINERD_TMPFS=0 (see node.sh). `node.sh down` removes all of it.
 NODE_STATE="${BULWARK_NODE_STATE:-/var/lib/bulwark-node}"
 # The cgroup (in every v1 hierarchy) holding every process of the node, pods included.
 NODE_CGROUP="/$NODE_NETNS"

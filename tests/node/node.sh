@@ -6,7 +6,7 @@
 #   node.sh status   say whether the node is up, with its components
 #   node.sh env      print shell exports: KUBECONFIG (the host's), paths, the namespace's name
 #
-# Layout (see /work/shared/design/real-node.md for why each piece is there):
+# Layout (see shared/design/real-node.md beside the project for why each piece is there):
 # - The network namespace $NODE_NETNS holds only loopback, a bridge without ports giving the node
 #   its address ($NODE_BRIDGE, $NODE_IP), the pods' CNI bridge and a route of the Service range
 #   to the node bridge. It has no default route and no link to the host, so nothing in it can
@@ -35,7 +35,10 @@
 #   BULWARK_NODE_KEEP_ON_FAILURE=1).
 #
 # Settings: BULWARK_NODE_STATE, BULWARK_NODE_NETNS, BULWARK_NODE_API_PORT (lib.sh),
-# BULWARK_NODE_TIMEOUT (seconds `up` waits for readiness, default 180).
+# BULWARK_NODE_TIMEOUT (seconds `up` waits for readiness, default 180),
+# BULWARK_NODE_CONTAINERD_TMPFS (default 1: containerd's root, the images and container layers,
+# on a tmpfs of BULWARK_NODE_CONTAINERD_TMPFS_SIZE, default 4g; 0: on disk in the state dir),
+# BULWARK_NODE_KEEP_ON_FAILURE (1: a failed `up` leaves the node for inspection).
 set -euo pipefail
 
 # shellcheck source=lib.sh
@@ -495,6 +498,13 @@ inner() {
 	# Objects of the cluster itself: the DNS Service, local-path's configuration, the StorageClass.
 	wait_for kube-apiserver 30 kubectl_inner apply -f "$config/cluster.yaml"
 
+	if [[ "${BULWARK_NODE_CONTAINERD_TMPFS:-1}" == 1 ]]; then
+		# Images and container layers in memory: imports write no disk and `down` has nothing
+		# to delete.
+		mkdir -p "$NODE_STATE/containerd/root"
+		mount -t tmpfs -o mode=0700,size="${BULWARK_NODE_CONTAINERD_TMPFS_SIZE:-4g}" \
+			bulwark-node-containerd-root "$NODE_STATE/containerd/root"
+	fi
 	start containerd containerd --config "$config/containerd.toml"
 	wait_for containerd 30 ctr -a "$containerd_sock" version
 
@@ -526,20 +536,19 @@ inner() {
 ### On the host ###
 
 # Sends an A query for $1 to the cluster DNS from inside the namespace; succeeds when the
-# answer is NOERROR and ends with the address $2.
+# answer is NOERROR and ends with the address $2. The query is written by one printf, so that
+# socat sends it as one datagram.
 dns_answers() {
-	local name="$1" want="$2" label reply hex
-	local octets
+	local name="$1" want="$2" label query reply octets hex
 	IFS=. read -ra octets <<<"$want"
 	hex="$(printf '%02x' "${octets[@]}")"
-	reply="$({
-		printf '\x42\x42\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00'
-		for label in ${name//./ }; do
-			# shellcheck disable=SC2059 # the format is the label's length byte
-			printf "\\x$(printf %02x "${#label}")%s" "$label"
-		done
-		printf '\x00\x00\x01\x00\x01'
-	} | nsenter --net="$netns_path" socat -T 1 -t 1 - "UDP:$DNS_SERVICE_IP:53" 2>/dev/null |
+	query='\x42\x42\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00'
+	for label in ${name//./ }; do
+		query+="\\x$(printf %02x "${#label}")$label"
+	done
+	query+='\x00\x00\x01\x00\x01'
+	# shellcheck disable=SC2059 # the query is the format
+	reply="$(printf "$query" | nsenter --net="$netns_path" socat -T 0.5 -t 0.5 - "UDP:$DNS_SERVICE_IP:53" 2>/dev/null |
 		od -An -v -tx1 | tr -d ' \n')"
 	[[ "${reply:0:4}" == 4242 && "${reply:7:1}" == 0 && "$reply" == *"$hex" ]]
 }
@@ -563,7 +572,7 @@ show_logs() {
 }
 
 fail_up() {
-	log "up failed: $*"
+	log "up failed: $1"
 	show_logs "${@:2}"
 	local keep
 	keep="$(mktemp -d /tmp/bulwark-node-logs.XXXXXX)"
@@ -718,6 +727,8 @@ down() {
 	if alive "$pid"; then
 		terminate 5 "$pid"
 	fi
+	local t1 t2 t3
+	t1="$(now)"
 	# What is left are containers and their shims, whose state is thrown away with the node:
 	# no need for a grace period.
 	local rest
@@ -728,6 +739,7 @@ down() {
 		sleep 0.2
 	done
 	((${#rest[@]} == 0)) || log "processes left in the node's cgroup: ${rest[*]}"
+	t2="$(now)"
 
 	# Cgroups, deepest first (they can be removed once their processes are gone).
 	while read -r h; do
@@ -740,6 +752,7 @@ down() {
 		[[ ! -d "$h$NODE_CGROUP" ]] || log "could not remove cgroup $h$NODE_CGROUP"
 	done < <(cgroup_mounts)
 
+	t3="$(now)"
 	if [[ -e "$netns_path" ]]; then
 		ip netns delete "$NODE_NETNS"
 	fi
@@ -766,7 +779,8 @@ down() {
 	if [[ -e "$NODE_STATE" ]]; then
 		rm -rf --one-file-system "$NODE_STATE"
 	fi
-	log "down in $(elapsed "$t0" "$(now)")s"
+	log "down in $(elapsed "$t0" "$(now)")s (components $(elapsed "$t0" "$t1")s," \
+		"containers $(elapsed "$t1" "$t2")s, cgroups $(elapsed "$t2" "$t3")s)"
 }
 
 status() {

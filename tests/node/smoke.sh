@@ -68,7 +68,7 @@ if "$node" status >/dev/null 2>&1; then
 else
 	we_brought_up=1
 	"$node" up
-	timing "bring-up, cold (builds cached or not)" "$(elapsed "$t" "$(now)")"
+	timing "bring-up (binaries already built)" "$(elapsed "$t" "$(now)")"
 fi
 t="$(now)"
 "$node" up 2>&1 | grep -q 'already up' || fail "a second 'up' did not say the node is already up"
@@ -160,6 +160,7 @@ spec:
     volumeMounts:
     - {name: data, mountPath: /var/lib/mysql, subPath: mysql}
     - {name: root, mountPath: /etc/mariadb-root, readOnly: true}
+    - {name: conf, mountPath: /etc/mysql/conf.d, readOnly: true}
     - {name: run, mountPath: /run/mysqld}
     - {name: tmp, mountPath: /tmp}
   - name: exporter
@@ -174,8 +175,33 @@ spec:
   volumes:
   - {name: data, persistentVolumeClaim: {claimName: mariadb-data}}
   - {name: root, secret: {secretName: mariadb-root}}
+  - {name: conf, configMap: {name: mariadb-conf}}
   - {name: run, emptyDir: {}}
   - {name: tmp, emptyDir: {}}
+---
+# Options in /etc/mysql/conf.d are read (last), as deployments expect of the official image.
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: mariadb-conf}
+data:
+  bulwark.cnf: |
+    [mariadb]
+    max_connections = 77
+---
+# The official image's other way: started as root with a plain password variable.
+apiVersion: v1
+kind: Pod
+metadata: {name: mariadb-as-root}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: mariadb
+    image: $MARIADB_IMAGE
+    imagePullPolicy: Never
+    env: [{name: MARIADB_ROOT_PASSWORD, value: plain-pass}]
+    readinessProbe: {tcpSocket: {port: 3306}, periodSeconds: 1}
+    volumeMounts: [{name: data, mountPath: /var/lib/mysql}]
+  volumes: [{name: data, emptyDir: {}}]
 ---
 apiVersion: v1
 kind: Service
@@ -206,13 +232,22 @@ ready_seconds() {
 			echo $(($(date -d "$ready" +%s) - $(date -d "$created" +%s)))
 		}
 }
-for pod in echo client volume-user mariadb-client mariadb; do
+for pod in echo client volume-user mariadb-client mariadb mariadb-as-root; do
 	kubectl wait -n "$ns" --for=condition=Ready "pod/$pod" --timeout=180s >/dev/null ||
 		fail "pod $pod did not become Ready"
 	timing "pod $pod Ready after creation" "$(ready_seconds "$pod")"
 done
 
-in_pod() { kubectl exec -n "$ns" "$1" -- "${@:2}"; }
+# Runs a command in a pod: in_pod POD [-c CONTAINER] COMMAND...
+in_pod() {
+	local pod="$1"
+	shift
+	if [[ "$1" == -c ]]; then
+		kubectl exec -n "$ns" "$pod" -c "$2" -- "${@:3}"
+	else
+		kubectl exec -n "$ns" "$pod" -- "$@"
+	fi
+}
 
 # DNS through CoreDNS, then the ClusterIP, by name.
 addr="$(in_pod client getent hosts "echo.$ns.svc.$CLUSTER_DOMAIN" | awk '{ print $1 }')"
@@ -238,7 +273,16 @@ for _ in $(seq 60); do
 	sleep 1
 done
 [[ "$out" == 1 ]] || fail "mariadb -e 'select 1' through the Service answered: $out"
-log "ok: MariaDB (uid $(in_pod mariadb id -u), datadir on local-path) answered select 1 through its Service"
+log "ok: MariaDB (uid $(in_pod mariadb -c mariadb id -u), datadir on local-path) answered select 1 through its Service"
+# shellcheck disable=SC2016 # expanded in the pod
+out="$(in_pod mariadb-client sh -c \
+	'MYSQL_PWD="$(cat /etc/mariadb-root/password)" mariadb -h mariadb -uroot -N -e "select @@max_connections"')"
+[[ "$out" == 77 ]] || fail "the option file in /etc/mysql/conf.d was not applied (max_connections=$out)"
+log "ok: MariaDB read its options from /etc/mysql/conf.d"
+out="$(in_pod mariadb-as-root sh -c 'MYSQL_PWD=plain-pass mariadb -h 127.0.0.1 -uroot -N -e "select 1" &&
+	stat -c %U /var/lib/mysql/mysql')"
+[[ "$out" == $'1\nmysql' ]] || fail "MariaDB started as root answered: $out"
+log "ok: MariaDB started as root initialised its datadir as mysql, with MARIADB_ROOT_PASSWORD"
 metrics="$(in_pod client bash -c 'exec 3<>/dev/tcp/mariadb/9104 &&
 	printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && timeout 5 cat <&3' | grep '^mysql_up ' || true)"
 [[ "$metrics" == "mysql_up 1" ]] || fail "mysqld-exporter reported '$metrics'"
