@@ -29,11 +29,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 
-# The real node (tests/node): up in its own network namespace, pods from images built here
-# (Services, DNS, volumes, MariaDB, no route out), down again leaving the host as it was.
-# Counted as one test in the summary.
+# The real node (tests/node). First its own smoke test: up in its own network namespace, pods
+# from images built here (Services, DNS, volumes, MariaDB, no route out), down again leaving the
+# host as it was; counted as one test in the summary. Then up once more for the end-to-end
+# tests of crates/e2e (the operator installed from the chart, its clusters as real pods), and
+# down when the run ends, whatever happens.
 node_passed=0 node_failed=0
 if [[ $(id -u) -eq 0 ]]; then
   if bash tests/node/smoke.sh 2>&1 | tee -a "$log"; then
@@ -42,11 +43,29 @@ if [[ $(id -u) -eq 0 ]]; then
     node_failed=1
     status=1
   fi
+  trap 'bash tests/node/node.sh down >&2 || true; rm -f "$log"' EXIT
+  if bash tests/node/node.sh up; then
+    node_env="$(bash tests/node/node.sh env)"
+    BULWARK_NODE_KUBECONFIG="$(sed -n 's/^export KUBECONFIG=//p' <<<"$node_env")"
+    BULWARK_NODE_BIN="$(sed -n 's/^export BULWARK_NODE_BIN=//p' <<<"$node_env")"
+    export BULWARK_NODE_KUBECONFIG BULWARK_NODE_BIN
+  else
+    echo "[test] the node did not come up; the end-to-end tests will fail" >&2
+    status=1
+  fi
 else
   echo "[test] not root: the real-node tests need root and were not run" >&2
   node_failed=1
   status=1
 fi
+
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=$?
+if [[ $(id -u) -eq 0 ]]; then
+  # Down before the summary, so that the summary stays the last line.
+  bash tests/node/node.sh down >&2 || status=1
+  trap 'rm -f "$log"' EXIT
+fi
+
 awk -v np="$node_passed" -v nf="$node_failed" \
   '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
    END { p += np; f += nf; printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log" || status=1

@@ -69,7 +69,9 @@ fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).context("invalid log filter")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only on a terminal, never in a pod's log.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),

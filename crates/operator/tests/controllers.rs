@@ -806,10 +806,12 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     let job = wait_get(&jobs, "before-upgrade-backup").await;
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(
-        pod.node_name.as_deref(),
+        bulwark_operator::backup::job::pinned_node(&pod),
         Some("node-b"),
         "a ready replica is the source, and the job runs on its node"
     );
+    // Through the scheduler: a claim bound on first use must be able to bind.
+    assert_eq!(pod.node_name, None);
     assert_eq!(
         pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
         Some("dedicated")
@@ -930,7 +932,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     // The next backup starts now; it is logical, so it is not pinned, and goes to S3.
     let job2 = wait_get(&jobs, "adhoc-dump-backup").await;
     let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    assert_eq!(pod2.node_name, None);
+    assert_eq!(bulwark_operator::backup::job::pinned_node(&pod2), None);
     assert!(!pod2
         .volumes
         .unwrap()

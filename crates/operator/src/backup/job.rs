@@ -6,8 +6,8 @@ use bulwark_contract::command::{self, Method};
 use bulwark_contract::{paths, ports, Account};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume,
-    VolumeMount,
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -119,6 +119,42 @@ fn job(meta: ObjectMeta, pod: PodSpec, deadline: Option<i64>) -> Job {
     }
 }
 
+/// Requires the node named `node`.
+fn on_node(node: &str) -> Affinity {
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".to_owned(),
+                        operator: "In".to_owned(),
+                        values: Some(vec![node.to_owned()]),
+                    }]),
+                    ..NodeSelectorTerm::default()
+                }],
+            }),
+            ..NodeAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
+/// The node a Job's pod is pinned to by [`on_node`], if any.
+pub fn pinned_node(pod: &PodSpec) -> Option<&str> {
+    let terms = &pod
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    let field = terms.first()?.match_fields.as_ref()?.first()?;
+    (field.key == "metadata.name" && field.operator == "In")
+        .then(|| field.values.as_ref()?.first().map(String::as_str))
+        .flatten()
+}
+
 /// Name of the backup Job of a MySQLBackup.
 pub fn backup_job_name(backup: &str) -> String {
     names::job(backup, "backup")
@@ -149,11 +185,12 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
     )];
     mounts.extend(input.access.mounts.iter().cloned());
 
-    let mut node_name = None;
+    let mut affinity = None;
     if physical {
         // The backup tool copies the data files, so it runs where they are, reading the source
-        // pod's volume without being able to change it.
-        node_name = Some(input.source.node.clone());
+        // pod's volume without being able to change it. Pinned through the scheduler (not
+        // `nodeName`), so that volumes bound on first use (the backup storage's claim) bind.
+        affinity = Some(on_node(&input.source.node));
         volumes.push(Volume {
             name: "source-data".to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -191,7 +228,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
     };
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
-        node_name,
+        affinity,
         containers: vec![container],
         volumes: Some(volumes),
         tolerations: input.cluster.spec.tolerations.clone(),

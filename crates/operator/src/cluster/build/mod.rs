@@ -289,4 +289,64 @@ mod tests {
         assert!(init.contains("--engine=mysql"), "{init}");
         assert_eq!(pod.containers[2].name, "exporter");
     }
+
+    /// The kubelet resolves a probe's named port in the probed container only: a name declared
+    /// by another container leaves the probe erroring and the pod never ready.
+    #[test]
+    fn every_probe_port_is_one_its_container_has() {
+        let c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let images = Images {
+            agent: "a".into(),
+            exporter: "e".into(),
+        };
+        let pod = stateful_set(&c, &v, "cm", &images, None)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let mut probes = 0;
+        for container in pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+        {
+            let declared: Vec<_> = container
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone(), p.container_port))
+                .collect();
+            for probe in [
+                &container.liveness_probe,
+                &container.readiness_probe,
+                &container.startup_probe,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                probes += 1;
+                let port = &probe.http_get.as_ref().expect("HTTP probe").port;
+                if let IntOrString::String(name) = port {
+                    assert!(
+                        declared.iter().any(|(n, _)| n.as_deref() == Some(name)),
+                        "{}: probe port {name} is not one of {declared:?}",
+                        container.name
+                    );
+                }
+            }
+        }
+        assert_eq!(probes, 2, "mysqld's liveness and readiness probes");
+        let mysqld = &pod.containers[0];
+        let port = &mysqld
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .port;
+        assert_eq!(port, &IntOrString::Int(names::AGENT_PORT));
+    }
 }

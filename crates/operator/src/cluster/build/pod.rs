@@ -336,7 +336,9 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String("agent".to_owned()),
+            // By number: a probe's named port is looked up in the probed container (mysqld),
+            // and the name belongs to the agent's container.
+            port: IntOrString::Int(names::AGENT_PORT),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),

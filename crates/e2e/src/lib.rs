@@ -1,0 +1,290 @@
+//! Driving the real test node (`tests/node`) from tests: `kubectl` against the node's API
+//! server (the host's loopback address `node.sh` serves it on), the operator installed once per
+//! test binary from the Helm chart with the images built here, and, when a test fails, a dump of
+//! the objects, events and container logs of its namespace.
+//!
+//! Everything runs in the node's network namespace; from the host only its API server is
+//! reached, on 127.0.0.1. Queries to the databases run in pods (`kubectl exec`), never from the
+//! host.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The node's host kubeconfig, from `BULWARK_NODE_KUBECONFIG` (scripts/test.sh exports it after
+/// `tests/node/node.sh up`).
+pub fn kubeconfig() -> PathBuf {
+    let path = std::env::var_os("BULWARK_NODE_KUBECONFIG").unwrap_or_else(|| {
+        panic!(
+            "BULWARK_NODE_KUBECONFIG is not set: these tests need the real node; run them \
+             through scripts/test.sh, or `tests/node/node.sh up` and export \
+             BULWARK_NODE_KUBECONFIG from `tests/node/node.sh env`"
+        )
+    });
+    PathBuf::from(path)
+}
+
+/// The directory of the binaries `cargo test --workspace` built (mysql-operator, mysql-backup,
+/// bulwark-agent): the parent of this test executable's `deps` directory.
+pub fn binaries_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf();
+    for bin in ["mysql-operator", "mysql-backup", "bulwark-agent"] {
+        assert!(
+            dir.join(bin).exists(),
+            "{} is not built: run the tests with `cargo test --workspace`",
+            dir.join(bin).display()
+        );
+    }
+    dir
+}
+
+/// `kubectl` (the node's own release, from `BULWARK_NODE_BIN`, else PATH) on the node.
+pub fn kubectl(args: &[&str]) -> Command {
+    let program = std::env::var_os("BULWARK_NODE_BIN")
+        .map(|d| PathBuf::from(d).join("kubectl"))
+        .unwrap_or_else(|| PathBuf::from("kubectl"));
+    let mut c = Command::new(program);
+    c.arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    c.output()
+        .unwrap_or_else(|e| panic!("failed to run {:?}: {e}", c.get_program()))
+}
+
+/// Runs kubectl; its stdout, or the failure.
+pub fn try_kubectl(args: &[&str]) -> Result<String, String> {
+    let out = run(kubectl(args));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Runs kubectl and asserts success; its stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    try_kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Applies a manifest given as text.
+pub fn apply(namespace: &str, manifest: &str) {
+    let mut c = kubectl(&["apply", "--server-side", "-n", namespace, "-f", "-"]);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("kubectl apply");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), manifest.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An object as JSON, or `None` when it does not exist.
+pub fn get_json(namespace: &str, what: &str) -> Option<serde_json::Value> {
+    let out = try_kubectl(&["get", "-n", namespace, what, "-o", "json"]).ok()?;
+    serde_json::from_str(&out).ok()
+}
+
+/// Polls `probe` every second until it yields a value; after `timeout`, panics with `what` and
+/// the last observation, after dumping `namespace`.
+pub fn wait_for<T>(
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > timeout => {
+                dump(namespace);
+                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// Prints what explains a failure in `namespace`: its objects, events and every container's log.
+pub fn dump(namespace: &str) {
+    eprintln!("===== dump of namespace {namespace} =====");
+    for args in [
+        vec![
+            "get",
+            "-n",
+            namespace,
+            "mysqlclusters,mysqlbackups,statefulsets,jobs,pods,pvc,services,endpointslices",
+            "-o",
+            "wide",
+        ],
+        vec![
+            "get",
+            "-n",
+            namespace,
+            "mysqlclusters,mysqlbackups",
+            "-o",
+            "yaml",
+        ],
+        vec!["get", "-n", namespace, "events", "--sort-by=.lastTimestamp"],
+    ] {
+        match try_kubectl(&args) {
+            Ok(out) => eprintln!("$ kubectl {}\n{out}", args.join(" ")),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    let pods = try_kubectl(&["get", "pods", "-n", namespace, "-o", "name"]).unwrap_or_default();
+    for pod in pods.lines() {
+        let logs = try_kubectl(&[
+            "logs",
+            "-n",
+            namespace,
+            pod,
+            "--all-containers",
+            "--prefix",
+            "--tail=60",
+        ])
+        .unwrap_or_else(|e| e);
+        eprintln!("----- logs of {pod} -----\n{logs}");
+    }
+}
+
+/// The operator, installed once per test binary from the chart with the images built here
+/// (`tests/node/install-operator.sh`); waits until it is ready.
+pub fn operator() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let script = repo_root().join("tests/node/install-operator.sh");
+        let out = run({
+            let mut c = Command::new("bash");
+            c.arg(&script).arg(binaries_dir()).stdin(Stdio::null());
+            c
+        });
+        assert!(
+            out.status.success(),
+            "installing the operator failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// A namespace of its own for a test, deleted (with everything in it) when dropped.
+pub struct Namespace(pub String);
+
+impl Namespace {
+    pub fn create(prefix: &str) -> Namespace {
+        let name = format!(
+            "{prefix}-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+                % 1_000_000
+        );
+        kubectl_ok(&["create", "namespace", &name]);
+        Namespace(name)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = try_kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+/// A SQL statement run with the `mariadb` client inside `pod`'s `mysqld` container, against
+/// `host` (a Service name) as root; the output lines.
+pub fn sql(
+    namespace: &str,
+    pod: &str,
+    password: &str,
+    host: &str,
+    statement: &str,
+) -> Result<String, String> {
+    // The password travels in the exec request's environment of the client, never a log line.
+    try_kubectl(&[
+        "exec",
+        "-n",
+        namespace,
+        pod,
+        "-c",
+        "mysqld",
+        "--",
+        "env",
+        &format!("MYSQL_PWD={password}"),
+        "mariadb",
+        "-h",
+        host,
+        "-u",
+        "root",
+        "-N",
+        "-B",
+        "-e",
+        statement,
+    ])
+}
+
+/// The value of `key` in Secret `name`, decoded.
+pub fn secret_value(namespace: &str, name: &str, key: &str) -> String {
+    let b64 = kubectl_ok(&[
+        "get",
+        "secret",
+        "-n",
+        namespace,
+        name,
+        "-o",
+        &format!("jsonpath={{.data.{key}}}"),
+    ]);
+    decode_base64(b64.trim())
+}
+
+/// Standard base64, as the API server encodes Secret data.
+fn decode_base64(s: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in s.bytes().filter(|c| *c != b'=') {
+        let v = ALPHABET.iter().position(|a| *a == c).expect("base64") as u32;
+        bits = (bits << 6) | v;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    String::from_utf8(out).expect("utf-8 secret")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_decodes() {
+        assert_eq!(super::decode_base64("aHVudGVyMg=="), "hunter2");
+        assert_eq!(super::decode_base64("YWJj"), "abc");
+    }
+}

@@ -1,0 +1,121 @@
+//! The operator on a real node: installed from the Helm chart with the images built here, it
+//! becomes ready, and a three-member MariaDB cluster it builds comes up, takes writes through
+//! its primary Service and serves them through its replicas Service.
+
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, Namespace,
+};
+
+#[test]
+fn the_chart_installs_an_operator_that_becomes_ready() {
+    operator();
+    let deploy = get_json("bulwark-system", "deployment/mysql-operator").expect("deployment");
+    let available = deploy["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Available" && c["status"] == "True");
+    assert!(available, "{}", deploy["status"]);
+    // Its readiness endpoint through the API server's proxy: controllers running, API server
+    // answering.
+    let pod = kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        "bulwark-system",
+        "-l",
+        "app.kubernetes.io/name=mysql-operator",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let ready = kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/bulwark-system/pods/http:{pod}:8080/proxy/readyz"),
+    ]);
+    assert_eq!(ready.trim(), "ready");
+}
+
+#[test]
+fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_services() {
+    operator();
+    let ns = Namespace::create("e2e-cluster");
+    let n = ns.0.as_str();
+    let started = Instant::now();
+    apply(
+        n,
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: harbor}\nspec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}}\n",
+    );
+    wait_for(
+        n,
+        "the cluster to become Ready",
+        Duration::from_secs(240),
+        || {
+            let c = get_json(n, "mysqlcluster/harbor").ok_or("no cluster yet")?;
+            let ready = c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .ok_or("no Ready condition yet")?;
+            (ready["status"] == "True")
+                .then_some(())
+                .ok_or_else(|| ready.to_string())
+        },
+    );
+    eprintln!(
+        "cluster Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+
+    let password = secret_value(n, "harbor-credentials", "root");
+    let write = sql(
+        n,
+        "harbor-0",
+        &password,
+        "harbor-primary",
+        "CREATE DATABASE ledger; CREATE TABLE ledger.entries (id INT PRIMARY KEY, note TEXT); \
+         INSERT INTO ledger.entries VALUES (1, 'first'), (2, 'second'); SELECT @@hostname",
+    );
+    let primary = match write {
+        Ok(out) => out.trim().to_owned(),
+        Err(e) => {
+            dump(n);
+            panic!("write through harbor-primary: {e}")
+        }
+    };
+    assert_eq!(
+        primary, "harbor-0",
+        "the primary Service leads to the primary"
+    );
+    // Reads through the replicas Service land on a read-only replica and see the rows once
+    // replication has applied them.
+    let seen = wait_for(
+        n,
+        "the rows through harbor-replicas",
+        Duration::from_secs(60),
+        || {
+            let out = sql(
+                n,
+                "harbor-0",
+                &password,
+                "harbor-replicas",
+                // A scalar subquery: MariaDB 10.11 reports @@read_only as 0 next to an aggregate
+                // over a table in the same SELECT.
+                "SELECT @@hostname, @@global.read_only, (SELECT COUNT(*) FROM ledger.entries)",
+            )?;
+            let fields: Vec<&str> = out.split_whitespace().collect();
+            match fields.as_slice() {
+                [host, "1", "2"] => Ok(host.to_string()),
+                _ => Err(out),
+            }
+        },
+    );
+    assert!(
+        seen == "harbor-1" || seen == "harbor-2",
+        "read through the replicas Service from {seen}"
+    );
+}
