@@ -1,0 +1,153 @@
+//! Backups as real Jobs in the backup image built here: a physical and a logical backup of a
+//! MariaDB cluster to a claim (bound on first use by local-path), encrypted, reach `Succeeded`
+//! with sizes and GTID in their status, and pass `mysql-backup verify` run from outside the
+//! cluster against the same repository (the claim's directory on the node's disk).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, binaries_dir, dump, get_json, operator, secret_value, sql, wait_for, Namespace,
+};
+
+/// The base64 master key of the test cluster (32 bytes).
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+/// The directory on the node's disk that holds the claim's volume.
+fn claim_dir(namespace: &str, claim: &str) -> PathBuf {
+    let pvc = get_json(namespace, &format!("pvc/{claim}")).expect("claim");
+    let pv_name = pvc["spec"]["volumeName"].as_str().expect("bound claim");
+    let pv = get_json("default", &format!("pv/{pv_name}")).expect("volume");
+    let path = pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .or_else(|| pv["spec"]["local"]["path"].as_str())
+        .unwrap_or_else(|| panic!("no host path in {}", pv["spec"]));
+    PathBuf::from(path)
+}
+
+#[test]
+fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {
+    operator();
+    let ns = Namespace::create("e2e-backup");
+    let n = ns.0.as_str();
+    apply(
+        n,
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: vault-key}}\nstringData: {{master: {KEY}}}\n---\n\
+             apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: dumps}}\n\
+             spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n---\n\
+             apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: vault}}\n\
+             spec:\n  engine: mariadb\n  version: \"10.11\"\n  replicas: 2\n  storage: {{size: 1Gi}}\n\
+             \x20 backup:\n    encryption: {{keySecretRef: {{name: vault-key, key: master}}}}\n\
+             \x20   storages: [{{name: shelf, pvc: {{claimName: dumps, subPath: vault}}}}]\n",
+        ),
+    );
+    wait_for(
+        n,
+        "the cluster to become Ready",
+        Duration::from_secs(240),
+        || {
+            let c = get_json(n, "mysqlcluster/vault").ok_or("no cluster yet")?;
+            let ready = c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .ok_or("no Ready condition yet")?;
+            (ready["status"] == "True")
+                .then_some(())
+                .ok_or_else(|| ready.to_string())
+        },
+    );
+
+    // Something to back up, and a GTID position for the backups to report.
+    let password = secret_value(n, "vault-credentials", "root");
+    if let Err(e) = sql(
+        n,
+        "vault-0",
+        &password,
+        "vault-primary",
+        "CREATE DATABASE ledger; CREATE TABLE ledger.entries (id INT PRIMARY KEY); \
+         INSERT INTO ledger.entries VALUES (1), (2), (3)",
+    ) {
+        dump(n);
+        panic!("write through vault-primary: {e}");
+    }
+
+    let key_file = tempfile_path("vault.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    for method in ["physical", "logical"] {
+        let name = format!("{method}-now");
+        let started = Instant::now();
+        apply(
+            n,
+            &format!(
+                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: {name}}}\n\
+                 spec: {{clusterRef: {{name: vault}}, storage: shelf, method: {method}}}\n"
+            ),
+        );
+        let status = wait_for(
+            n,
+            &format!("backup {name} to succeed"),
+            Duration::from_secs(240),
+            || {
+                let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup yet")?;
+                match b["status"]["phase"].as_str() {
+                    Some("Succeeded") => Ok(b["status"].clone()),
+                    Some("Failed") => Ok(b["status"].clone()),
+                    _ => Err(b["status"].to_string()),
+                }
+            },
+        );
+        if status["phase"] != "Succeeded" {
+            dump(n);
+            panic!("backup {name} failed: {status}");
+        }
+        eprintln!(
+            "{method} backup Succeeded {:.1}s after apply",
+            started.elapsed().as_secs_f64()
+        );
+        let id = status["backupId"].as_str().expect("backupId").to_owned();
+        assert!(status["storedBytes"].as_i64().unwrap_or(0) > 0, "{status}");
+        assert!(
+            status["plaintextBytes"].as_i64().unwrap_or(0) > 0,
+            "{status}"
+        );
+        assert!(
+            status["gtidSet"].as_str().is_some_and(|g| !g.is_empty()),
+            "{status}"
+        );
+        // From outside the cluster: the same repository, read where the claim keeps it.
+        let repo = claim_dir(n, "dumps").join("vault");
+        let out = Command::new(binaries_dir().join("mysql-backup"))
+            .args(["verify", "--json", "--repo"])
+            .arg(&repo)
+            .arg("--encryption-key-file")
+            .arg(&key_file)
+            .arg(&id)
+            .env("MYSQL_BACKUP_PROGRESS", "none")
+            .output()
+            .expect("mysql-backup verify");
+        assert!(
+            out.status.success(),
+            "verify {id} in {}: {}",
+            repo.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (report["ok"].as_bool(), report["depth"].as_str()),
+            (Some(true), Some("full")),
+            "{report}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(key_file.parent().unwrap());
+}
+
+fn tempfile_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bulwark-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
