@@ -1,0 +1,190 @@
+//! A cluster's life on the real node: the primary's pod deleted under a steady writer (no
+//! acknowledged row lost; how long writes were refused is printed), and scaling 3 → 5 → 3 and
+//! a configuration change rolling the pods back to Ready.
+
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, Namespace,
+};
+
+fn cluster(name: &str, replicas: u32, config: &str) -> String {
+    format!(
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {name}}}\n\
+         spec: {{engine: mariadb, version: \"10.11\", replicas: {replicas}, storage: {{size: 1Gi}}{config}}}\n"
+    )
+}
+
+/// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec.
+fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
+    wait_for(n, what, Duration::from_secs(300), || {
+        let c = get_json(n, &format!("mysqlcluster/{name}")).ok_or("no cluster yet")?;
+        let st = &c["status"];
+        let cond = |t: &str| {
+            st["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let ready = cond("Ready");
+        let progressing = cond("Progressing");
+        let settled = ready["status"] == "True"
+            && progressing["status"] == "False"
+            && st["readyReplicas"].as_u64() == Some(replicas)
+            && st["observedGeneration"] == c["metadata"]["generation"];
+        settled
+            .then_some(())
+            .ok_or_else(|| format!("{ready} {progressing} ready={}", st["readyReplicas"]))
+    });
+}
+
+#[test]
+fn deleting_the_primary_pod_loses_no_acknowledged_row() {
+    operator();
+    let ns = Namespace::create("e2e-failure");
+    let n = ns.0.as_str();
+    apply(n, &cluster("tide", 3, ""));
+    wait_ready(n, "tide", 3, "the cluster to become Ready");
+    let password = secret_value(n, "tide-credentials", "root");
+    sql(
+        n,
+        "tide-0",
+        &password,
+        "tide-primary",
+        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // The writer runs in a replica's pod, so that it outlives the primary's: one INSERT every
+    // 200 ms through the primary Service for 75 s, each acknowledged id printed with its time.
+    let writer = format!(
+        "end=$(( $(date +%s) + 75 )); i=0; while [ $(date +%s) -lt $end ]; do i=$((i+1)); \
+         if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h tide-primary -u root \
+            -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
+         then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
+         sleep 0.2; done"
+    );
+    let child = bulwark_e2e::kubectl(&[
+        "exec", "-n", n, "tide-2", "-c", "mysqld", "--", "sh", "-c", &writer,
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("writer");
+    std::thread::sleep(Duration::from_secs(10));
+    let uid = |pod: &serde_json::Value| pod["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+    let old_pod = uid(&get_json(n, "pod/tide-0").expect("primary's pod"));
+    let deleted = Instant::now();
+    kubectl_ok(&["delete", "pod", "-n", n, "tide-0", "--wait=false"]);
+    // The status said Ready before the deletion; wait for the replacement pod itself first.
+    wait_for(n, "a new primary pod", Duration::from_secs(120), || {
+        let pod = get_json(n, "pod/tide-0").ok_or("no pod")?;
+        (uid(&pod) != old_pod)
+            .then_some(())
+            .ok_or_else(|| "the old pod is still there".to_owned())
+    });
+    wait_ready(
+        n,
+        "tide",
+        3,
+        "the cluster to be Ready again after losing its primary's pod",
+    );
+    eprintln!(
+        "cluster Ready again {:.1}s after the primary's pod was deleted",
+        deleted.elapsed().as_secs_f64()
+    );
+    let out = child.wait_with_output().expect("writer output");
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut acked = Vec::new();
+    let mut refused: Vec<f64> = Vec::new();
+    let mut last_ack_before: Option<f64> = None;
+    let mut first_ack_after: Option<f64> = None;
+    for line in lines.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [kind, id, at] = f.as_slice() else {
+            continue;
+        };
+        let at: f64 = at.parse().unwrap_or_default();
+        match *kind {
+            "ack" => {
+                acked.push(id.parse::<u64>().unwrap());
+                if refused.is_empty() {
+                    last_ack_before = Some(at);
+                } else if first_ack_after.is_none() {
+                    first_ack_after = Some(at);
+                }
+            }
+            _ => refused.push(at),
+        }
+    }
+    assert!(acked.len() > 20, "too few writes acknowledged: {lines}");
+    assert!(
+        first_ack_after.is_some() || refused.is_empty(),
+        "writes never resumed: {lines}"
+    );
+    if let (Some(before), Some(after)) = (last_ack_before, first_ack_after) {
+        eprintln!(
+            "writes refused for {:.1}s ({} attempts refused)",
+            after - before,
+            refused.len()
+        );
+    }
+    // Every acknowledged row is on the primary.
+    let stored = sql(
+        n,
+        "tide-1",
+        &password,
+        "tide-primary",
+        "SELECT id FROM ledger.acks",
+    )
+    .unwrap_or_else(|e| {
+        dump(n);
+        panic!("{e}")
+    });
+    let stored: std::collections::BTreeSet<u64> = stored
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|id| !stored.contains(id))
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+}
+
+#[test]
+fn scaling_and_a_config_change_roll_the_pods_back_to_ready() {
+    operator();
+    let ns = Namespace::create("e2e-scale");
+    let n = ns.0.as_str();
+    apply(n, &cluster("reef", 3, ""));
+    wait_ready(n, "reef", 3, "3 instances Ready");
+    let started = Instant::now();
+    apply(n, &cluster("reef", 5, ""));
+    wait_ready(n, "reef", 5, "5 instances Ready");
+    eprintln!("3 → 5 in {:.1}s", started.elapsed().as_secs_f64());
+    let started = Instant::now();
+    apply(n, &cluster("reef", 3, ""));
+    wait_ready(n, "reef", 3, "back to 3 instances Ready");
+    eprintln!("5 → 3 in {:.1}s", started.elapsed().as_secs_f64());
+    let started = Instant::now();
+    apply(
+        n,
+        &cluster("reef", 3, ", mysqldConfig: {max_connections: \"123\"}"),
+    );
+    wait_ready(n, "reef", 3, "the configuration rolled out");
+    eprintln!(
+        "config rolled out in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let password = secret_value(n, "reef-credentials", "root");
+    for pod in ["reef-0", "reef-1", "reef-2"] {
+        let v = sql(n, pod, &password, "127.0.0.1", "SELECT @@max_connections")
+            .unwrap_or_else(|e| panic!("{pod}: {e}"));
+        assert_eq!(v.trim(), "123", "{pod}");
+    }
+}
