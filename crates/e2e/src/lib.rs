@@ -129,6 +129,32 @@ pub fn wait_for<T>(
     }
 }
 
+/// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec.
+pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
+    wait_for(n, what, Duration::from_secs(300), || {
+        let c = get_json(n, &format!("mysqlcluster/{name}")).ok_or("no cluster yet")?;
+        let st = &c["status"];
+        let cond = |t: &str| {
+            st["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let ready = cond("Ready");
+        let progressing = cond("Progressing");
+        let settled = ready["status"] == "True"
+            && progressing["status"] == "False"
+            && st["readyReplicas"].as_u64() == Some(replicas)
+            && st["observedGeneration"] == c["metadata"]["generation"];
+        settled
+            .then_some(())
+            .ok_or_else(|| format!("{ready} {progressing} ready={}", st["readyReplicas"]))
+    });
+}
+
 /// Prints what explains a failure in `namespace`: its objects, events and every container's log.
 pub fn dump(namespace: &str) {
     eprintln!("===== dump of namespace {namespace} =====");

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, binaries_dir, dump, get_json, operator, secret_value, sql, wait_for, Namespace,
+    apply, binaries_dir, dump, get_json, operator, secret_value, sql, wait_for, wait_ready,
+    Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
@@ -43,24 +44,7 @@ fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {
              \x20   storages: [{{name: shelf, pvc: {{claimName: dumps, subPath: vault}}}}]\n",
         ),
     );
-    wait_for(
-        n,
-        "the cluster to become Ready",
-        Duration::from_secs(240),
-        || {
-            let c = get_json(n, "mysqlcluster/vault").ok_or("no cluster yet")?;
-            let ready = c["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .ok_or("no Ready condition yet")?;
-            (ready["status"] == "True")
-                .then_some(())
-                .ok_or_else(|| ready.to_string())
-        },
-    );
+    wait_ready(n, "vault", 2, "the cluster to become Ready");
 
     // Something to back up, and a GTID position for the backups to report.
     let password = secret_value(n, "vault-credentials", "root");

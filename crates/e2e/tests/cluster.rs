@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, Namespace,
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
 };
 
 #[test]
@@ -48,24 +48,7 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         n,
         "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: harbor}\nspec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}}\n",
     );
-    wait_for(
-        n,
-        "the cluster to become Ready",
-        Duration::from_secs(240),
-        || {
-            let c = get_json(n, "mysqlcluster/harbor").ok_or("no cluster yet")?;
-            let ready = c["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .ok_or("no Ready condition yet")?;
-            (ready["status"] == "True")
-                .then_some(())
-                .ok_or_else(|| ready.to_string())
-        },
-    );
+    wait_ready(n, "harbor", 3, "the cluster to become Ready");
     eprintln!(
         "cluster Ready {:.1}s after apply",
         started.elapsed().as_secs_f64()

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, Namespace,
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
 };
 
 fn cluster(name: &str, replicas: u32, config: &str) -> String {
@@ -13,32 +13,6 @@ fn cluster(name: &str, replicas: u32, config: &str) -> String {
         "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {name}}}\n\
          spec: {{engine: mariadb, version: \"10.11\", replicas: {replicas}, storage: {{size: 1Gi}}{config}}}\n"
     )
-}
-
-/// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec.
-fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
-    wait_for(n, what, Duration::from_secs(300), || {
-        let c = get_json(n, &format!("mysqlcluster/{name}")).ok_or("no cluster yet")?;
-        let st = &c["status"];
-        let cond = |t: &str| {
-            st["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == t)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let ready = cond("Ready");
-        let progressing = cond("Progressing");
-        let settled = ready["status"] == "True"
-            && progressing["status"] == "False"
-            && st["readyReplicas"].as_u64() == Some(replicas)
-            && st["observedGeneration"] == c["metadata"]["generation"];
-        settled
-            .then_some(())
-            .ok_or_else(|| format!("{ready} {progressing} ready={}", st["readyReplicas"]))
-    });
 }
 
 #[test]
