@@ -238,6 +238,9 @@ struct Readiness {
     at: Instant,
 }
 
+/// Least time between two log lines giving a changed not-ready reason.
+const NOT_READY_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Runs the agent until `shutdown` resolves.
 pub async fn run(
     config: AgentConfig,
@@ -301,6 +304,9 @@ pub async fn run(
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
+    // When the pod is not ready, why: in the log too (the kubelet's events show only the status
+    // code), but a changing reason (a lag in seconds) at most every NOT_READY_LOG_INTERVAL.
+    let mut not_ready_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -310,8 +316,16 @@ pub async fn run(
         let mut r = readiness.lock().expect("readiness lock");
         if r.ready != decision.ready {
             tracing::info!(ready = decision.ready, reason = %decision.reason, "readiness changed");
+            not_ready_logged = (!decision.ready).then(Instant::now);
         } else if r.reason != decision.reason {
-            tracing::debug!(ready = decision.ready, reason = %decision.reason, "readiness reason changed");
+            if !decision.ready
+                && not_ready_logged.is_none_or(|t| t.elapsed() >= NOT_READY_LOG_INTERVAL)
+            {
+                tracing::warn!(reason = %decision.reason, "not ready");
+                not_ready_logged = Some(Instant::now());
+            } else {
+                tracing::debug!(ready = decision.ready, reason = %decision.reason, "readiness reason changed");
+            }
         }
         *r = Readiness {
             ready: decision.ready,

@@ -398,11 +398,12 @@ mod tests {
     use bulwark_contract::command::{self, Argv, Engine, Repository};
     use bulwark_contract::paths;
 
+    /// Parses what the operator builds; every container logs JSON lines.
     fn parse(argv: Argv) -> AgentCommand {
         assert_eq!(argv.program, "bulwark-agent");
-        Cli::try_parse_from(argv.to_vec())
-            .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
-            .command
+        let cli = Cli::try_parse_from(argv.to_vec()).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert!(matches!(cli.log_format, LogFormat::Json), "{argv:?}");
+        cli.command
     }
 
     fn repository() -> Repository {

@@ -191,7 +191,8 @@ impl Init {
 
     pub fn argv(&self) -> Argv {
         let mut a = Argv::new(AGENT_PROGRAM);
-        a.arg("init")
+        a.flag("log-format", "json")
+            .arg("init")
             .flag("pod-name", &self.pod_name)
             .flag("cluster", &self.cluster)
             .flag("engine", self.engine.as_str())
@@ -227,7 +228,7 @@ impl Restore {
 
     pub fn argv(&self) -> Argv {
         let mut a = Argv::new(AGENT_PROGRAM);
-        a.arg("restore");
+        a.flag("log-format", "json").arg("restore");
         self.repository.push(&mut a);
         a.flag("datadir", &self.datadir)
             .flag("pending-file", &self.pending_file)
