@@ -8,6 +8,8 @@
 //! host.
 
 use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -285,32 +287,9 @@ pub fn secret_value(namespace: &str, name: &str, key: &str) -> String {
         "-o",
         &format!("jsonpath={{.data.{key}}}"),
     ]);
-    decode_base64(b64.trim())
-}
 
-/// Standard base64, as the API server encodes Secret data.
-fn decode_base64(s: &str) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut bits = 0u32;
-    let mut n = 0;
-    let mut out = Vec::new();
-    for c in s.bytes().filter(|c| *c != b'=') {
-        let v = ALPHABET.iter().position(|a| *a == c).expect("base64") as u32;
-        bits = (bits << 6) | v;
-        n += 6;
-        if n >= 8 {
-            n -= 8;
-            out.push((bits >> n) as u8);
-        }
-    }
-    String::from_utf8(out).expect("utf-8 secret")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_decodes() {
-        assert_eq!(super::decode_base64("aHVudGVyMg=="), "hunter2");
-        assert_eq!(super::decode_base64("YWJj"), "abc");
-    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .unwrap_or_else(|e| panic!("secret {name} key {key} is not base64: {e}"));
+    String::from_utf8(bytes).expect("utf-8 secret")
 }
