@@ -48,7 +48,9 @@ if [[ $(id -u) -eq 0 ]]; then
     node_env="$(bash tests/node/node.sh env)"
     BULWARK_NODE_KUBECONFIG="$(sed -n 's/^export KUBECONFIG=//p' <<<"$node_env")"
     BULWARK_NODE_BIN="$(sed -n 's/^export BULWARK_NODE_BIN=//p' <<<"$node_env")"
-    export BULWARK_NODE_KUBECONFIG BULWARK_NODE_BIN
+    BULWARK_NODE_NETNS="$(sed -n 's/^export BULWARK_NODE_NETNS=//p' <<<"$node_env")"
+    BULWARK_NODE_IP="$(sed -n 's/^export BULWARK_NODE_IP=//p' <<<"$node_env")"
+    export BULWARK_NODE_KUBECONFIG BULWARK_NODE_BIN BULWARK_NODE_NETNS BULWARK_NODE_IP
   else
     echo "[test] the node did not come up; the end-to-end tests will fail" >&2
     status=1

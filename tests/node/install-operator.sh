@@ -60,6 +60,7 @@ diagnose() {
 }
 
 t0="$(now)"
+# The image built here has Debian's mariadb-backup 10.11 and no XtraBackup (PERCONA=false).
 # shellcheck disable=SC2086 # BULWARK_HELM_ARGS is split on purpose
 helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
 	--namespace "$NAMESPACE" --create-namespace \
@@ -68,6 +69,7 @@ helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
 	--set-string image.pullPolicy=Never \
 	--set-string "backupImage.repository=${BACKUP_IMAGE%:*}" \
 	--set-string "backupImage.tag=${BACKUP_IMAGE##*:}" \
+	--set "backupImage.serves={mariadb-10.11}" \
 	--set-string "exporterImage=$EXPORTER_IMAGE" \
 	--set-string logFormat=text \
 	${BULWARK_HELM_ARGS:-} >/dev/null

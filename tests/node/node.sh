@@ -813,6 +813,7 @@ print_env() {
 	cat <<-EOF
 		export KUBECONFIG=$host_kubeconfig
 		export BULWARK_NODE_NETNS=$NODE_NETNS
+		export BULWARK_NODE_IP=$NODE_IP
 		export BULWARK_NODE_STATE=$NODE_STATE
 		export BULWARK_NODE_INNER_KUBECONFIG=$inner_kubeconfig
 		export BULWARK_NODE_CONTAINERD_SOCKET=$containerd_sock

@@ -70,3 +70,12 @@ Image references: "<repository>:<tag>", the tag defaulting to the chart's appVer
 {{- define "mysql-operator.backupImage" -}}
 {{- printf "%s:%s" .Values.backupImage.repository (default .Chart.AppVersion .Values.backupImage.tag) }}
 {{- end }}
+
+{{/* Backup images for further series, as the operator reads them: series=image,... */}}
+{{- define "mysql-operator.backupImagesBySeries" -}}
+{{- $pairs := list -}}
+{{- range $series, $image := .Values.backupImages -}}
+{{- $pairs = append $pairs (printf "%s=%s" $series $image) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end }}

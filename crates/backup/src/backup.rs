@@ -13,6 +13,7 @@ use crate::format::{
 };
 use crate::progress::Progress;
 use crate::repo::Repository;
+use crate::series;
 use crate::source::{self, Connection, DefaultsFile, ToolJob};
 use crate::writer::{self, WriteOptions};
 
@@ -78,6 +79,11 @@ pub async fn run(
         req.tool.as_deref(),
     )?;
     let tool_version = source::tool_version(&tool_path).await;
+    if matches!(req.method, Method::Physical) {
+        if let Some(why) = series::mismatch(server.flavor, &tool_version, &server.version) {
+            return Err(Error::ToolSeries(why));
+        }
+    }
     let defaults = DefaultsFile::create(&req.connection)?;
     let work_dir = tempfile::Builder::new()
         .prefix("mysql-backup-work-")

@@ -45,6 +45,8 @@ pub enum Error {
     QueryServer(#[source] Box<mysql_async::Error>),
     #[error("failed to find {wanted} on PATH; install it or name it with --tool")]
     ToolNotFound { wanted: String },
+    #[error("refused to run the physical tool: {0}")]
+    ToolSeries(String),
     #[error("failed to start {tool}")]
     StartTool {
         tool: String,

@@ -17,6 +17,7 @@ pub mod repo;
 pub mod report;
 pub mod restore;
 pub mod rotate;
+pub mod series;
 pub mod source;
 pub mod store;
 pub mod writer;

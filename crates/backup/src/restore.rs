@@ -278,7 +278,13 @@ async fn restore_physical(
     let m = &backup.manifest;
     check_target(path, force)?;
     let prepare_tool = if prepare {
-        Some(source::find_tool(m.source.flavor, ToolJob::Physical, tool)?)
+        let t = source::find_tool(m.source.flavor, ToolJob::Physical, tool)?;
+        let line = source::tool_version(&t).await;
+        if let Some(why) = crate::series::mismatch(m.source.flavor, &line, &m.source.server_version)
+        {
+            return Err(Error::ToolSeries(why));
+        }
+        Some(t)
     } else {
         None
     };

@@ -256,6 +256,15 @@ fn a_dying_or_lying_source_tool_commits_nothing() {
             "mariadb-backup \"$@\" 2>/dev/null | head -c 3000000\nexit 0",
             vec!["without its completion line", "completed OK!"],
         ),
+        // A mariadb-backup of another release series: refused before it copies anything.
+        (
+            "other-series.sh",
+            "if [ \"$1\" = --version ]; then\n  echo 'mariadb-backup based on MariaDB server 11.4.2-MariaDB debian-linux-gnu (x86_64)'\n  exit 0\nfi\nexec mariadb-backup \"$@\"",
+            vec![
+                "mariadb-backup 11.4 cannot handle the data files of MariaDB 10.11",
+                "or a logical backup",
+            ],
+        ),
         // Fails outright with its own message.
         (
             "broken.sh",

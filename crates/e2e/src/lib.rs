@@ -4,8 +4,11 @@
 //! the objects, events and container logs of its namespace.
 //!
 //! Everything runs in the node's network namespace; from the host only its API server is
-//! reached, on 127.0.0.1. Queries to the databases run in pods (`kubectl exec`), never from the
-//! host.
+//! reached, on 127.0.0.1. Queries to the databases run in pods (`kubectl exec`); programs that
+//! stand outside the cluster (an S3 server, `mysql-backup verify`, metric scrapes) run inside
+//! the namespace through [`node`], never on the host's network.
+
+pub mod node;
 
 use std::path::{Path, PathBuf};
 
@@ -253,8 +256,9 @@ pub fn sql(
     host: &str,
     statement: &str,
 ) -> Result<String, String> {
-    // The password travels in the exec request's environment of the client, never a log line.
-    try_kubectl(&[
+    // The password travels in the exec request's environment of the client; a failure names
+    // the statement and the error, never the command line that carries it.
+    let out = run(kubectl(&[
         "exec",
         "-n",
         namespace,
@@ -273,7 +277,15 @@ pub fn sql(
         "-B",
         "-e",
         statement,
-    ])
+    ]));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{statement} (through {host} from {pod}): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
 }
 
 /// The value of `key` in Secret `name`, decoded.
@@ -292,4 +304,17 @@ pub fn secret_value(namespace: &str, name: &str, key: &str) -> String {
         .decode(b64.trim())
         .unwrap_or_else(|e| panic!("secret {name} key {key} is not base64: {e}"));
     String::from_utf8(bytes).expect("utf-8 secret")
+}
+
+/// The directory on the node's disk that holds a bound claim's volume (local-path), readable
+/// from the host as from the node.
+pub fn claim_dir(namespace: &str, claim: &str) -> PathBuf {
+    let pvc = get_json(namespace, &format!("pvc/{claim}")).expect("claim");
+    let pv_name = pvc["spec"]["volumeName"].as_str().expect("bound claim");
+    let pv = get_json("default", &format!("pv/{pv_name}")).expect("volume");
+    let path = pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .or_else(|| pv["spec"]["local"]["path"].as_str())
+        .unwrap_or_else(|| panic!("no host path in {}", pv["spec"]));
+    PathBuf::from(path)
 }

@@ -8,24 +8,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, binaries_dir, dump, get_json, operator, secret_value, sql, wait_for, wait_ready,
-    Namespace,
+    apply, binaries_dir, claim_dir, dump, get_json, operator, secret_value, sql, wait_for,
+    wait_ready, Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
-
-/// The directory on the node's disk that holds the claim's volume.
-fn claim_dir(namespace: &str, claim: &str) -> PathBuf {
-    let pvc = get_json(namespace, &format!("pvc/{claim}")).expect("claim");
-    let pv_name = pvc["spec"]["volumeName"].as_str().expect("bound claim");
-    let pv = get_json("default", &format!("pv/{pv_name}")).expect("volume");
-    let path = pv["spec"]["hostPath"]["path"]
-        .as_str()
-        .or_else(|| pv["spec"]["local"]["path"].as_str())
-        .unwrap_or_else(|| panic!("no host path in {}", pv["spec"]));
-    PathBuf::from(path)
-}
 
 #[test]
 fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {

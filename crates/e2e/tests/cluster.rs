@@ -1,9 +1,11 @@
 //! The operator on a real node: installed from the Helm chart with the images built here, it
 //! becomes ready, and a three-member MariaDB cluster it builds comes up, takes writes through
-//! its primary Service and serves them through its replicas Service.
+//! its primary Service and serves them through its replicas Service; its exporters answer
+//! scrapes over the pod network.
 
 use std::time::{Duration, Instant};
 
+use bulwark_e2e::node::http_get;
 use bulwark_e2e::{
     apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
 };
@@ -46,7 +48,7 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
     let started = Instant::now();
     apply(
         n,
-        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: harbor}\nspec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}}\n",
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: harbor}\nspec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}, metrics: {enabled: true}}\n",
     );
     wait_ready(n, "harbor", 3, "the cluster to become Ready");
     eprintln!(
@@ -101,4 +103,27 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         seen == "harbor-1" || seen == "harbor-2",
         "read through the replicas Service from {seen}"
     );
+
+    // Each member's exporter, scraped over the pod network as a Prometheus would: the server is
+    // up, and on the replicas the replication threads run.
+    for pod in ["harbor-0", "harbor-1", "harbor-2"] {
+        let ip = kubectl_ok(&["get", "pod", "-n", n, pod, "-o", "jsonpath={.status.podIP}"]);
+        let metrics = http_get(&format!("{}:9104", ip.trim()), "/metrics")
+            .unwrap_or_else(|e| panic!("{pod}: {e}"));
+        assert!(
+            metrics.lines().any(|l| l == "mysql_up 1"),
+            "{pod}: no `mysql_up 1` in:\n{metrics}"
+        );
+        if pod != "harbor-0" {
+            for thread in ["io", "sql"] {
+                let name = format!("mysql_slave_status_slave_{thread}_running");
+                assert!(
+                    metrics
+                        .lines()
+                        .any(|l| l.starts_with(&name) && l.ends_with(" 1")),
+                    "{pod}: no {name} 1 in:\n{metrics}"
+                );
+            }
+        }
+    }
 }

@@ -7,13 +7,15 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
 use crate::http::{Readiness, API_STALE_AFTER};
+use crate::images::BackupImages;
 use crate::metrics::Metrics;
 
 /// Images and settings given to the operator at start.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Image with `mysql-backup` and the backup tools: backup Jobs, init containers, agent.
-    pub backup_image: String,
+    /// Images with `mysql-backup`, `bulwark-agent` and the backup tools, by engine series:
+    /// backup and deletion Jobs, init, restore and agent containers.
+    pub backup_images: BackupImages,
     /// Image of the Prometheus mysqld exporter sidecar.
     pub exporter_image: String,
 }

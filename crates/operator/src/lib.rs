@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod error;
 pub mod hash;
 pub mod http;
+pub mod images;
 pub mod metrics;
 pub mod names;
 pub mod podspec;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bulwark_operator::context::{Config, Context};
+use bulwark_operator::images::BackupImages;
 use bulwark_operator::metrics::Metrics;
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -50,6 +51,14 @@ struct RunArgs {
     /// Image with mysql-backup and the backup tools (backup Jobs, init and agent containers).
     #[arg(long, default_value = concat!("ghcr.io/bulwark-dev/mysql-backup:", env!("CARGO_PKG_VERSION")), env = "MYSQL_OPERATOR_BACKUP_IMAGE")]
     backup_image: String,
+    /// The engine release series whose physical backups the default backup image's tools
+    /// handle, comma-separated (`<engine>-<major>.<minor>`).
+    #[arg(long, default_value = bulwark_operator::images::DEFAULT_SERVES, env = "MYSQL_OPERATOR_BACKUP_IMAGE_SERVES")]
+    backup_image_serves: String,
+    /// Backup images for further series, comma-separated `<series>=<image>` pairs, e.g.
+    /// `mariadb-11.4=ghcr.io/bulwark-dev/mysql-backup:0.1.0-mariadb-11.4`.
+    #[arg(long, default_value = "", env = "MYSQL_OPERATOR_BACKUP_IMAGES")]
+    backup_images: String,
     /// Image of the mysqld exporter sidecar.
     #[arg(
         long,
@@ -90,6 +99,12 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let backup_images = BackupImages::parse(
+        &args.backup_image,
+        &args.backup_image_serves,
+        &args.backup_images,
+    )
+    .map_err(|e| anyhow::anyhow!("invalid backup image settings: {e}"))?;
     let listener = bulwark_operator::http::bind(args.listen)
         .await
         .with_context(|| format!("failed to listen on {}", args.listen))?;
@@ -98,7 +113,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("failed to configure the Kubernetes client")?;
     let metrics = Arc::new(Metrics::default());
     let config = Config {
-        backup_image: args.backup_image,
+        backup_images,
         exporter_image: args.exporter_image,
     };
     let ctx = Context::new(client, config, metrics.clone());

@@ -168,6 +168,8 @@ fn values_schema_rejects_bad_values() {
         ("serviceAccount.create=false", "serviceAccount/name"),
         ("metrics.serviceMonitor.interval=soon", "interval"),
         ("resources.requests.memory=lots", "memory"),
+        ("backupImage.serves={mariadb-11}", "serves"),
+        ("backupImages.percona-8\\.0=x", "percona-8.0"),
     ];
     for (set, named) in cases {
         let output = helm(&["template", RELEASE, CHART, "--set", set]);
@@ -213,6 +215,10 @@ fn deployment_runs_the_operator_with_the_configured_images() {
         (
             "MYSQL_OPERATOR_BACKUP_IMAGE",
             "ghcr.io/bulwark-dev/mysql-backup:0.1.0",
+        ),
+        (
+            "MYSQL_OPERATOR_BACKUP_IMAGE_SERVES",
+            "mariadb-10.11,mysql-8.4",
         ),
         (
             "MYSQL_OPERATOR_EXPORTER_IMAGE",
@@ -296,7 +302,9 @@ fn deployment_runs_the_operator_with_the_configured_images() {
     let docs = documents(&render(&[
         "--set",
         "image.tag=1.2.3,backupImage.repository=registry.example/backup,backupImage.tag=9.9.9,\
-         exporterImage=registry.example/exporter:1,logFormat=text,logLevel=debug",
+         exporterImage=registry.example/exporter:1,logFormat=text,logLevel=debug,\
+         backupImage.serves={mariadb-10.11},backupImages.mariadb-11\\.4=registry.example/backup:9.9.9-mariadb-11.4,\
+         backupImages.mysql-8\\.0=registry.example/backup:9.9.9-xtrabackup-8.0",
     ]));
     let deployment: Deployment = only(&docs, "Deployment");
     assert_eq!(
@@ -311,6 +319,11 @@ fn deployment_runs_the_operator_with_the_configured_images() {
     assert_eq!(
         env["MYSQL_OPERATOR_EXPORTER_IMAGE"],
         "registry.example/exporter:1"
+    );
+    assert_eq!(env["MYSQL_OPERATOR_BACKUP_IMAGE_SERVES"], "mariadb-10.11");
+    assert_eq!(
+        env["MYSQL_OPERATOR_BACKUP_IMAGES"],
+        "mariadb-11.4=registry.example/backup:9.9.9-mariadb-11.4,mysql-8.0=registry.example/backup:9.9.9-xtrabackup-8.0"
     );
     assert_eq!(env["MYSQL_OPERATOR_LOG_FORMAT"], "text");
     assert_eq!(env["MYSQL_OPERATOR_LOG"], "debug");

@@ -12,6 +12,7 @@ use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster};
 use bulwark_contract::command;
 use bulwark_contract::result::{error_line, BackupResult};
 use bulwark_operator::context::{Config, Context};
+use bulwark_operator::images::BackupImages;
 use bulwark_operator::metrics::Metrics;
 use bulwark_testenv::TestNamespace;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -42,7 +43,13 @@ fn operator() {
             rt.block_on(async move {
                 let client = bulwark_testenv::client().await.expect("control plane");
                 let config = Config {
-                    backup_image: BACKUP_IMAGE.to_owned(),
+                    // The fixtures run MariaDB 11.4; 11.8 is the series no image serves.
+                    backup_images: BackupImages::parse(
+                        BACKUP_IMAGE,
+                        "mariadb-10.11,mariadb-11.4,mysql-8.4",
+                        "",
+                    )
+                    .unwrap(),
                     exporter_image: EXPORTER_IMAGE.to_owned(),
                 };
                 let ctx = Context::new(client, config, Arc::new(Metrics::default()));
@@ -1198,12 +1205,57 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
 }
 
 #[tokio::test]
+async fn physical_work_for_a_series_no_backup_image_serves_is_refused_with_the_cause() {
+    let (client, ns) = setup("series").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let unserved = BACKUP_CLUSTER.replace("version: \"11.4\"", "version: \"11.8\"");
+    apply_yaml(&clusters, &unserved).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: copy}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\n").await;
+    let failed = backup_status(&backups, "copy", BackupPhase::Failed).await;
+    let message = failed.status.unwrap().message.unwrap_or_default();
+    assert!(
+        message.starts_with("physical backups and restores of mariadb-11.8 need mariadb-backup 11.8, which no backup image of the operator has (images serve mariadb-10.11, mariadb-11.4, mysql-8.4;"),
+        "{message}"
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    assert!(
+        jobs.get_opt("copy-backup").await.unwrap().is_none(),
+        "no Job for a refused backup"
+    );
+
+    // A physical schedule is a spec the operator cannot honour.
+    let scheduled = format!("{unserved}    schedules:\n      - {{name: nightly, schedule: '@daily', storage: nas, method: physical}}\n");
+    apply_yaml(&clusters, &scheduled).await;
+    let degraded = wait_for("Degraded condition", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
+            condition(&c, "Degraded")
+                .filter(|d| d.0 == "True")
+                .ok_or_else(|| format!("{:?}", condition(&c, "Degraded")))
+        }
+    })
+    .await;
+    assert!(
+        degraded.2.contains("need mariadb-backup 11.8") && degraded.1 == "InvalidSpec",
+        "{degraded:?}"
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
 async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     let (client, ns) = setup("restore").await;
     let n = ns.name();
     backup_prerequisites(&client, n).await;
     let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
-    let yaml = format!("{BACKUP_CLUSTER}  bootstrap:\n    fromBackup: {{storage: offsite, backupId: 20261101T000000Z-0a0b}}\n");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
+    apply_yaml(&secrets, "apiVersion: v1\nkind: Secret\nmetadata: {name: source-root}\nstringData: {root: source-password}\n").await;
+    // A backup id may name a physical backup, whose accounts come from the source.
+    let yaml = format!("{BACKUP_CLUSTER}  credentials:\n    root: {{name: source-root, key: root}}\n  bootstrap:\n    fromBackup: {{storage: offsite, backupId: 20261101T000000Z-0a0b}}\n");
     apply_yaml(&clusters, &yaml).await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
     let set = wait_get(&sets, "vault").await;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bulwark_api::common::condition;
-use bulwark_api::{BackupPhase, DeletionPolicy, MySQLBackup, MySQLBackupStatus, MySQLCluster};
+use bulwark_api::{
+    BackupMethod, BackupPhase, DeletionPolicy, MySQLBackup, MySQLBackupStatus, MySQLCluster,
+};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -246,6 +248,13 @@ async fn start(
         .await;
     }
 
+    // Refused before any Job: no image has the tool of the cluster's series.
+    if backup.spec.method == BackupMethod::Physical {
+        if let Some(message) = ctx.config.backup_images.physical_refusal(cluster) {
+            return fail(backup, ctx, ns, message, None).await;
+        }
+    }
+
     let credentials = credential_sources(cluster);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let list = apply::list(
@@ -268,7 +277,7 @@ async fn start(
         source: &source,
         access,
         password: credentials.source(Account::Backup),
-        image: &ctx.config.backup_image,
+        image: ctx.config.backup_images.for_cluster(cluster),
     });
     let name = job.name_any();
     match apply::apply(&jobs, &name, &job, BACKUP_MANAGER).await {
@@ -614,7 +623,7 @@ async fn finalize(
                 &backup.spec.cluster_ref.name,
                 &id,
                 &access,
-                &ctx.config.backup_image,
+                ctx.config.backup_images.default_image(),
             );
             match apply::apply(&jobs, &delete_name, &j, BACKUP_MANAGER).await {
                 Ok(_) => {}

@@ -38,7 +38,14 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     let existing_set = apply::get_opt(&sets, &name).await?;
     let mut refs = dereference(&cluster, &ctx, &ns).await?;
     refs.bootstrapped = existing_set.is_some();
-    let validated = match validate::validate(&cluster, &refs) {
+    let checked = validate::validate(&cluster, &refs).and_then(|v| {
+        let images = &ctx.config.backup_images;
+        match images.check_cluster(&cluster, refs.bootstrap_backup.as_ref(), refs.bootstrapped) {
+            Some(problem) => Err(problem),
+            None => Ok(v),
+        }
+    });
+    let validated = match checked {
         Ok(v) => v,
         Err(message) => {
             invalid(&cluster, &ctx, &ns, message).await?;
@@ -176,7 +183,7 @@ async fn apply_children(
 
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let defaults = Images {
-        agent: ctx.config.backup_image.clone(),
+        agent: ctx.config.backup_images.for_cluster(cluster).to_owned(),
         exporter: ctx.config.exporter_image.clone(),
     };
     let images = Images::pinned(existing_set.as_ref(), &defaults);

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use bulwark_api::cluster::Engine;
+use bulwark_api::common::BackupMethod;
 use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -199,6 +200,20 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                 }
             }
         }
+        // A physical backup brings the source's privilege tables, root's password included:
+        // the operator's agent could never log in with a generated one. A backup id may name a
+        // physical backup, which is only known once it is read.
+        let physical = match (&from.backup_ref, &refs.bootstrap_backup) {
+            (Some(_), Some(b)) => b.spec.method == BackupMethod::Physical,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        if physical && !refs.bootstrapped && credentials::given(cluster, Account::Root).is_none() {
+            problems.push(
+                "bootstrap.fromBackup from a physical backup (or a backupId) keeps the source's root password: set credentials.root to a Secret holding it"
+                    .to_owned(),
+            );
+        }
     }
 
     if !problems.is_empty() {
@@ -375,5 +390,53 @@ spec:
             validate(&custom, &Refs::default()).unwrap().server_image,
             "registry.local/mariadb:10.6"
         );
+    }
+
+    #[test]
+    fn a_bootstrap_keeping_the_source_accounts_needs_the_source_root_password() {
+        let by_id = format!(
+            "{BASE}  backup:\n    storages:\n    - {{name: nas, pvc: {{claimName: dumps}}}}\n  bootstrap:\n    fromBackup: {{storage: nas, backupId: 20261101T000000Z-0a0b}}\n"
+        );
+        let by_ref =
+            format!("{BASE}  bootstrap:\n    fromBackup: {{backupRef: {{name: nightly}}}}\n");
+        let root = "  credentials:\n    root: {name: source, key: root}\n";
+        let backup = |method: &str| -> MySQLBackup {
+            serde_yaml::from_str(&format!(
+                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: nightly, annotations: {{mysql.bulwark.dev/storage: '{{}}'}}}}\nspec: {{clusterRef: {{name: source}}, storage: nas, method: {method}}}\nstatus: {{phase: Succeeded, backupId: 20261101T000000Z-0a0b}}\n"
+            ))
+            .unwrap()
+        };
+        let problem = "keeps the source's root password: set credentials.root";
+        // (spec, method of the named backup, root given, bootstrapped already, refused)
+        let cases = [
+            (by_id.as_str(), None, false, false, true),
+            (by_id.as_str(), None, true, false, false),
+            (by_ref.as_str(), Some("physical"), false, false, true),
+            (by_ref.as_str(), Some("physical"), true, false, false),
+            (by_ref.as_str(), Some("logical"), false, false, false),
+            // Resolved when the StatefulSet was built: nothing left to decide.
+            (by_id.as_str(), None, false, true, false),
+        ];
+        for (spec, method, with_root, bootstrapped, refused) in cases {
+            let yaml = if with_root {
+                format!("{spec}{root}")
+            } else {
+                spec.to_owned()
+            };
+            let mut refs = Refs {
+                bootstrap_backup: method.map(backup),
+                bootstrapped,
+                ..Refs::default()
+            };
+            refs.claims.insert("dumps".to_owned());
+            refs.secrets.extend([secret("source", &[("root", b"pw")])]);
+            let got = validate(&cluster(&yaml), &refs);
+            assert_eq!(
+                got.as_ref().err().is_some_and(|e| e.contains(problem)),
+                refused,
+                "{method:?} root={with_root} bootstrapped={bootstrapped}: {:?}",
+                got.err()
+            );
+        }
     }
 }

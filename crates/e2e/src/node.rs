@@ -1,0 +1,159 @@
+//! Programs run inside the node's network namespace but outside the cluster: a moto S3 server
+//! the pods reach on the node's address, `mysql-backup` reading the same repositories as the
+//! backup Jobs, and HTTP requests to pods over the pod network. Nothing here can reach beyond
+//! the namespace, which has no route out.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The node's network namespace (`BULWARK_NODE_NETNS`, exported by `node.sh env`).
+pub fn netns() -> String {
+    std::env::var("BULWARK_NODE_NETNS").unwrap_or_else(|_| "bulwark-node".to_owned())
+}
+
+/// The node's address inside its namespace (`BULWARK_NODE_IP`): pods reach it through their
+/// bridge's gateway, so a server bound there serves the pods.
+pub fn node_ip() -> Ipv4Addr {
+    std::env::var("BULWARK_NODE_IP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(Ipv4Addr::new(10, 200, 0, 1))
+}
+
+/// `program` run inside the node's namespace (`ip netns exec`, which execs it: the child is the
+/// program itself, so killing the child stops it).
+pub fn in_node(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec"])
+        .arg(netns())
+        .arg(program)
+        .stdin(Stdio::null());
+    c
+}
+
+fn output(mut c: Command) -> Output {
+    c.output()
+        .unwrap_or_else(|e| panic!("failed to run {:?}: {e}", c.get_args()))
+}
+
+/// The body of `http://{addr}{path}`, fetched from inside the node's namespace (Python from the
+/// moto venv: no extra tool on the host).
+pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    let python = bulwark_mysql_testkit::venv_dir().join("bin/python");
+    let mut c = in_node(python);
+    c.args([
+        "-c",
+        "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
+        &format!("http://{addr}{path}"),
+    ]);
+    let out = output(c);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "GET http://{addr}{path}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Credentials moto accepts (it accepts any).
+pub const S3_ACCESS_KEY: &str = "testing";
+pub const S3_SECRET_KEY: &str = "testing";
+pub const S3_REGION: &str = "us-east-1";
+
+/// A moto S3 server inside the node's namespace on the node's address, killed on drop.
+pub struct NodeS3 {
+    child: Child,
+    port: u16,
+}
+
+impl NodeS3 {
+    /// Starts moto and waits until it answers.
+    pub fn start() -> NodeS3 {
+        let moto = bulwark_mysql_testkit::venv_dir().join("bin/moto_server");
+        assert!(
+            moto.is_file(),
+            "{} is missing: run scripts/install-test-deps.sh",
+            moto.display()
+        );
+        // The namespace has its own port space; a clash with another test binary's server is
+        // seen as an early exit and the next port is tried.
+        let first = 19_000 + (std::process::id() % 500) as u16 * 2;
+        for port in first..first + 20 {
+            let mut c = in_node(&moto);
+            c.args(["-H", &node_ip().to_string(), "-p", &port.to_string()])
+                .env("PYTHONUNBUFFERED", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = c.spawn().expect("moto_server");
+            let address = format!("{}:{port}", node_ip());
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(60) {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                if http_get(&address, "/").is_ok() {
+                    return NodeS3 { child, port };
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("moto_server did not start inside the node's namespace");
+    }
+
+    /// `host:port` of the server.
+    pub fn address(&self) -> String {
+        format!("{}:{}", node_ip(), self.port)
+    }
+
+    /// The endpoint URL pods and `mysql-backup` use.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address())
+    }
+
+    /// Creates a bucket.
+    pub fn create_bucket(&self, bucket: &str) {
+        let python = bulwark_mysql_testkit::venv_dir().join("bin/python");
+        let mut c = in_node(python);
+        c.args([
+            "-c",
+            "import sys, boto3; boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id='testing', \
+             aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket=sys.argv[2])",
+            &self.endpoint(),
+            bucket,
+        ]);
+        let out = output(c);
+        assert!(
+            out.status.success(),
+            "create bucket {bucket}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `mysql-backup ARGS` (from `bin`) inside the node's namespace with this server's
+    /// endpoint and credentials.
+    pub fn mysql_backup(&self, bin: &Path, args: &[&str]) -> Output {
+        let mut c = in_node(bin.join("mysql-backup"));
+        c.args(args)
+            .env("MYSQL_BACKUP_PROGRESS", "none")
+            .env("MYSQL_BACKUP_S3_ENDPOINT", self.endpoint())
+            .env("MYSQL_BACKUP_S3_REGION", S3_REGION)
+            .env("MYSQL_BACKUP_S3_PATH_STYLE", "true")
+            .env("AWS_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", S3_SECRET_KEY)
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        output(c)
+    }
+}
+
+impl Drop for NodeS3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
