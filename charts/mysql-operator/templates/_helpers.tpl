@@ -79,3 +79,51 @@ Image references: "<repository>:<tag>", the tag defaulting to the chart's appVer
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end }}
+
+{{/* The operator's permissions: exactly bulwark_operator::rbac::cluster_role_rules()
+(crates/operator/src/rbac.rs), in the same order; crates/operator/tests/chart.rs checks both the
+ClusterRole and the namespaced Roles against it. */}}
+{{- define "mysql-operator.rules" -}}
+- apiGroups: ["mysql.bulwark.dev"]
+  resources: ["mysqlclusters"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["mysql.bulwark.dev"]
+  resources: ["mysqlbackups"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["mysql.bulwark.dev"]
+  resources: ["mysqlclusters/status", "mysqlbackups/status"]
+  verbs: ["patch"]
+- apiGroups: ["mysql.bulwark.dev"]
+  resources: ["mysqlclusters/finalizers", "mysqlbackups/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use mysql_backup::cli::args::{
-    absolute, s3_options, shutdown_signal, workers, BackupSelector, KeyArgs, ProgressArgs, S3Args,
+    absolute, read_parallel, s3_options, shutdown_signal, BackupSelector, KeyArgs, ProgressArgs,
+    S3Args,
 };
 use mysql_backup::cli::output::{print_json, LogFormat};
 use mysql_backup::format::{Flavor, Method};
@@ -169,7 +170,8 @@ pub struct AgentArgs {
     s3: S3Args,
     #[command(flatten)]
     pub key: KeyArgs,
-    /// Chunks read and decoded in parallel while loading (default: number of CPUs + 2).
+    /// Chunks read and decoded in parallel while loading (default: number of CPUs + 2, fewer
+    /// when the container's memory limit cannot hold that many chunks in flight).
     #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
     pub workers: Option<usize>,
     /// SQL client for the load instead of the detected one.
@@ -205,7 +207,7 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
                     .as_deref()
                     .map(absolute)
                     .transpose()?,
-                parallel: workers(a.workers) + 2,
+                parallel: read_parallel(a.workers),
                 tool: a.tool.clone(),
             })
         }
@@ -432,7 +434,10 @@ mod tests {
             assert_eq!(a.engine.to_string(), engine.as_str());
             assert_eq!(path(&a.config_file), paths::CONFIG_FILE);
             assert_eq!(path(&a.conf_dir), paths::CONF_DIR);
-            assert_eq!(a.datadir, None);
+            assert_eq!(
+                a.datadir.as_deref().map(path),
+                Some(paths::DATADIR_ON_VOLUME)
+            );
         }
     }
 

@@ -78,7 +78,9 @@ pub struct MySQLBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
     /// Identifier of the backup inside its storage; what `bootstrap.fromBackup.backupId` of a
-    /// MySQLCluster refers to.
+    /// MySQLCluster refers to. Assigned before the backup's Job is created, so that what a run
+    /// cut short leaves can be found and deleted; the backup exists under it once `phase` is
+    /// `Succeeded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_id: Option<String>,
     /// Full location of the backup, such as `s3://bucket/prefix/<backupId>`.

@@ -34,6 +34,9 @@ pub struct BackupRequest {
     pub write: WriteOptions,
     /// Master key; `None` stores chunks unencrypted.
     pub key: Option<MasterKey>,
+    /// The id to store the backup under, chosen by the caller (who can then find and delete
+    /// it whatever happens to this run); `None` makes one from the start time.
+    pub id: Option<String>,
 }
 
 /// A committed backup.
@@ -111,7 +114,22 @@ pub async fn run(
     });
 
     let started_at = Utc::now();
-    let id = format::new_backup_id(started_at);
+    let id = match &req.id {
+        Some(id) => {
+            // Never written into: a retried run with the same id must not mix with, or delete,
+            // what an earlier one left.
+            let existing = repo
+                .store()
+                .list(&format::object_key(id, ""))
+                .await
+                .map_err(Error::ListRepository)?;
+            if !existing.is_empty() {
+                return Err(Error::BackupIdTaken(id.clone()));
+            }
+            id.clone()
+        }
+        None => format::new_backup_id(started_at),
+    };
     let data_key = req.key.as_ref().map(|_| Arc::new(DataKey::generate()));
     let mut tool = source::spawn(&tool_path, &args, source::ToolIo::ReadStdout)?;
     let tool_name = tool.name.clone();

@@ -45,6 +45,8 @@ pub enum Error {
     QueryServer(#[source] Box<mysql_async::Error>),
     #[error("failed to find {wanted} on PATH; install it or name it with --tool")]
     ToolNotFound { wanted: String },
+    #[error("backup id {0} is already used in the repository; give another one or none")]
+    BackupIdTaken(String),
     #[error("refused to run the physical tool: {0}")]
     ToolSeries(String),
     #[error("failed to start {tool}")]

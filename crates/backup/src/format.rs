@@ -215,20 +215,12 @@ pub fn segment_name(n: u64, encrypted: bool) -> String {
 
 /// A fresh backup id for a backup started at `at`.
 pub fn new_backup_id(at: DateTime<Utc>) -> String {
-    let suffix: u32 = rand::random::<u32>() & 0x00ff_ffff;
-    format!("{}-{suffix:06x}", at.format("%Y%m%dT%H%M%SZ"))
+    bulwark_contract::ids::backup_id(at, rand::random())
 }
 
 /// Whether `s` has the shape of a backup id (guards paths built from user input).
 pub fn is_backup_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 23
-        && b[8] == b'T'
-        && b[15] == b'Z'
-        && b[16] == b'-'
-        && b[..8].iter().all(u8::is_ascii_digit)
-        && b[9..15].iter().all(u8::is_ascii_digit)
-        && b[17..].iter().all(|c| c.is_ascii_hexdigit())
+    bulwark_contract::ids::is_backup_id(s)
 }
 
 /// GCM nonce of chunk `index`: unique per data key because the index never repeats.

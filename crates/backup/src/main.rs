@@ -111,6 +111,11 @@ struct BackupArgs {
     /// bytes, e.g. to Kubernetes' /dev/termination-log.
     #[arg(long, env = "MYSQL_BACKUP_RESULT_FILE")]
     result_file: Option<PathBuf>,
+    /// Store the backup under this id (like 20261122T031633Z-4a0760) instead of a new one;
+    /// refused when the repository already holds anything under it. Lets a scheduler know the
+    /// id before the run, to delete what a run it stops leaves.
+    #[arg(long)]
+    backup_id: Option<String>,
     #[command(flatten)]
     pub progress: ProgressArgs,
 }
@@ -267,6 +272,16 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
             Error::InvalidArgument("--segment-size must be at least --chunk-size".into()).into(),
         );
     }
+    if let Some(id) = a
+        .backup_id
+        .as_deref()
+        .filter(|id| !format::is_backup_id(id))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "--backup-id {id:?} is not a backup id (they look like 20261122T031633Z-4a0760)"
+        ))
+        .into());
+    }
     let key = a.key.load()?;
     let repo = open_repo(&a.repo, a.segment_size).await?;
     let req = BackupRequest {
@@ -290,6 +305,7 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
             segment_size: a.segment_size,
         },
         key,
+        id: a.backup_id,
     };
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "backup", a.progress.display());
@@ -738,6 +754,7 @@ mod tests {
                 datadir: datadir.map(str::to_owned),
                 result_file: "/dev/termination-log".into(),
                 progress_interval_seconds: 5,
+                backup_id: "20261122T031633Z-4a0760".into(),
             };
             let cli = parse(built.argv());
             assert!(matches!(cli.log_format, super::LogFormat::Json));
@@ -770,6 +787,7 @@ mod tests {
                 mysql_backup::cli::args::ProgressMode::Log
             ));
             assert_eq!(a.progress.progress_interval.as_secs(), 5);
+            assert_eq!(a.backup_id.as_deref(), Some("20261122T031633Z-4a0760"));
         }
     }
 

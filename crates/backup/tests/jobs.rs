@@ -52,6 +52,68 @@ fn delete_is_idempotent_and_refuses_malformed_ids() {
 }
 
 #[test]
+fn a_backup_id_given_beforehand_is_used_once() {
+    let Scenario { source, repo, .. } = Scenario::new(50);
+    let repo = repo.as_str();
+    let id = "20261122T031633Z-4a0760";
+    let first = backup(
+        repo,
+        &source,
+        &["--method", "logical", "--backup-id", id],
+        &[],
+    );
+    assert_eq!(first["id"], id);
+    assert_eq!(complete_ids(&list(repo, &[])), vec![id.to_owned()]);
+
+    // Taken: refused before anything is written, and the backup under it is left whole.
+    let conn = source.cli_args();
+    let mut args = vec![
+        "backup",
+        "--repo",
+        repo,
+        "--method",
+        "logical",
+        "--backup-id",
+        id,
+    ];
+    args.extend(conn.iter().map(String::as_str));
+    fails(
+        cli(&args),
+        &["backup id 20261122T031633Z-4a0760 is already used"],
+    );
+    // Anything under the id counts, a run's leftovers too.
+    let orphan = "20261122T031634Z-00beef";
+    let orphan_dir = Path::new(repo).join("backups").join(orphan);
+    std::fs::create_dir_all(&orphan_dir).unwrap();
+    std::fs::write(orphan_dir.join("seg-000000.zst"), b"partial").unwrap();
+    let mut args = vec![
+        "backup",
+        "--repo",
+        repo,
+        "--method",
+        "logical",
+        "--backup-id",
+        orphan,
+    ];
+    args.extend(conn.iter().map(String::as_str));
+    fails(cli(&args), &["is already used"]);
+    assert_eq!(
+        std::fs::read(orphan_dir.join("seg-000000.zst")).unwrap(),
+        b"partial"
+    );
+
+    for bad in ["latest", "../x", "20261122T031633Z-4a07"] {
+        let mut args = vec!["backup", "--repo", repo, "--backup-id", bad];
+        args.extend(conn.iter().map(String::as_str));
+        fails(cli(&args), &["is not a backup id"]);
+    }
+    let listing = list(repo, &[]);
+    assert_eq!(complete_ids(&listing), vec![id.to_owned()]);
+    let verified = ok(cli(&["verify", "--repo", repo, id]));
+    assert!(!verified.is_empty());
+}
+
+#[test]
 fn result_file_holds_the_summary_or_the_error() {
     let Scenario { work, source, repo } = Scenario::new(50);
     let result = work.path().join("result.json");

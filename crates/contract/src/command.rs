@@ -126,6 +126,8 @@ pub struct Backup {
     pub result_file: String,
     /// Seconds between progress log lines.
     pub progress_interval_seconds: u32,
+    /// The id the backup is stored under, assigned (and recorded) by the operator beforehand.
+    pub backup_id: String,
 }
 
 impl Backup {
@@ -140,6 +142,7 @@ impl Backup {
             .flag("mysql-password-file", &self.password_file)
             .opt("datadir", self.datadir.as_deref())
             .flag("result-file", &self.result_file)
+            .flag("backup-id", &self.backup_id)
             .flag("progress", "log")
             .flag(
                 "progress-interval",
@@ -175,6 +178,8 @@ pub struct Init {
     pub engine: Engine,
     pub config_file: String,
     pub conf_dir: String,
+    /// The data directory to create when absent, on the whole data volume.
+    pub datadir: String,
 }
 
 impl Init {
@@ -186,6 +191,7 @@ impl Init {
             engine,
             config_file: paths::CONFIG_FILE.to_owned(),
             conf_dir: paths::CONF_DIR.to_owned(),
+            datadir: paths::DATADIR_ON_VOLUME.to_owned(),
         }
     }
 
@@ -197,7 +203,8 @@ impl Init {
             .flag("cluster", &self.cluster)
             .flag("engine", self.engine.as_str())
             .flag("config-file", &self.config_file)
-            .flag("conf-dir", &self.conf_dir);
+            .flag("conf-dir", &self.conf_dir)
+            .flag("datadir", &self.datadir);
         a
     }
 }

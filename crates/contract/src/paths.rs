@@ -9,6 +9,9 @@ pub const DATADIR_SUBPATH: &str = "mysql";
 /// The root of the `data` volume, for the operator's own files next to the data directory
 /// (they survive pod restarts but are not part of the server's data).
 pub const VOLUME_ROOT: &str = "/var/lib/bulwark";
+/// The data directory as seen where the whole `data` volume is mounted at [`VOLUME_ROOT`] (the
+/// `init` container, which creates it with the server's owner before mysqld first starts).
+pub const DATADIR_ON_VOLUME: &str = "/var/lib/bulwark/mysql";
 /// File on the data volume telling the agent to load a logical backup once the server runs.
 pub const PENDING_LOGICAL_RESTORE: &str = "/var/lib/bulwark/pending-logical-restore";
 /// File on the data volume with the GTID set a physical restore ended at; the agent continues
@@ -68,5 +71,6 @@ mod tests {
         );
         assert_eq!(RESTORED_GTID, join(VOLUME_ROOT, "restored-gtid"));
         assert_eq!(DATADIR_SUBPATH, "mysql");
+        assert_eq!(DATADIR_ON_VOLUME, join(VOLUME_ROOT, DATADIR_SUBPATH));
     }
 }

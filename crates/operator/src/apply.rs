@@ -93,7 +93,23 @@ pub async fn delete_opt<K>(api: &Api<K>, name: &str) -> Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    let dp = kube::api::DeleteParams::background();
+    delete_with(api, name, kube::api::DeleteParams::background()).await
+}
+
+/// Deletes an object once its dependents are gone (foreground propagation): until then it
+/// stays, with a deletion timestamp. A Job deleted so outlives its pods, so no pod of it can
+/// still be writing once it is gone.
+pub async fn delete_foreground<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    delete_with(api, name, kube::api::DeleteParams::foreground()).await
+}
+
+async fn delete_with<K>(api: &Api<K>, name: &str, dp: kube::api::DeleteParams) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
     match api.delete(name, &dp).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),

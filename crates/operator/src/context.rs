@@ -18,6 +18,8 @@ pub struct Config {
     pub backup_images: BackupImages,
     /// Image of the Prometheus mysqld exporter sidecar.
     pub exporter_image: String,
+    /// Namespaces to watch; empty: all of them.
+    pub namespaces: Vec<String>,
 }
 
 /// Shared state of the controllers.

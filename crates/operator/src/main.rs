@@ -59,6 +59,10 @@ struct RunArgs {
     /// `mariadb-11.4=ghcr.io/bulwark-dev/mysql-backup:0.1.0-mariadb-11.4`.
     #[arg(long, default_value = "", env = "MYSQL_OPERATOR_BACKUP_IMAGES")]
     backup_images: String,
+    /// Namespaces to watch, comma-separated; empty: every namespace. With a list, the operator
+    /// needs permissions in those namespaces only (the chart's namespaced mode).
+    #[arg(long, default_value = "", env = "MYSQL_OPERATOR_NAMESPACES")]
+    namespaces: String,
     /// Image of the mysqld exporter sidecar.
     #[arg(
         long,
@@ -115,6 +119,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config {
         backup_images,
         exporter_image: args.exporter_image,
+        namespaces: args
+            .namespaces
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect(),
     };
     let ctx = Context::new(client, config, metrics.clone());
     // `/readyz` fails until the controllers run and the API server has answered.

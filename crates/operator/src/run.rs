@@ -44,9 +44,6 @@ pub async fn controllers(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let readiness = ctx.readiness.clone();
     for name in ["cluster", "schedule", "backup"] {
         readiness.controller_started(name);
@@ -57,20 +54,94 @@ pub async fn controllers(
         stop_rx.clone(),
     ));
 
-    let clusters: Api<MySQLCluster> = Api::all(client.clone());
-    let backups: Api<MySQLBackup> = Api::all(client.clone());
+    let scopes: Vec<Option<String>> = if ctx.config.namespaces.is_empty() {
+        vec![None]
+    } else {
+        ctx.config.namespaces.iter().cloned().map(Some).collect()
+    };
+    let sets = scopes.iter().map(|scope| {
+        controller_set(
+            ctx.clone(),
+            scope.as_deref(),
+            owned.clone(),
+            stop_rx.clone(),
+        )
+    });
+
+    // Per-cluster series of deleted clusters are dropped, keeping the label set bounded.
+    let metrics_client = client.clone();
+    let metrics = ctx.metrics.clone();
+    let mut metrics_stop = stop_rx.clone();
+    let metric_scopes = scopes.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = metrics_stop.wait_for(|s| *s) => break,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+            }
+            let mut live = std::collections::BTreeSet::new();
+            let mut complete = true;
+            for scope in &metric_scopes {
+                let clusters: Api<MySQLCluster> = scoped(&metrics_client, scope.as_deref());
+                match clusters.list(&Default::default()).await {
+                    Ok(list) => live.extend(
+                        list.items
+                            .iter()
+                            .map(|c| (c.namespace().unwrap_or_default(), c.name_any())),
+                    ),
+                    Err(_) => complete = false,
+                }
+            }
+            // A partial list would drop the series of clusters that still exist.
+            if complete {
+                metrics.retain_clusters(&live);
+            }
+        }
+    });
+
+    tracing::info!(namespaces = ?ctx.config.namespaces, "controllers started");
+    futures::future::join_all(sets).await;
+    tracing::info!("controllers stopped");
+}
+
+/// An API for `K` in `scope`: one namespace, or all of them.
+fn scoped<K>(client: &kube::Client, scope: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The cluster, schedule and backup controllers over one namespace, or all of them (`None`).
+/// The operator runs one set per watched namespace, so a namespace-scoped install needs no
+/// permission outside its namespaces.
+async fn controller_set(
+    ctx: Arc<Context>,
+    scope: Option<&str>,
+    owned: watcher::Config,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) {
+    let client = ctx.client.clone();
+    let readiness = ctx.readiness.clone();
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let clusters: Api<MySQLCluster> = scoped(&client, scope);
+    let clusters_for_backups = clusters.clone();
+    let backups: Api<MySQLBackup> = scoped(&client, scope);
 
     let cluster_ctl = Controller::new(clusters.clone(), watcher::Config::default())
-        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
-        .owns(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            owned.clone(),
-        )
+        .owns(scoped::<StatefulSet>(&client, scope), owned.clone())
+        .owns(scoped::<Service>(&client, scope), owned.clone())
+        .owns(scoped::<ConfigMap>(&client, scope), owned.clone())
+        .owns(scoped::<PodDisruptionBudget>(&client, scope), owned.clone())
         // Role labels are not in the pod template: a recreated pod is labelled when it appears.
         .watches(
-            Api::<Pod>::all(client.clone()),
+            scoped::<Pod>(&client, scope),
             watcher::Config::default().labels(&format!(
                 "{}={},{}={}",
                 names::NAME_LABEL,
@@ -110,9 +181,44 @@ pub async fn controllers(
         )
         .for_each(|_| futures::future::ready(()));
 
-    let backup_ctl = Controller::new(backups, watcher::Config::default())
+    let backup_ctl = Controller::new(backups, watcher::Config::default());
+    let backup_store = backup_ctl.store();
+    // A cluster's deletion policy, as last seen: only a change of it wakes the cluster's
+    // backups (their finalizers follow it), not every status write of the cluster.
+    let policies = std::sync::Mutex::new(std::collections::HashMap::new());
+    let backup_ctl = backup_ctl
         // Pending backups waiting for a sibling to finish poll on a short requeue.
-        .owns(Api::<Job>::all(client.clone()), owned)
+        .owns(scoped::<Job>(&client, scope), owned)
+        .watches(
+            clusters_for_backups,
+            watcher::Config::default(),
+            move |c: MySQLCluster| {
+                let ns = c.namespace();
+                let name = c.name_any();
+                let policy = c
+                    .spec
+                    .backup
+                    .as_ref()
+                    .map(|b| b.deletion_policy)
+                    .unwrap_or_default();
+                let previous = policies
+                    .lock()
+                    .expect("policy map")
+                    .insert((ns.clone(), name.clone()), policy);
+                let changed = previous.is_some_and(|p| p != policy);
+                let refs: Vec<ObjectRef<MySQLBackup>> = if changed {
+                    backup_store
+                        .state()
+                        .iter()
+                        .filter(|b| b.namespace() == ns && b.spec.cluster_ref.name == name)
+                        .map(|b| ObjectRef::from_obj(b.as_ref()))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                refs
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |obj, ctx| timed("backup", obj, ctx, crate::backup::reconcile),
@@ -121,35 +227,11 @@ pub async fn controllers(
         )
         .for_each(|_| futures::future::ready(()));
 
-    // Per-cluster series of deleted clusters are dropped, keeping the label set bounded.
-    let metrics_client = client.clone();
-    let metrics = ctx.metrics.clone();
-    let mut metrics_stop = stop_rx.clone();
-    tokio::spawn(async move {
-        let clusters: Api<MySQLCluster> = Api::all(metrics_client);
-        loop {
-            tokio::select! {
-                _ = metrics_stop.wait_for(|s| *s) => break,
-                _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-            }
-            if let Ok(list) = clusters.list(&Default::default()).await {
-                let live = list
-                    .items
-                    .iter()
-                    .map(|c| (c.namespace().unwrap_or_default(), c.name_any()))
-                    .collect();
-                metrics.retain_clusters(&live);
-            }
-        }
-    });
-
-    tracing::info!("controllers started");
     futures::join!(
         tracked("cluster", cluster_ctl, &readiness, &stop_rx),
         tracked("schedule", schedule_ctl, &readiness, &stop_rx),
         tracked("backup", backup_ctl, &readiness, &stop_rx),
     );
-    tracing::info!("controllers stopped");
 }
 
 /// Runs a controller to its end, then reports it stopped: `/readyz` fails from then on.

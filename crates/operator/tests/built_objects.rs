@@ -156,6 +156,7 @@ fn backup_job(fixture_name: &str) -> serde_yaml::Value {
         access: &access,
         password,
         image: "registry.test/mysql-backup:1.2.3",
+        backup_id: "20261122T030000Z-9f3a1b",
     });
     let delete = job::delete_job(
         &b,

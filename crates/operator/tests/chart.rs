@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use bulwark_testenv::TestNamespace;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodSpec, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
 };
@@ -387,6 +387,73 @@ fn cluster_role_grants_exactly_the_operators_rules() {
     assert_eq!(subjects[0].kind, "ServiceAccount");
     assert_eq!(Some(&subjects[0].name), account.metadata.name.as_ref());
     assert_eq!(subjects[0].namespace.as_deref(), Some("ops"));
+}
+
+#[test]
+fn a_namespaced_install_grants_the_same_rules_in_each_watched_namespace_only() {
+    let docs = documents(&render(&[
+        "--namespace",
+        "ops",
+        "--set",
+        "watchNamespaces={shop,billing}",
+    ]));
+    assert!(
+        !docs
+            .iter()
+            .any(|d| kind_of(d) == "ClusterRole" || kind_of(d) == "ClusterRoleBinding"),
+        "no cluster-wide permission in namespaced mode"
+    );
+    let of_kind = |kind: &str| -> Vec<serde_yaml::Value> {
+        docs.iter()
+            .filter(|d| kind_of(d) == kind)
+            .cloned()
+            .collect()
+    };
+    let roles: Vec<Role> = of_kind("Role")
+        .into_iter()
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect();
+    let bindings: Vec<RoleBinding> = of_kind("RoleBinding")
+        .into_iter()
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect();
+    let namespaces = |metas: Vec<Option<String>>| -> Vec<String> {
+        metas.into_iter().map(Option::unwrap_or_default).collect()
+    };
+    assert_eq!(
+        namespaces(roles.iter().map(|r| r.metadata.namespace.clone()).collect()),
+        ["shop", "billing"]
+    );
+    assert_eq!(
+        namespaces(
+            bindings
+                .iter()
+                .map(|b| b.metadata.namespace.clone())
+                .collect()
+        ),
+        ["shop", "billing"]
+    );
+    let account: ServiceAccount = only(&docs, "ServiceAccount");
+    for (role, binding) in roles.iter().zip(&bindings) {
+        assert_eq!(
+            role.rules.clone().unwrap_or_default(),
+            bulwark_operator::rbac::cluster_role_rules()
+        );
+        assert_eq!(
+            (binding.role_ref.kind.as_str(), Some(&binding.role_ref.name)),
+            ("Role", role.metadata.name.as_ref())
+        );
+        let subjects = binding.subjects.clone().expect("subjects");
+        assert_eq!(
+            (Some(&subjects[0].name), subjects[0].namespace.as_deref()),
+            (account.metadata.name.as_ref(), Some("ops"))
+        );
+    }
+    let deployment: Deployment = only(&docs, "Deployment");
+    assert_eq!(
+        env_of(&deployment)["MYSQL_OPERATOR_NAMESPACES"],
+        "shop,billing"
+    );
 }
 
 fn yaml_file_names(dir: &Path) -> Vec<String> {

@@ -51,6 +51,7 @@ fn operator() {
                     )
                     .unwrap(),
                     exporter_image: EXPORTER_IMAGE.to_owned(),
+                    namespaces: Vec::new(),
                 };
                 let ctx = Context::new(client, config, Arc::new(Metrics::default()));
                 tx.send(()).expect("test waits");
@@ -811,6 +812,18 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     make_ready(&client, n, "vault-0", "node-a").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
     let job = wait_get(&jobs, "before-upgrade-backup").await;
+    // The id was recorded before the Job was created, and the Job stores the backup under it.
+    let planned_id = backups
+        .get("before-upgrade")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.backup_id)
+        .expect("backup id recorded before the Job");
+    assert!(
+        bulwark_contract::ids::is_backup_id(&planned_id),
+        "{planned_id}"
+    );
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(
         bulwark_operator::backup::job::pinned_node(&pod),
@@ -879,6 +892,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
             datadir: Some("/var/lib/mysql".into()),
             result_file: "/dev/termination-log".into(),
             progress_interval_seconds: 5,
+            backup_id: planned_id.clone(),
         }
         .argv()
     );
@@ -1205,6 +1219,127 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
 }
 
 #[tokio::test]
+async fn a_finished_backup_follows_its_clusters_deletion_policy_as_it_is_now() {
+    let (client, ns) = setup("policy").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let deleting = format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n");
+    apply_yaml(&clusters, &deleting).await;
+    wait_pods(&client, n, "vault", 2).await;
+    make_ready(&client, n, "vault-1", "node-b").await;
+    make_ready(&client, n, "vault-0", "node-a").await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: kept}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\n").await;
+    end_job_pod(
+        &client,
+        n,
+        "kept-backup",
+        "backup",
+        true,
+        &result_json("20261122T030000Z-4b1d"),
+    )
+    .await;
+    backup_status(&backups, "kept", BackupPhase::Succeeded).await;
+    let finalizer = "mysql.bulwark.dev/backup-data".to_owned();
+    let has_finalizer = |want: bool| {
+        let backups = backups.clone();
+        let finalizer = finalizer.clone();
+        async move {
+            wait_for(&format!("finalizer present: {want}"), WAIT, || {
+                let backups = backups.clone();
+                let finalizer = finalizer.clone();
+                async move {
+                    let b = backups.get("kept").await.map_err(|e| e.to_string())?;
+                    (b.finalizers().contains(&finalizer) == want)
+                        .then_some(())
+                        .ok_or_else(|| format!("{:?}", b.finalizers()))
+                }
+            })
+            .await
+        }
+    };
+    has_finalizer(true).await;
+
+    // The user asks to keep the data: the finished backup's finalizer goes, and back again.
+    apply_yaml(&clusters, BACKUP_CLUSTER).await;
+    has_finalizer(false).await;
+    apply_yaml(&clusters, &deleting).await;
+    has_finalizer(true).await;
+
+    // Switched to Retain and deleted at once (as retention would): whichever comes first, the
+    // refresh or the deletion, the data stays.
+    apply_yaml(&clusters, BACKUP_CLUSTER).await;
+    backups
+        .delete("kept", &DeleteParams::default())
+        .await
+        .expect("delete backup");
+    wait_gone(&backups, "kept").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    assert!(
+        jobs.get_opt(&bulwark_operator::backup::job::delete_job_name("kept"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no deletion Job for a backup whose cluster retains its data"
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn a_backup_deleted_while_running_has_what_it_wrote_deleted_under_its_recorded_id() {
+    let (client, ns) = setup("midway").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    apply_yaml(
+        &clusters,
+        &format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n"),
+    )
+    .await;
+    wait_pods(&client, n, "vault", 2).await;
+    make_ready(&client, n, "vault-1", "node-b").await;
+    make_ready(&client, n, "vault-0", "node-a").await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: midway}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\n").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    let job = wait_get(&jobs, "midway-backup").await;
+    let id = backups
+        .get("midway")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.backup_id)
+        .expect("backup id recorded before the Job");
+    let argv = argv_of(job_container(&job)).args;
+    assert!(argv.contains(&format!("--backup-id={id}")), "{argv:?}");
+
+    // Deleted mid-run: the run's result will never reach the status, yet what it wrote (or
+    // commits while it is being stopped) is deleted under the id recorded beforehand.
+    backups
+        .delete("midway", &DeleteParams::default())
+        .await
+        .expect("delete backup");
+    let del = wait_get(&jobs, "midway-delete").await;
+    let argv = argv_of(job_container(&del));
+    assert_eq!(
+        (argv.args[1].as_str(), argv.args.last().map(String::as_str)),
+        ("delete", Some(id.as_str()))
+    );
+    assert!(
+        jobs.get_opt("midway-backup").await.unwrap().is_none(),
+        "the deletion runs only once the backup's Job and pod are gone"
+    );
+    assert!(
+        backups.get_opt("midway").await.unwrap().is_some(),
+        "held by the finalizer"
+    );
+    end_job_pod(&client, n, "midway-delete", "delete", true, "").await;
+    wait_gone(&backups, "midway").await;
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
 async fn physical_work_for_a_series_no_backup_image_serves_is_refused_with_the_cause() {
     let (client, ns) = setup("series").await;
     let n = ns.name();
@@ -1353,6 +1488,9 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
 #[tokio::test]
 async fn the_binary_runs_with_the_charts_settings_and_stops_on_sigterm() {
     let shared = bulwark_testenv::shared().await.expect("control plane");
+    // Watching a namespace of its own: the controllers of this test binary act everywhere
+    // else, and two operators must not share objects.
+    let (_client, ns) = setup("binary").await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1366,6 +1504,7 @@ async fn the_binary_runs_with_the_charts_settings_and_stops_on_sigterm() {
         .env("MYSQL_OPERATOR_EXPORTER_IMAGE", EXPORTER_IMAGE)
         .env("MYSQL_OPERATOR_LOG_FORMAT", "json")
         .env("MYSQL_OPERATOR_LOG", "info")
+        .env("MYSQL_OPERATOR_NAMESPACES", ns.name())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -1421,9 +1560,11 @@ async fn the_binary_runs_with_the_charts_settings_and_stops_on_sigterm() {
     assert!(
         stderr
             .lines()
-            .any(|l| l.contains("\"message\":\"controllers started\"")),
+            .any(|l| l.contains("\"message\":\"controllers started\"")
+                && l.contains(&format!("\"namespaces\":\"[\\\"{}\\\"]\"", ns.name()))),
         "JSON logs: {stderr}"
     );
+    ns.delete().await.expect("delete namespace");
 }
 
 unsafe fn libc_kill(pid: i32) {

@@ -162,3 +162,18 @@ fn the_engine_the_agent_and_the_contract_know_nothing_of_kubernetes() {
     dependency_names("contract", &mut BTreeSet::new(), &mut names);
     assert!(!names.contains("tokio"), "{names:?}");
 }
+
+#[test]
+fn the_backup_image_runs_as_the_user_the_pods_run_as() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile.backup")).unwrap();
+    let uid = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ARG UID="))
+        .expect("Dockerfile.backup declares ARG UID=");
+    assert_eq!(
+        uid.trim().parse::<i64>().ok(),
+        Some(bulwark_operator::podspec::SERVER_UID),
+        "Dockerfile.backup's user is not the pods' (podspec::SERVER_UID)"
+    );
+}

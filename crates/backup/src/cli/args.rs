@@ -157,7 +157,8 @@ pub struct BackupSelector {
     pub key: KeyArgs,
     /// Backup id or `latest`.
     pub id: String,
-    /// Chunks read and decoded in parallel (default: number of CPUs + 2).
+    /// Chunks read and decoded in parallel (default: number of CPUs + 2, fewer when the
+    /// memory limit of the process's cgroup cannot hold that many chunks in flight).
     #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
     pub workers: Option<usize>,
 }
@@ -172,7 +173,7 @@ impl BackupSelector {
     }
 
     pub fn parallel(&self) -> usize {
-        workers(self.workers) + 2
+        read_parallel(self.workers)
     }
 }
 
@@ -208,6 +209,51 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+/// Memory one chunk in flight may hold while it is read: the stored bytes, the decrypted copy
+/// and the decompressed one, at the largest default chunk size (8 MiB).
+pub const MEMORY_PER_READ_WORKER: u64 = 3 * (8 << 20);
+/// Memory the process needs besides the chunks in flight.
+pub const MEMORY_BASE: u64 = 64 << 20;
+
+/// Chunks read in parallel: `n + 2` when asked for, else the CPUs + 2 that the memory limit
+/// (the process's cgroup's, if any) can hold.
+pub fn read_parallel(n: Option<usize>) -> usize {
+    match n {
+        Some(n) => n.max(1) + 2,
+        None => parallel_within(workers(None), cgroup_memory_limit()),
+    }
+}
+
+/// `cpus + 2` readers, as many as fit in `limit` bytes (at least one).
+pub fn parallel_within(cpus: usize, limit: Option<u64>) -> usize {
+    let wanted = cpus + 2;
+    match limit {
+        None => wanted,
+        Some(limit) => {
+            let fit = limit.saturating_sub(MEMORY_BASE) / MEMORY_PER_READ_WORKER;
+            wanted
+                .min(usize::try_from(fit).unwrap_or(usize::MAX))
+                .max(1)
+        }
+    }
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`); `None` when unlimited or unreadable. In a container the cgroup
+/// root is the container's own.
+pub fn cgroup_memory_limit() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    if let Some(v2) = read("/sys/fs/cgroup/memory.max") {
+        return v2.trim().parse().ok();
+    }
+    let v1: u64 = read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?
+        .trim()
+        .parse()
+        .ok()?;
+    // v1 reports "unlimited" as a huge page-rounded number.
+    (v1 < 1 << 60).then_some(v1)
 }
 
 pub fn workers(n: Option<usize>) -> usize {
@@ -256,7 +302,26 @@ pub fn shutdown_signal() -> Pin<Box<dyn Future<Output = ()> + Send>> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parallel_within, parse_size, read_parallel};
+
+    #[test]
+    fn readers_fit_in_the_memory_limit() {
+        let mib = |n: u64| n << 20;
+        // (cpus, limit, readers)
+        for (cpus, limit, want) in [
+            (4, None, 6),
+            (64, None, 66),
+            // The agent's 256 MiB on a large node: 8 chunks in flight, not 66.
+            (64, Some(mib(256)), 8),
+            (2, Some(mib(256)), 4),
+            (64, Some(mib(1024)), 40),
+            // Never none at all, whatever the limit.
+            (8, Some(mib(32)), 1),
+        ] {
+            assert_eq!(parallel_within(cpus, limit), want, "{cpus} cpus, {limit:?}");
+        }
+        assert_eq!(read_parallel(Some(3)), 5, "asked for: as asked");
+    }
 
     #[test]
     fn sizes() {

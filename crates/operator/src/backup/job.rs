@@ -79,6 +79,8 @@ pub struct BackupJobInput<'a> {
     /// Secret key of the backup account's password.
     pub password: &'a SecretKeyReference,
     pub image: &'a str,
+    /// The id the backup is stored under (recorded in the backup's status beforehand).
+    pub backup_id: &'a str,
 }
 
 fn job_meta(backup: &MySQLBackup, name: String, cluster: &str) -> ObjectMeta {
@@ -218,6 +220,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         datadir: physical.then(|| paths::DATADIR.to_owned()),
         result_file: paths::TERMINATION_LOG.to_owned(),
         progress_interval_seconds: PROGRESS_INTERVAL_SECONDS,
+        backup_id: input.backup_id.to_owned(),
     }
     .argv();
     let container = Container {

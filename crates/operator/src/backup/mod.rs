@@ -42,14 +42,22 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         return finalize(&backup, &ctx, &ns, &api).await;
     }
     let status = backup.status.clone().unwrap_or_default();
-    if matches!(
-        status.phase,
-        Some(BackupPhase::Succeeded | BackupPhase::Failed)
-    ) {
-        return Ok(Action::await_change());
+    let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    match status.phase {
+        // The data of a finished backup follows its cluster's deletion policy as it is now,
+        // not as it was when the backup ran.
+        Some(BackupPhase::Succeeded) => {
+            let cluster = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await?;
+            if let (Some(cluster), Some(Ok(storage))) = (cluster, recorded_storage(&backup)) {
+                let policy = effective_policy(&backup, &cluster);
+                ensure_metadata(&backup, &api, &storage, policy).await?;
+            }
+            return Ok(Action::await_change());
+        }
+        Some(BackupPhase::Failed) => return Ok(Action::await_change()),
+        _ => {}
     }
 
-    let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(cluster) = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await? else {
         let message = format!(
             "mysqlcluster {} does not exist",
@@ -271,6 +279,18 @@ async fn start(
         )
         .await;
     };
+    // The id is recorded before the Job exists: whatever becomes of the run (its object
+    // deleted mid-way, the operator restarted), what it wrote can be found under it.
+    let Some(backup_id) = backup.status.as_ref().and_then(|s| s.backup_id.clone()) else {
+        let id = bulwark_contract::ids::backup_id(Utc::now(), rand::random());
+        let status = serde_json::json!({
+            "phase": BackupPhase::Pending,
+            "backupId": id,
+            "message": "starting the backup job",
+        });
+        write_status(backup, ctx, ns, status, &[]).await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    };
     let job = job::backup_job(&job::BackupJobInput {
         backup,
         cluster,
@@ -278,6 +298,7 @@ async fn start(
         access,
         password: credentials.source(Account::Backup),
         image: ctx.config.backup_images.for_cluster(cluster),
+        backup_id: &backup_id,
     });
     let name = job.name_any();
     match apply::apply(&jobs, &name, &job, BACKUP_MANAGER).await {
@@ -578,16 +599,29 @@ async fn finalize(
     {
         return Ok(Action::await_change());
     }
+    // The policy as it is now decides: a cluster switched to Retain keeps the data of backups
+    // deleted before the switch reached their finalizers.
+    if backup.spec.deletion_policy.is_none() {
+        let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
+        if let Some(cluster) = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await? {
+            if effective_policy(backup, &cluster) == DeletionPolicy::Retain {
+                tracing::info!(namespace = ns, backup = %backup.name_any(), "data retained: the cluster's deletion policy is Retain now");
+                return release(backup, api).await;
+            }
+        }
+    }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let name = backup.name_any();
-    // A backup still running is stopped first; the tool removes its partial data on SIGTERM.
+    // A backup still running is stopped first, and waited for: its Job is deleted in the
+    // foreground, so it is gone only once its pod is, and nothing can be committed after the
+    // data under the backup's id (assigned before the Job started) is deleted.
     let backup_job = job::backup_job_name(&name);
     let mut committed_id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
     if let Some(j) = apply::get_opt(&jobs, &backup_job).await? {
         match outcome::backup_outcome(&j, None) {
             Outcome::Pending | Outcome::Running { .. } => {
                 if j.meta().deletion_timestamp.is_none() {
-                    apply::delete_opt(&jobs, &backup_job).await?;
+                    apply::delete_foreground(&jobs, &backup_job).await?;
                 }
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
