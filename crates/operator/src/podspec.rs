@@ -2,8 +2,8 @@
 
 use bulwark_contract::command::Argv;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
-    SecretKeySelector, SecurityContext, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+    PodSecurityContext, SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 
 /// uid and gid of the server in both official images; the operator's containers that touch the
@@ -61,7 +61,8 @@ pub fn pod_name_env() -> EnvVar {
 }
 
 /// Container security of every container the operator builds: no privilege escalation, no
-/// capabilities.
+/// capabilities, a read-only root filesystem (what a program writes goes to a volume: the data
+/// volume, the socket directory, an emptyDir at `/tmp`).
 pub fn restricted() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
@@ -69,7 +70,20 @@ pub fn restricted() -> SecurityContext {
             drop: Some(vec!["ALL".to_owned()]),
             ..Capabilities::default()
         }),
+        read_only_root_filesystem: Some(true),
         ..SecurityContext::default()
+    }
+}
+
+/// Where programs write their temporary files under a read-only root filesystem.
+pub const TMP_DIR: &str = "/tmp";
+
+/// The emptyDir mounted at [`TMP_DIR`] (volume name `tmp`).
+pub fn tmp_volume() -> Volume {
+    Volume {
+        name: "tmp".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
     }
 }
 
@@ -79,7 +93,14 @@ pub fn server_user() -> PodSecurityContext {
         run_as_user: Some(SERVER_UID),
         run_as_group: Some(SERVER_UID),
         fs_group: Some(SERVER_UID),
+        // Ownership is fixed once, not walked through a large datadir at every start.
+        fs_group_change_policy: Some("OnRootMismatch".to_owned()),
         run_as_non_root: Some(true),
+        // What Pod Security `restricted` requires of every pod.
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..SeccompProfile::default()
+        }),
         ..PodSecurityContext::default()
     }
 }

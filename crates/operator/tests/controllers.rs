@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Event, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -28,6 +29,80 @@ use serde_json::json;
 const BACKUP_IMAGE: &str = "registry.test/mysql-backup:test";
 const EXPORTER_IMAGE: &str = "registry.test/mysqld-exporter:test";
 const TEST_MANAGER: &str = "bulwark-operator-tests";
+
+/// The operator's identity in these tests: a service account that holds exactly the rules the
+/// chart grants (`rbac::cluster_role_rules()`, which `tests/chart.rs` checks against the chart),
+/// cluster-wide, or with a Role in `namespace` only. A call the rules do not allow fails the
+/// reconcile, and with it the test that needs it.
+async fn bound_client(
+    admin: &Client,
+    kubeconfig: &kube::config::Kubeconfig,
+    namespace: Option<&str>,
+) -> Client {
+    let account = "mysql-operator";
+    let account_ns = "bulwark-system";
+    let rules = serde_json::to_value(bulwark_operator::rbac::cluster_role_rules()).unwrap();
+    let subject = json!([{"kind": "ServiceAccount", "name": account, "namespace": account_ns}]);
+    let (role, binding, kind) = match namespace {
+        None => (
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": account}, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": account},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+                   "subjects": subject}),
+            "cluster",
+        ),
+        Some(ns) => (
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": account, "namespace": ns}, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": account, "namespace": ns},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+                   "subjects": subject}),
+            "namespace",
+        ),
+    };
+    let pp = PatchParams::apply(TEST_MANAGER).force();
+    let applied = match namespace {
+        None => {
+            let roles: Api<ClusterRole> = Api::all(admin.clone());
+            let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+            let r = roles
+                .patch(account, &pp, &Patch::Apply(&role))
+                .await
+                .map(drop);
+            match r {
+                Ok(()) => bindings
+                    .patch(account, &pp, &Patch::Apply(&binding))
+                    .await
+                    .map(drop),
+                e => e,
+            }
+        }
+        Some(ns) => {
+            let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+            let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
+            let r = roles
+                .patch(account, &pp, &Patch::Apply(&role))
+                .await
+                .map(drop);
+            match r {
+                Ok(()) => bindings
+                    .patch(account, &pp, &Patch::Apply(&binding))
+                    .await
+                    .map(drop),
+                e => e,
+            }
+        }
+    };
+    applied.unwrap_or_else(|e| panic!("{kind} rbac for the operator: {e}"));
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{account_ns}:{account}"));
+    Client::try_from(config).expect("operator client")
+}
 
 /// Starts the operator once per test binary, on its own runtime so that it outlives each test's.
 fn operator() {
@@ -41,7 +116,9 @@ fn operator() {
                 .build()
                 .expect("operator runtime");
             rt.block_on(async move {
-                let client = bulwark_testenv::client().await.expect("control plane");
+                let shared = bulwark_testenv::shared().await.expect("control plane");
+                let admin = shared.client().await.expect("admin client");
+                let client = bound_client(&admin, shared.kubeconfig(), None).await;
                 let config = Config {
                     // The fixtures run MariaDB 11.4; 11.8 is the series no image serves.
                     backup_images: BackupImages::parse(
@@ -1662,4 +1739,121 @@ async fn a_schedule_added_later_is_not_overdue_at_once() {
     .await;
     assert_ne!(health.reason, "BackupOverdue", "{health:?}");
     ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn the_operators_identity_is_refused_what_the_chart_does_not_grant() {
+    let shared = bulwark_testenv::shared().await.expect("control plane");
+    let admin = shared.client().await.expect("admin client");
+    let operator = bound_client(&admin, shared.kubeconfig(), None).await;
+    let (_, ns) = setup("identity").await;
+    let n = ns.name();
+    let clusters: Api<MySQLCluster> = Api::all(operator.clone());
+    clusters
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("granted: list clusters");
+    let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{what}: expected 403, got {other:?}"),
+    };
+    let secrets: Api<Secret> = Api::namespaced(operator.clone(), n);
+    forbidden(
+        secrets.list(&ListParams::default()).await.map(drop),
+        "list secrets",
+    );
+    forbidden(
+        secrets
+            .delete("anything", &DeleteParams::default())
+            .await
+            .map(drop),
+        "delete secrets",
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(operator.clone());
+    forbidden(
+        nodes.list(&ListParams::default()).await.map(drop),
+        "list nodes",
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
+/// The namespaced install: an operator watching one namespace, allowed there by a Role and
+/// nowhere else, builds a cluster, reports its status, schedules and starts backups. On a control
+/// plane of its own, where no cluster-wide operator runs.
+#[tokio::test]
+async fn a_namespaced_operator_works_with_a_role_in_its_namespace_only() {
+    let plane = bulwark_testenv::ControlPlane::start(bulwark_testenv::Options::default())
+        .await
+        .expect("a control plane of its own");
+    let admin = plane.client().await.expect("admin client");
+    let ns = TestNamespace::create(&admin, "scoped")
+        .await
+        .expect("namespace");
+    let n = ns.name().to_owned();
+    let operator = bound_client(&admin, plane.kubeconfig(), Some(&n)).await;
+    let config = Config {
+        backup_images: BackupImages::parse(BACKUP_IMAGE, "mariadb-11.4", "").unwrap(),
+        exporter_image: EXPORTER_IMAGE.to_owned(),
+        namespaces: vec![n.clone()],
+    };
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Context::new(operator, config, metrics.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(bulwark_operator::run::controllers(ctx, async move {
+        let _ = stop_rx.await;
+    }));
+
+    backup_prerequisites(&admin, &n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(admin.clone(), &n);
+    let scheduled = format!(
+        "{BACKUP_CLUSTER}    deletionPolicy: Delete\n    schedules:\n      - {{name: nightly, schedule: '@daily', storage: nas}}\n"
+    );
+    apply_yaml(&clusters, &scheduled).await;
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &n);
+    wait_get(&sets, "vault").await;
+    wait_for("cluster status with its schedule", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
+            let st = c.status.clone().unwrap_or_default();
+            let scheduled = st.schedules.iter().any(|s| s.next_schedule_time.is_some());
+            (condition(&c, "Ready").is_some() && scheduled)
+                .then_some(())
+                .ok_or_else(|| format!("{st:?}"))
+        }
+    })
+    .await;
+    let backups: Api<MySQLBackup> = Api::namespaced(admin.clone(), &n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: scoped}\nspec: {clusterRef: {name: vault}, storage: nas, method: logical}\n").await;
+    let pending = backup_status(&backups, "scoped", BackupPhase::Pending).await;
+    assert!(
+        pending
+            .finalizers()
+            .contains(&"mysql.bulwark.dev/backup-data".to_owned()),
+        "{:?}",
+        pending.finalizers()
+    );
+    // Events are recorded (events.k8s.io, in the namespace).
+    wait_for("an event about the cluster", WAIT, || {
+        let admin = admin.clone();
+        let n = n.clone();
+        async move {
+            let ev = events_for(&admin, &n, "vault").await;
+            (!ev.is_empty())
+                .then_some(())
+                .ok_or("no event yet".to_owned())
+        }
+    })
+    .await;
+
+    // Not one reconcile failed for want of a permission.
+    let text = metrics.render();
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("bulwark_reconcile_errors_total{")),
+        "{text}"
+    );
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(WAIT, running).await;
 }

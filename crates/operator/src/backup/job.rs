@@ -174,17 +174,15 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
     let name = backup_job_name(backup.metadata.name.as_deref().unwrap_or_default());
     let physical = backup.spec.method == BackupMethod::Physical;
 
-    let mut volumes = vec![secret_file_volume(
-        "backup-credentials",
-        input.password,
-        "password",
-    )];
+    let mut volumes = vec![
+        secret_file_volume("backup-credentials", input.password, "password"),
+        podspec::tmp_volume(),
+    ];
     volumes.extend(input.access.volumes.iter().cloned());
-    let mut mounts = vec![mount(
-        "backup-credentials",
-        paths::BACKUP_PASSWORD_DIR,
-        true,
-    )];
+    let mut mounts = vec![
+        mount("backup-credentials", paths::BACKUP_PASSWORD_DIR, true),
+        mount("tmp", podspec::TMP_DIR, false),
+    ];
     mounts.extend(input.access.mounts.iter().cloned());
 
     let mut affinity = None;
@@ -261,16 +259,20 @@ pub fn delete_job(
         backup_id: backup_id.to_owned(),
     }
     .argv();
+    let mut mounts = vec![mount("tmp", podspec::TMP_DIR, false)];
+    mounts.extend(access.mounts.iter().cloned());
+    let mut volumes = vec![podspec::tmp_volume()];
+    volumes.extend(access.volumes.iter().cloned());
     let container = Container {
         env: (!access.env.is_empty()).then(|| access.env.clone()),
-        volume_mounts: Some(access.mounts.clone()),
+        volume_mounts: Some(mounts),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..command_container("delete", image, argv)
     };
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
         containers: vec![container],
-        volumes: Some(access.volumes.clone()),
+        volumes: Some(volumes),
         security_context: Some(podspec::server_user()),
         enable_service_links: Some(false),
         ..PodSpec::default()

@@ -194,6 +194,7 @@ fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
             mount("config", paths::CONFIG_DIR, true),
             mount("conf", paths::CONF_DIR, false),
             mount("data", paths::VOLUME_ROOT, false),
+            mount("tmp", podspec::TMP_DIR, false),
         ]),
         ..command_container("init", &images.agent, argv)
     }
@@ -202,7 +203,11 @@ fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
 /// `bulwark-agent restore`: the backup into an empty data volume.
 fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Images) -> Container {
     let argv = command::Restore::for_pod(access.repository.clone(), &source.backup_id).argv();
-    let mut mounts = vec![datadir_mount(), mount("data", paths::VOLUME_ROOT, false)];
+    let mut mounts = vec![
+        datadir_mount(),
+        mount("data", paths::VOLUME_ROOT, false),
+        mount("tmp", podspec::TMP_DIR, false),
+    ];
     mounts.extend(access.mounts.iter().cloned());
     Container {
         env: Some(access.env.clone()),
@@ -233,7 +238,7 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
             datadir_mount(),
             mount("conf", paths::CONF_DIR, true),
             mount("run", paths::RUN_DIR, false),
-            mount("tmp", "/tmp", false),
+            mount("tmp", podspec::TMP_DIR, false),
         ]),
         security_context: Some(restricted()),
         ..Container::default()
@@ -254,6 +259,7 @@ fn agent_container(
         mount("credentials", paths::CREDENTIALS_DIR, true),
         mount("podinfo", paths::PODINFO_DIR, true),
         mount("data", paths::VOLUME_ROOT, false),
+        mount("tmp", podspec::TMP_DIR, false),
     ];
     let mut env = Vec::new();
     if let Some(a) = restore {
@@ -294,6 +300,7 @@ fn exporter_container(validated: &Validated, images: &Images) -> Container {
             false,
         )]),
         ports: Some(vec![port("metrics", names::EXPORTER_PORT)]),
+        volume_mounts: Some(vec![mount("tmp", podspec::TMP_DIR, false)]),
         security_context: Some(restricted()),
         ..Container::default()
     }
