@@ -266,10 +266,18 @@ pub async fn run(
         let socket = config.socket.clone();
         let credentials_dir = config.credentials_dir.clone();
         let timeout = config.health_timeout;
+        // Probes (and anyone else on the pod network) share one check a second: requests
+        // never multiply root connections to the server.
+        let coalesced = Arc::new(http::Coalesced::new(Duration::from_secs(1)));
         move || {
             let socket = socket.clone();
             let credentials_dir = credentials_dir.clone();
-            async move { health(&socket, &credentials_dir, timeout).await }
+            let coalesced = coalesced.clone();
+            async move {
+                coalesced
+                    .get(|| health(&socket, &credentials_dir, timeout))
+                    .await
+            }
         }
     };
     let readyz = {

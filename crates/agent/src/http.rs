@@ -13,8 +13,8 @@ use bulwark_http::Limits;
 
 /// Time a client has to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once. Each `/healthz` opens a connection to mysqld, so this also
-/// bounds what probes cost the server.
+/// Connections served at once (more wait in the backlog). `/healthz` checks are coalesced
+/// ([`Coalesced`]), so the server sees at most one check connection whatever this is.
 const MAX_CONNECTIONS: usize = 16;
 
 /// An answer: status code and one line of text.
@@ -67,6 +67,53 @@ where
             .route("/readyz", get(readyz)),
         "not found; try /healthz or /readyz",
     )
+}
+
+/// One check shared by every request that arrives while it runs or within `fresh` of its
+/// answer: however many probes (or anyone else on the pod network) ask, the server sees at
+/// most one check connection at a time and one per `fresh`.
+pub struct Coalesced {
+    fresh: Duration,
+    last: std::sync::Mutex<Option<(std::time::Instant, Response)>>,
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Coalesced {
+    /// Answers younger than `fresh` are reused.
+    pub fn new(fresh: Duration) -> Self {
+        Coalesced {
+            fresh,
+            last: std::sync::Mutex::new(None),
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn recent(&self) -> Option<Response> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() < self.fresh)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The answer of a check run by `check`, or of one that just ran.
+    pub async fn get<F, Fut>(&self, check: F) -> Response
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        if let Some(r) = self.recent() {
+            return r;
+        }
+        let _running = self.running.lock().await;
+        // The check this request waited for may have answered it.
+        if let Some(r) = self.recent() {
+            return r;
+        }
+        let r = check().await;
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((std::time::Instant::now(), r.clone()));
+        r
+    }
 }
 
 #[cfg(test)]
@@ -147,5 +194,36 @@ mod tests {
         );
         let bad = exchange(addr, "GET /a b HTTP/1.1\r\n\r\n").await;
         assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_share_one_check() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let checks = Arc::new(AtomicUsize::new(0));
+        let coalesced = Arc::new(Coalesced::new(Duration::from_millis(300)));
+        let ask = || {
+            let checks = checks.clone();
+            let coalesced = coalesced.clone();
+            tokio::spawn(async move {
+                coalesced
+                    .get(|| async {
+                        let n = checks.fetch_add(1, Ordering::SeqCst) + 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Response::new(200, format!("check {n}"))
+                    })
+                    .await
+            })
+        };
+        let answers: Vec<Response> = futures::future::join_all((0..50).map(|_| ask()))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(checks.load(Ordering::SeqCst), 1);
+        assert!(answers.iter().all(|r| r.body == "check 1"));
+        // Once the answer is stale, the next request checks again.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(ask().await.unwrap().body, "check 2");
     }
 }

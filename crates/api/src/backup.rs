@@ -8,6 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::BackupStorage;
 use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference};
 
 /// Desired backup of a MySQL or MariaDB cluster. Immutable once created.
@@ -111,6 +112,13 @@ pub struct MySQLBackupStatus {
     /// Pod the backup was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_pod: Option<String>,
+    /// The storage the backup is written to, as its cluster defined it when the backup
+    /// started, recorded by the operator before any data is written: where the data is found
+    /// (and deleted) whatever later happens to the cluster. Only the operator writes it; a
+    /// MySQLBackup's author cannot choose where data goes beyond naming one of the cluster's
+    /// storages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_storage: Option<BackupStorage>,
     /// Progress of a running backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<BackupProgress>,

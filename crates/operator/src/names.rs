@@ -30,9 +30,6 @@ pub const SCHEDULE_LABEL: &str = "mysql.bulwark.dev/schedule";
 pub const BACKUP_LABEL: &str = "mysql.bulwark.dev/backup";
 /// Annotation on scheduled MySQLBackups: the time the schedule fired for (RFC 3339).
 pub const SCHEDULED_AT_ANNOTATION: &str = "mysql.bulwark.dev/scheduled-at";
-/// Annotation on MySQLBackups: the storage the data went to, as JSON, so that the data can be
-/// deleted after the cluster (and with it the storage definition) is gone.
-pub const STORAGE_ANNOTATION: &str = "mysql.bulwark.dev/storage";
 /// Annotation on a bootstrapped cluster's StatefulSet: the backup its pods restore, as JSON
 /// (`cluster::bootstrap::RestoreSource`), resolved once when the cluster was created.
 pub const RESTORE_SOURCE_ANNOTATION: &str = "mysql.bulwark.dev/restore-source";

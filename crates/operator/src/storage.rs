@@ -10,16 +10,8 @@ use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource, SecretVolumeSource,
     Volume, VolumeMount,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::podspec::{mount, secret_env};
-
-/// The storage definition a backup was written with, recorded on the MySQLBackup so its data
-/// can be deleted even after the cluster is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StorageRecord {
-    pub storage: BackupStorage,
-}
 
 /// What a container needs to reach a storage: the repository arguments, the environment
 /// (credentials, from Secrets), volumes and mounts, and the human-readable location.

@@ -1417,6 +1417,72 @@ async fn a_backup_deleted_while_running_has_what_it_wrote_deleted_under_its_reco
 }
 
 #[tokio::test]
+async fn where_a_backup_goes_is_decided_by_the_operator_not_by_its_author() {
+    let (client, ns) = setup("forged").await;
+    let n = ns.name();
+    backup_prerequisites(&client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    apply_yaml(
+        &clusters,
+        &format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n"),
+    )
+    .await;
+    wait_pods(&client, n, "vault", 2).await;
+    make_ready(&client, n, "vault-1", "node-b").await;
+    make_ready(&client, n, "vault-0", "node-a").await;
+    // The author points the backup at a server of their own, in the annotation an earlier
+    // version recorded the storage in, and in the status (which a create cannot set).
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
+    apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata:\n  name: forged\n  annotations:\n    mysql.bulwark.dev/storage: '{\"storage\":{\"name\":\"nas\",\"nfs\":{\"server\":\"loot.example\",\"path\":\"/x\"}}}'\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\nstatus: {recordedStorage: {name: nas, nfs: {server: loot.example, path: /x}}}\n").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), n);
+    let job = wait_get(&jobs, "forged-backup").await;
+    let cluster_nas =
+        json!({"name": "nas", "pvc": {"claimName": "dumps", "subPath": "mysql/vault"}});
+    let recorded = backups
+        .get("forged")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .recorded_storage;
+    assert_eq!(serde_json::to_value(recorded).unwrap(), cluster_nas);
+    let uses_loot = |j: &Job| serde_json::to_string(j).unwrap().contains("loot.example");
+    assert!(
+        !uses_loot(&job),
+        "the backup Job goes to the cluster's storage"
+    );
+    let vols = job.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+    assert!(vols.iter().any(|v| v
+        .persistent_volume_claim
+        .as_ref()
+        .is_some_and(|c| c.claim_name == "dumps")));
+
+    // The deletion Job, too, targets the recorded storage only.
+    end_job_pod(
+        &client,
+        n,
+        "forged-backup",
+        "backup",
+        true,
+        &result_json("20261122T030000Z-5eed"),
+    )
+    .await;
+    backup_status(&backups, "forged", BackupPhase::Succeeded).await;
+    backups
+        .delete("forged", &DeleteParams::default())
+        .await
+        .expect("delete backup");
+    let del = wait_get(&jobs, "forged-delete").await;
+    assert!(
+        !uses_loot(&del),
+        "the deletion Job goes to the cluster's storage"
+    );
+    end_job_pod(&client, n, "forged-delete", "delete", true, "").await;
+    wait_gone(&backups, "forged").await;
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
 async fn physical_work_for_a_series_no_backup_image_serves_is_refused_with_the_cause() {
     let (client, ns) = setup("series").await;
     let n = ns.name();

@@ -24,7 +24,7 @@ use crate::context::{Context, Reason};
 use crate::credentials::{credential_sources, Account};
 use crate::error::{Error, Result};
 use crate::names;
-use crate::storage::{self, StorageAccess, StorageRecord};
+use crate::storage::{self, StorageAccess};
 use outcome::Outcome;
 
 /// How long a backup waits for its cluster or storage to appear (they may be applied in the
@@ -48,9 +48,9 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         // not as it was when the backup ran.
         Some(BackupPhase::Succeeded) => {
             let cluster = apply::get_opt(&clusters, &backup.spec.cluster_ref.name).await?;
-            if let (Some(cluster), Some(Ok(storage))) = (cluster, recorded_storage(&backup)) {
+            if let Some(cluster) = cluster {
                 let policy = effective_policy(&backup, &cluster);
-                ensure_metadata(&backup, &api, &storage, policy).await?;
+                ensure_finalizer(&backup, &api, policy).await?;
             }
             return Ok(Action::await_change());
         }
@@ -65,12 +65,13 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         );
         return wait_or_fail(&backup, &ctx, &ns, message).await;
     };
-    // The storage is recorded on the object before any data is written: later edits of the
+    // The storage is recorded in the status before any data is written: later edits of the
     // cluster's storages do not move a started backup, and its data can be found (and deleted)
-    // after the cluster is gone.
-    let storage = match recorded_storage(&backup) {
-        Some(Ok(s)) => s,
-        Some(Err(message)) => return fail(&backup, &ctx, &ns, message, None).await,
+    // after the cluster is gone. Only the status counts: anything a backup's author wrote
+    // elsewhere on the object is ignored.
+    let recorded = status.recorded_storage.clone();
+    let storage = match recorded.clone() {
+        Some(s) => s,
         None => match cluster
             .spec
             .backup
@@ -98,7 +99,19 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         return fail(&backup, &ctx, &ns, message, None).await;
     };
     let policy = effective_policy(&backup, &cluster);
-    ensure_metadata(&backup, &api, &storage, policy).await?;
+    if ensure_finalizer(&backup, &api, policy).await? {
+        // The status is written over the object it was decided from: the next pass.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    if recorded.is_none() {
+        let status = serde_json::json!({
+            "phase": BackupPhase::Pending,
+            "recordedStorage": storage,
+            "message": "storage recorded",
+        });
+        write_status(&backup, &ctx, &ns, status, &[]).await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job_name = job::backup_job_name(&backup.name_any());
@@ -120,24 +133,6 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         .await;
     }
     observe(&backup, &ctx, &ns, &existing, &access).await
-}
-
-/// The storage recorded on a backup: `None` when not recorded yet, an error message when the
-/// record cannot be read (someone edited the annotation).
-fn recorded_storage(
-    backup: &MySQLBackup,
-) -> Option<std::result::Result<bulwark_api::cluster::BackupStorage, String>> {
-    let raw = backup.annotations().get(names::STORAGE_ANNOTATION)?;
-    Some(
-        serde_json::from_str::<StorageRecord>(raw)
-            .map(|r| r.storage)
-            .map_err(|_| {
-                format!(
-                    "annotation {} does not hold a storage definition",
-                    names::STORAGE_ANNOTATION
-                )
-            }),
-    )
 }
 
 /// Keeps a backup Pending while a reference may still appear, then fails it.
@@ -171,44 +166,31 @@ fn effective_policy(backup: &MySQLBackup, cluster: &MySQLCluster) -> DeletionPol
     })
 }
 
-async fn ensure_metadata(
+/// Holds the backup's data finalizer exactly when its data goes with it (policy Delete);
+/// whether the object was changed.
+async fn ensure_finalizer(
     backup: &MySQLBackup,
     api: &Api<MySQLBackup>,
-    storage: &bulwark_api::cluster::BackupStorage,
     policy: DeletionPolicy,
-) -> Result<()> {
-    let record = serde_json::to_string(&StorageRecord {
-        storage: storage.clone(),
-    })
-    .map_err(|source| Error::Serialize {
-        kind: "StorageRecord",
-        source,
-    })?;
-    let has_record = backup.annotations().contains_key(names::STORAGE_ANNOTATION);
+) -> Result<bool> {
     let wants_finalizer = policy == DeletionPolicy::Delete;
     let has_finalizer = backup
         .finalizers()
         .iter()
         .any(|f| f == names::BACKUP_DATA_FINALIZER);
-    if has_record && wants_finalizer == has_finalizer {
-        return Ok(());
+    if wants_finalizer == has_finalizer {
+        return Ok(false);
     }
     let finalizers: Vec<&str> = if wants_finalizer {
         vec![names::BACKUP_DATA_FINALIZER]
     } else {
         vec![]
     };
-    let record = backup
-        .annotations()
-        .get(names::STORAGE_ANNOTATION)
-        .cloned()
-        .unwrap_or(record);
     let doc = serde_json::json!({
         "apiVersion": MySQLBackup::api_version(&()),
         "kind": MySQLBackup::kind(&()),
         "metadata": {
             "name": backup.name_any(),
-            "annotations": { names::STORAGE_ANNOTATION: record },
             "finalizers": finalizers,
         }
     });
@@ -223,7 +205,7 @@ async fn ensure_metadata(
         name: backup.name_any(),
         source,
     })?;
-    Ok(())
+    Ok(true)
 }
 
 /// Starts the backup Job, unless another backup of the cluster is running or no instance is
@@ -641,7 +623,10 @@ async fn finalize(
             _ => {}
         }
     }
-    let record = recorded_storage(backup).and_then(|r| r.ok());
+    let record = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.recorded_storage.clone());
     let access = record
         .as_ref()
         .and_then(|s| storage::storage_access(s, None));

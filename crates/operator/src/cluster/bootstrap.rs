@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::validate::Refs;
 use crate::names;
-use crate::storage::{storage_access, StorageAccess, StorageRecord};
+use crate::storage::{storage_access, StorageAccess};
 
 /// A backup to restore and where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,11 +55,10 @@ impl RestoreSource {
             .as_ref()
             .and_then(|b| b.encryption.clone());
         if let Some(b) = &refs.bootstrap_backup {
-            let record: StorageRecord =
-                serde_json::from_str(b.annotations().get(names::STORAGE_ANNOTATION)?).ok()?;
+            let status = b.status.as_ref()?;
             return Some(RestoreSource {
-                backup_id: b.status.as_ref()?.backup_id.clone()?,
-                storage: record.storage,
+                backup_id: status.backup_id.clone()?,
+                storage: status.recorded_storage.clone()?,
                 encryption,
             });
         }

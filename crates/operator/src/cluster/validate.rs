@@ -9,7 +9,6 @@ use bulwark_api::cluster::Engine;
 use bulwark_api::common::BackupMethod;
 use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 
 use crate::credentials::{self, credential_sources, Account, Credentials};
 
@@ -188,10 +187,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                         ));
                     } else if b.spec.cluster_ref.name == name {
                         problems.push("bootstrap.fromBackup.backupRef names a backup of this cluster itself; restore into a new cluster".to_owned());
-                    } else if !b
-                        .annotations()
-                        .contains_key(crate::names::STORAGE_ANNOTATION)
-                    {
+                    } else if st.recorded_storage.is_none() {
                         problems.push(format!(
                             "mysqlbackup {} named by bootstrap.fromBackup.backupRef does not record its storage",
                             r.name
@@ -402,7 +398,7 @@ spec:
         let root = "  credentials:\n    root: {name: source, key: root}\n";
         let backup = |method: &str| -> MySQLBackup {
             serde_yaml::from_str(&format!(
-                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: nightly, annotations: {{mysql.bulwark.dev/storage: '{{}}'}}}}\nspec: {{clusterRef: {{name: source}}, storage: nas, method: {method}}}\nstatus: {{phase: Succeeded, backupId: 20261101T000000Z-0a0b}}\n"
+                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: nightly}}\nspec: {{clusterRef: {{name: source}}, storage: nas, method: {method}}}\nstatus: {{phase: Succeeded, backupId: 20261101T000000Z-0a0b, recordedStorage: {{name: nas, pvc: {{claimName: dumps}}}}}}\n"
             ))
             .unwrap()
         };

@@ -290,6 +290,50 @@ mod tests {
         assert_eq!(pod.containers[2].name, "exporter");
     }
 
+    #[test]
+    fn members_spread_over_nodes_unless_the_spec_places_them() {
+        let images = Images {
+            agent: "a".into(),
+            exporter: "e".into(),
+        };
+        let affinity_of = |c: &MySQLCluster| {
+            let v = validate(c, &Refs::default()).unwrap();
+            stateful_set(c, &v, "cm", &images, None)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .affinity
+                .unwrap()
+        };
+        let spread = affinity_of(&cluster());
+        let terms = spread
+            .pod_anti_affinity
+            .unwrap()
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(terms.len(), 1);
+        assert_eq!(
+            terms[0].pod_affinity_term.topology_key,
+            "kubernetes.io/hostname"
+        );
+        assert_eq!(
+            terms[0]
+                .pod_affinity_term
+                .label_selector
+                .clone()
+                .unwrap()
+                .match_labels,
+            Some(names::selector_labels("ledger"))
+        );
+        let mut placed = cluster();
+        placed.spec.affinity = Some(serde_yaml::from_str(
+            "nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: disk, operator: In, values: [ssd]}]}]}}",
+        ).unwrap());
+        assert_eq!(Some(affinity_of(&placed)), placed.spec.affinity);
+    }
+
     /// The kubelet resolves a probe's named port in the probed container only: a name declared
     /// by another container leaves the probe erroring and the pod never ready.
     #[test]

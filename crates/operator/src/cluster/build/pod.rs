@@ -17,11 +17,11 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    Affinity, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
     DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume, VolumeMount,
-    VolumeProjection, VolumeResourceRequirements,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume,
+    VolumeMount, VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -133,7 +133,11 @@ fn pod_template(
             init_containers: Some(init_containers),
             containers,
             volumes: Some(volumes),
-            affinity: spec.affinity.clone(),
+            affinity: Some(
+                spec.affinity
+                    .clone()
+                    .unwrap_or_else(|| spread_over_nodes(cluster_name(cluster))),
+            ),
             tolerations: spec.tolerations.clone(),
             node_selector: spec.node_selector.clone(),
             security_context: Some(podspec::server_user()),
@@ -141,6 +145,30 @@ fn pod_template(
             enable_service_links: Some(false),
             ..PodSpec::default()
         }),
+    }
+}
+
+/// The default placement: members on different nodes where the scheduler can (preferred, so a
+/// cluster larger than the node count still schedules). `spec.affinity` replaces it.
+fn spread_over_nodes(cluster: &str) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(names::selector_labels(cluster)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
     }
 }
 
