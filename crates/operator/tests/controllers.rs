@@ -470,19 +470,36 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
         ("/var/lib/mysql", Some("mysql")),
         "the datadir is a subdirectory of the volume, never its root"
     );
+    // The root password reaches the server as a file of the credentials volume, never as
+    // an environment value.
     let root_env = &mysqld.env.as_ref().unwrap()[0];
-    assert_eq!(root_env.name, "MARIADB_ROOT_PASSWORD");
-    let root_ref = root_env
-        .value_from
+    assert_eq!(
+        (root_env.name.as_str(), root_env.value.as_deref()),
+        (
+            "MARIADB_ROOT_PASSWORD_FILE",
+            Some("/etc/bulwark/credentials/root")
+        )
+    );
+    assert!(mysqld.env.iter().flatten().all(|e| e.value_from.is_none()));
+    let credentials = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "credentials")
+        .unwrap();
+    let root_item = credentials
+        .projected
         .as_ref()
         .unwrap()
-        .secret_key_ref
-        .as_ref()
-        .unwrap();
-    assert_eq!(
-        (root_ref.name.as_str(), root_ref.key.as_str()),
-        ("ledger-credentials", "root")
-    );
+        .sources
+        .iter()
+        .flatten()
+        .filter_map(|s| s.secret.as_ref())
+        .find(|s| s.name == "ledger-credentials")
+        .and_then(|s| s.items.as_ref())
+        .and_then(|items| items.iter().find(|i| i.path == "root"))
+        .map(|i| i.key.clone());
+    assert_eq!(root_item.as_deref(), Some("root"));
     let init = &pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(
         argv_of(init),

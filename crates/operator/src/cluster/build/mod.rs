@@ -279,7 +279,7 @@ mod tests {
         );
         assert_eq!(
             pod.containers[0].env.as_ref().unwrap()[0].name,
-            "MYSQL_ROOT_PASSWORD"
+            "MYSQL_ROOT_PASSWORD_FILE"
         );
         let init = pod.init_containers.unwrap()[0]
             .args

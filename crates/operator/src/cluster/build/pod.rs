@@ -18,10 +18,11 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume,
-    VolumeMount, VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
+    SecretProjection, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -246,15 +247,21 @@ fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Im
 
 /// The server, from the validated image; its probes are answered by the agent.
 fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container {
-    let root = validated.credentials.source(Account::Root);
+    // Both official images read the first root password from the file `*_FILE` names: the
+    // password never sits in the container's environment.
     let root_env = match cluster.spec.engine {
-        Engine::MariaDb => "MARIADB_ROOT_PASSWORD",
-        Engine::MySql => "MYSQL_ROOT_PASSWORD",
+        Engine::MariaDb => "MARIADB_ROOT_PASSWORD_FILE",
+        Engine::MySql => "MYSQL_ROOT_PASSWORD_FILE",
     };
+    let root_file = format!("{}/{}", paths::CREDENTIALS_DIR, Account::Root.key());
     Container {
         name: "mysqld".to_owned(),
         image: Some(validated.server_image.clone()),
-        env: Some(vec![secret_env(root_env, &root.name, &root.key, false)]),
+        env: Some(vec![EnvVar {
+            name: root_env.to_owned(),
+            value: Some(root_file),
+            ..EnvVar::default()
+        }]),
         ports: Some(vec![port("mysql", names::MYSQL_PORT)]),
         // The agent answers /healthz with 200 while the server is not listening yet, so a long
         // crash recovery is never cut short; only a server that accepts connections and then
@@ -265,6 +272,7 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
         volume_mounts: Some(vec![
             datadir_mount(),
             mount("conf", paths::CONF_DIR, true),
+            mount("credentials", paths::CREDENTIALS_DIR, true),
             mount("run", paths::RUN_DIR, false),
             mount("tmp", podspec::TMP_DIR, false),
         ]),
