@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::agent::{self, AgentConfig, PendingRestoreConfig};
 use crate::bootstrap::{self, DatadirState};
+use crate::exporter::ExporterConfig;
 use crate::init::{self, InitRequest};
 use crate::sql::Source;
 
@@ -86,6 +87,12 @@ pub struct InitArgs {
     /// Data directory to create when absent (a subdirectory of the data volume).
     #[arg(long, env = "BULWARK_AGENT_INIT_DATADIR")]
     pub datadir: Option<PathBuf>,
+    /// The mysqld exporter's option file to write ([client] section of the metrics account).
+    #[arg(long, requires = "exporter_password_file")]
+    pub exporter_config: Option<PathBuf>,
+    /// The metrics account's password file, for --exporter-config.
+    #[arg(long, requires = "exporter_config")]
+    pub exporter_password_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -378,6 +385,15 @@ fn cmd_init(a: InitArgs) -> anyhow::Result<()> {
         config_file: a.config_file,
         conf_dir: a.conf_dir,
         datadir: a.datadir,
+        exporter: match (a.exporter_config, a.exporter_password_file) {
+            (Some(config_file), Some(password_file)) => Some(ExporterConfig {
+                config_file,
+                password_file,
+                user: bulwark_contract::Account::Metrics.user().to_owned(),
+                port: bulwark_contract::ports::MYSQL,
+            }),
+            _ => None,
+        },
     })?;
     tracing::info!(
         server_id = outcome.server_id,
@@ -425,10 +441,26 @@ mod tests {
     /// What the operator's `init` container runs is what this binary parses.
     #[test]
     fn the_operators_init_command_parses() {
-        for engine in [Engine::MariaDb, Engine::MySql] {
-            let AgentCommand::Init(a) = parse(command::Init::for_pod("quay", engine).argv()) else {
+        for (engine, metrics) in [(Engine::MariaDb, true), (Engine::MySql, false)] {
+            let AgentCommand::Init(a) =
+                parse(command::Init::for_pod("quay", engine, metrics).argv())
+            else {
                 panic!("not init")
             };
+            assert_eq!(
+                (
+                    a.exporter_config.as_deref().map(path),
+                    a.exporter_password_file.as_deref().map(path)
+                ),
+                if metrics {
+                    (
+                        Some(paths::EXPORTER_CONFIG),
+                        Some("/etc/bulwark/credentials/metrics"),
+                    )
+                } else {
+                    (None, None)
+                }
+            );
             assert_eq!(a.pod_name, "$(POD_NAME)");
             assert_eq!(a.cluster, "quay");
             assert_eq!(a.engine.to_string(), engine.as_str());

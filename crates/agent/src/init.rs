@@ -41,6 +41,8 @@ pub enum InitError {
     },
     #[error("failed to write the server configuration")]
     WriteConfig(#[from] OutfileError),
+    #[error("failed to write the exporter's configuration")]
+    ExporterConfig(#[from] crate::exporter::ExporterConfigError),
 }
 
 /// What `bulwark-agent init` is asked to do.
@@ -60,6 +62,8 @@ pub struct InitRequest {
     /// subdirectory of the data volume, so that the server never sees the volume root and
     /// its `lost+found`.
     pub datadir: Option<PathBuf>,
+    /// The exporter's option file to write, with metrics.
+    pub exporter: Option<crate::exporter::ExporterConfig>,
 }
 
 /// What `bulwark-agent init` wrote.
@@ -166,6 +170,9 @@ pub fn run(req: &InitRequest) -> Result<InitOutcome, InitError> {
     outfile::write_atomic(&cluster_config, &config, 0o644)?;
     let instance = instance_config(&req.pod_name, &req.cluster, req.engine, ordinal);
     outfile::write_atomic(&instance_path, instance.as_bytes(), 0o644)?;
+    if let Some(exporter) = &req.exporter {
+        crate::exporter::write(exporter)?;
+    }
     Ok(InitOutcome {
         server_id: SERVER_ID_BASE + ordinal,
         cluster_config,
@@ -247,6 +254,7 @@ mod tests {
             config_file: cfg,
             conf_dir: dir.path().join("conf.d"),
             datadir: Some(dir.path().join("volume/mysql")),
+            exporter: None,
         };
         let out = run(&req).unwrap();
         assert_eq!(out.server_id, 101);

@@ -2,7 +2,7 @@
 //! builder yields an [`Argv`]; the binaries' tests parse every builder's output with their real
 //! argument parsers, so both sides cannot drift apart.
 
-use crate::paths;
+use crate::{paths, Account};
 
 /// The backup tool (backup and delete Jobs).
 pub const BACKUP_PROGRAM: &str = "mysql-backup";
@@ -180,11 +180,14 @@ pub struct Init {
     pub conf_dir: String,
     /// The data directory to create when absent, on the whole data volume.
     pub datadir: String,
+    /// With metrics: the exporter's option file to write, and the metrics password file it
+    /// is written from.
+    pub exporter: Option<(String, String)>,
 }
 
 impl Init {
     /// The command of the server pods' `init` container.
-    pub fn for_pod(cluster: &str, engine: Engine) -> Init {
+    pub fn for_pod(cluster: &str, engine: Engine, metrics: bool) -> Init {
         Init {
             pod_name: "$(POD_NAME)".to_owned(),
             cluster: cluster.to_owned(),
@@ -192,6 +195,12 @@ impl Init {
             config_file: paths::CONFIG_FILE.to_owned(),
             conf_dir: paths::CONF_DIR.to_owned(),
             datadir: paths::DATADIR_ON_VOLUME.to_owned(),
+            exporter: metrics.then(|| {
+                (
+                    paths::EXPORTER_CONFIG.to_owned(),
+                    format!("{}/{}", paths::CREDENTIALS_DIR, Account::Metrics.key()),
+                )
+            }),
         }
     }
 
@@ -205,6 +214,10 @@ impl Init {
             .flag("config-file", &self.config_file)
             .flag("conf-dir", &self.conf_dir)
             .flag("datadir", &self.datadir);
+        if let Some((config, password)) = &self.exporter {
+            a.flag("exporter-config", config)
+                .flag("exporter-password-file", password);
+        }
         a
     }
 }

@@ -35,6 +35,10 @@ pub const LABELS_FILE: &str = "/etc/podinfo/labels";
 pub const RUN_DIR: &str = "/run/mysqld";
 /// The server's socket.
 pub const SOCKET: &str = "/run/mysqld/mysqld.sock";
+/// The in-memory directory holding the exporter's option file, written by `init`.
+pub const EXPORTER_CONFIG_DIR: &str = "/run/bulwark-exporter";
+/// The exporter's option file (`--config.my-cnf`), in [`EXPORTER_CONFIG_DIR`].
+pub const EXPORTER_CONFIG: &str = "/run/bulwark-exporter/my.cnf";
 /// Where a backup storage (PVC or NFS) is mounted in Job and restore containers.
 pub const STORAGE_MOUNT: &str = "/backup-storage";
 /// Where the backup encryption key is mounted.

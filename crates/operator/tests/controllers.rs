@@ -439,6 +439,29 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     let pod = spec.template.spec.as_ref().unwrap();
     let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["mysqld", "agent", "exporter"]);
+    // No container holds a secret in its environment: the exporter reads its password from
+    // the option file init writes into a memory volume.
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        assert!(
+            c.env.iter().flatten().all(|e| e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .is_none()),
+            "{} takes a secret from its environment",
+            c.name
+        );
+    }
+    let exporter = &pod.containers[2];
+    assert!(exporter
+        .args
+        .iter()
+        .flatten()
+        .any(|a| a == "--config.my-cnf=/run/bulwark-exporter/my.cnf"));
     let mysqld = &pod.containers[0];
     assert_eq!(
         mysqld.image.as_deref(),
@@ -503,7 +526,7 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     let init = &pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(
         argv_of(init),
-        command::Init::for_pod("ledger", command::Engine::MariaDb).argv()
+        command::Init::for_pod("ledger", command::Engine::MariaDb, true).argv()
     );
     assert_eq!(
         argv_of(&pod.containers[1]),

@@ -32,7 +32,7 @@ use super::{cluster_name, meta, Images};
 use crate::cluster::bootstrap::RestoreSource;
 use crate::cluster::validate::Validated;
 use crate::names::{self, component};
-use crate::podspec::{self, command_container, mount, pod_name_env, restricted, secret_env};
+use crate::podspec::{self, command_container, mount, pod_name_env, restricted};
 use crate::storage::StorageAccess;
 
 /// The StatefulSet of the server pods; `restore` is the backup a bootstrapping cluster's pods
@@ -111,7 +111,17 @@ fn pod_template(
         agent_container(cluster, images, restore.map(|(_, a)| a)),
     ];
     if spec.metrics.enabled {
-        containers.push(exporter_container(validated, images));
+        containers.push(exporter_container(images));
+        // The exporter's option file, password included: in memory, mounted by init (which
+        // writes it) and the exporter only.
+        volumes.push(Volume {
+            name: "exporter-config".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity("1Mi".to_owned())),
+            }),
+            ..Volume::default()
+        });
     }
     let mut labels = names::labels(name, component::DATABASE);
     labels.extend(names::selector_labels(name));
@@ -216,15 +226,21 @@ fn engine(cluster: &MySQLCluster) -> command::Engine {
 
 /// `bulwark-agent init`: the per-pod option files.
 fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
-    let argv = command::Init::for_pod(cluster_name(cluster), engine(cluster)).argv();
+    let metrics = cluster.spec.metrics.enabled;
+    let argv = command::Init::for_pod(cluster_name(cluster), engine(cluster), metrics).argv();
+    let mut mounts = vec![
+        mount("config", paths::CONFIG_DIR, true),
+        mount("conf", paths::CONF_DIR, false),
+        mount("data", paths::VOLUME_ROOT, false),
+        mount("tmp", podspec::TMP_DIR, false),
+    ];
+    if metrics {
+        mounts.push(mount("credentials", paths::CREDENTIALS_DIR, true));
+        mounts.push(mount("exporter-config", paths::EXPORTER_CONFIG_DIR, false));
+    }
     Container {
         env: Some(vec![pod_name_env()]),
-        volume_mounts: Some(vec![
-            mount("config", paths::CONFIG_DIR, true),
-            mount("conf", paths::CONF_DIR, false),
-            mount("data", paths::VOLUME_ROOT, false),
-            mount("tmp", podspec::TMP_DIR, false),
-        ]),
+        volume_mounts: Some(mounts),
         ..command_container("init", &images.agent, argv)
     }
 }
@@ -319,24 +335,23 @@ fn agent_container(
     }
 }
 
-/// mysqld_exporter, reading the server over loopback with the metrics account.
-fn exporter_container(validated: &Validated, images: &Images) -> Container {
-    let metrics = validated.credentials.source(Account::Metrics);
+/// mysqld_exporter, reading the server over loopback with the metrics account, whose password
+/// comes from the option file `init` wrote (both the 0.14 and the 0.15+ exporters read
+/// `--config.my-cnf`; the address and user flags are the 0.15+ defaults the file overrides).
+fn exporter_container(images: &Images) -> Container {
     Container {
         name: "exporter".to_owned(),
         image: Some(images.exporter.clone()),
         args: Some(vec![
+            format!("--config.my-cnf={}", paths::EXPORTER_CONFIG),
             format!("--mysqld.address=127.0.0.1:{}", names::MYSQL_PORT),
             format!("--mysqld.username={}", Account::Metrics.user()),
         ]),
-        env: Some(vec![secret_env(
-            "MYSQLD_EXPORTER_PASSWORD",
-            &metrics.name,
-            &metrics.key,
-            false,
-        )]),
         ports: Some(vec![port("metrics", names::EXPORTER_PORT)]),
-        volume_mounts: Some(vec![mount("tmp", podspec::TMP_DIR, false)]),
+        volume_mounts: Some(vec![
+            mount("tmp", podspec::TMP_DIR, false),
+            mount("exporter-config", paths::EXPORTER_CONFIG_DIR, true),
+        ]),
         security_context: Some(restricted()),
         ..Container::default()
     }
