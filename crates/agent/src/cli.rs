@@ -430,6 +430,7 @@ mod tests {
             s3_endpoint: Some("http://minio:9000".into()),
             s3_region: Some("eu-1".into()),
             s3_path_style: true,
+            s3_credentials_dir: Some(paths::S3_CREDENTIALS_DIR.into()),
             encryption_key_file: Some(paths::KEY_FILE.into()),
         }
     }
@@ -488,6 +489,10 @@ mod tests {
         assert_eq!(a.backup.repo.s3.s3_region.as_deref(), Some("eu-1"));
         assert!(a.backup.repo.s3.s3_path_style);
         assert_eq!(
+            a.backup.repo.s3.s3_credentials_dir.as_deref().map(path),
+            Some(paths::S3_CREDENTIALS_DIR)
+        );
+        assert_eq!(
             a.backup.key.encryption_key_file.as_deref().map(path),
             Some(paths::KEY_FILE)
         );
@@ -524,6 +529,10 @@ mod tests {
         assert_eq!(a.repo.as_deref(), Some("s3://bucket/prefix"));
         assert_eq!(a.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
         assert!(a.s3.s3_path_style);
+        assert_eq!(
+            a.s3.s3_credentials_dir.as_deref().map(path),
+            Some(paths::S3_CREDENTIALS_DIR)
+        );
         assert_eq!(
             a.key.encryption_key_file.as_deref().map(path),
             Some(paths::KEY_FILE)

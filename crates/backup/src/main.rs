@@ -728,6 +728,7 @@ mod tests {
             s3_endpoint: Some("http://minio:9000".into()),
             s3_region: Some("eu-1".into()),
             s3_path_style: true,
+            s3_credentials_dir: Some("/etc/bulwark/s3".into()),
             encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
         }
     }
@@ -765,6 +766,14 @@ mod tests {
             assert_eq!(a.repo.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
             assert_eq!(a.repo.s3.s3_region.as_deref(), Some("eu-1"));
             assert!(a.repo.s3.s3_path_style);
+            assert_eq!(
+                a.repo
+                    .s3
+                    .s3_credentials_dir
+                    .as_deref()
+                    .and_then(|p| p.to_str()),
+                Some("/etc/bulwark/s3")
+            );
             assert_eq!(
                 a.key.encryption_key_file.unwrap().to_str(),
                 Some("/etc/bulwark/backup-key/master.key")

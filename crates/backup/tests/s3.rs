@@ -178,3 +178,57 @@ fn persistent_outage_and_tampering_fail_cleanly() {
     assert_eq!(listing["incomplete"][0]["state"], "damaged");
     drop(work);
 }
+
+/// Credentials as files (a mounted Secret), with none in the environment: the operator's Jobs
+/// run this way. A directory missing a file is a one-line error naming the file.
+#[test]
+fn credentials_can_come_from_a_directory_of_files() {
+    let server = S3Server::start().unwrap();
+    server.create_bucket(BUCKET).unwrap();
+    let f = Scenario::new(50);
+    let creds = f.work.path().join("s3");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("AWS_ACCESS_KEY_ID"), "testing\n").unwrap();
+    let repo = format!("s3://{BUCKET}/files");
+    let env: Vec<(String, String)> = s3_env(&server, &server.endpoint())
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY") && !k.starts_with("AWS_SECRET"))
+        .collect();
+    let dir = creds.to_str().unwrap();
+    let line = fails(
+        with_env(
+            cli(&["list", "--repo", &repo, "--s3-credentials-dir", dir]),
+            &env,
+        ),
+        &["AWS_SECRET_ACCESS_KEY"],
+    );
+    assert!(
+        !line.contains("testing"),
+        "no credential in the error: {line}"
+    );
+    std::fs::write(creds.join("AWS_SECRET_ACCESS_KEY"), "testing\n").unwrap();
+    let conn = f.source.cli_args();
+    let mut args = vec![
+        "backup",
+        "--repo",
+        &repo,
+        "--method",
+        "logical",
+        "--s3-credentials-dir",
+        dir,
+        "--json",
+    ];
+    args.extend(conn.iter().map(String::as_str));
+    let mut c = with_env(cli(&args), &env);
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    let out: serde_json::Value = serde_json::from_str(&ok(c)).unwrap();
+    let id = out["id"].as_str().unwrap();
+    let mut c = with_env(
+        cli(&["verify", "--repo", &repo, "--s3-credentials-dir", dir, id]),
+        &env,
+    );
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    ok(c);
+}

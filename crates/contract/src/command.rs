@@ -97,6 +97,8 @@ pub struct Repository {
     pub s3_endpoint: Option<String>,
     pub s3_region: Option<String>,
     pub s3_path_style: bool,
+    /// The directory of S3 credential files (a mounted Secret), for S3 repositories.
+    pub s3_credentials_dir: Option<String>,
     /// The master key file, when backups are encrypted.
     pub encryption_key_file: Option<String>,
 }
@@ -107,6 +109,7 @@ impl Repository {
             .opt("s3-endpoint", self.s3_endpoint.as_deref())
             .opt("s3-region", self.s3_region.as_deref())
             .switch("s3-path-style", self.s3_path_style)
+            .opt("s3-credentials-dir", self.s3_credentials_dir.as_deref())
             .opt("encryption-key-file", self.encryption_key_file.as_deref());
     }
 }

@@ -39,6 +39,8 @@ pub const SOCKET: &str = "/run/mysqld/mysqld.sock";
 pub const EXPORTER_CONFIG_DIR: &str = "/run/bulwark-exporter";
 /// The exporter's option file (`--config.my-cnf`), in [`EXPORTER_CONFIG_DIR`].
 pub const EXPORTER_CONFIG: &str = "/run/bulwark-exporter/my.cnf";
+/// Where the S3 credentials Secret of a storage is mounted (its keys are the file names).
+pub const S3_CREDENTIALS_DIR: &str = "/etc/bulwark/s3";
 /// Where a backup storage (PVC or NFS) is mounted in Job and restore containers.
 pub const STORAGE_MOUNT: &str = "/backup-storage";
 /// Where the backup encryption key is mounted.

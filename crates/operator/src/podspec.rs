@@ -3,7 +3,7 @@
 use bulwark_contract::command::Argv;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PodSecurityContext, SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    PodSecurityContext, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 
 /// uid and gid of the server in both official images; the operator's containers that touch the
@@ -25,22 +25,6 @@ pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-/// An environment variable read from a Secret key.
-pub fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_owned(),
-                key: key.to_owned(),
-                optional: Some(optional),
-            }),
-            ..EnvVarSource::default()
-        }),
         ..EnvVar::default()
     }
 }

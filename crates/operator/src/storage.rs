@@ -7,18 +7,18 @@ use bulwark_api::SecretKeyReference;
 use bulwark_contract::command::Repository;
 use bulwark_contract::paths;
 use k8s_openapi::api::core::v1::{
-    EnvVar, KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource, SecretVolumeSource,
-    Volume, VolumeMount,
+    KeyToPath, NFSVolumeSource, PersistentVolumeClaimVolumeSource, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 
-use crate::podspec::{mount, secret_env};
+use crate::podspec::mount;
 
-/// What a container needs to reach a storage: the repository arguments, the environment
-/// (credentials, from Secrets), volumes and mounts, and the human-readable location.
+/// What a container needs to reach a storage: the repository arguments, the volumes and mounts
+/// (the storage itself, and Secrets as files: S3 credentials, the master key), and the
+/// human-readable location. No credential travels in an environment variable.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StorageAccess {
     pub repository: Repository,
-    pub env: Vec<EnvVar>,
     pub volumes: Vec<Volume>,
     pub mounts: Vec<VolumeMount>,
     pub location: String,
@@ -62,16 +62,25 @@ pub fn storage_access(
             s3_endpoint: s3.endpoint.clone(),
             s3_region: s3.region.clone(),
             s3_path_style: s3.force_path_style,
+            s3_credentials_dir: None,
             encryption_key_file: None,
         };
+        // The Secret's keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, optionally
+        // AWS_SESSION_TOKEN) become files that mysql-backup reads.
         if let Some(c) = &s3.credentials_secret {
-            for (var, optional) in [
-                ("AWS_ACCESS_KEY_ID", false),
-                ("AWS_SECRET_ACCESS_KEY", false),
-                ("AWS_SESSION_TOKEN", true),
-            ] {
-                a.env.push(secret_env(var, &c.name, var, optional));
-            }
+            a.volumes.push(Volume {
+                name: "s3-credentials".to_owned(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(c.name.clone()),
+                    default_mode: Some(0o400),
+                    optional: Some(false),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+            a.mounts
+                .push(mount("s3-credentials", paths::S3_CREDENTIALS_DIR, true));
+            a.repository.s3_credentials_dir = Some(paths::S3_CREDENTIALS_DIR.to_owned());
         }
     } else {
         let (volume, location, sub_path) = if let Some(p) = &storage.pvc {
@@ -146,10 +155,11 @@ mod tests {
                 s3_endpoint: Some("http://minio:9000".into()),
                 s3_region: Some("r".into()),
                 s3_path_style: true,
+                s3_credentials_dir: None,
                 encryption_key_file: None,
             }
         );
-        assert!(a.volumes.is_empty() && a.mounts.is_empty() && a.env.is_empty());
+        assert!(a.volumes.is_empty() && a.mounts.is_empty());
         let nfs: BackupStorage = serde_json::from_value(serde_json::json!({
             "name": "nas", "nfs": {"server": "10.1.2.3", "path": "/exports/db"}
         }))

@@ -48,6 +48,10 @@ pub struct S3Args {
     /// Timeout of one S3 request, e.g. 2min.
     #[arg(long, env = "MYSQL_BACKUP_S3_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2min")]
     pub s3_request_timeout: Duration,
+    /// Directory of credential files named AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+    /// optionally AWS_SESSION_TOKEN (a mounted Secret); wins over the environment.
+    #[arg(long, env = "MYSQL_BACKUP_S3_CREDENTIALS_DIR")]
+    pub s3_credentials_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Clone, Default)]
@@ -276,6 +280,7 @@ pub fn s3_options(args: &S3Args, segment_size: u64) -> S3Options {
         parts_in_flight: args.s3_parts_in_flight,
         request_timeout: Some(args.s3_request_timeout),
         max_retries: Some(args.s3_max_retries),
+        credentials_dir: args.s3_credentials_dir.clone(),
     }
 }
 

@@ -33,6 +33,10 @@ pub struct S3Options {
     pub request_timeout: Option<Duration>,
     /// Retries of one request before giving up.
     pub max_retries: Option<usize>,
+    /// A directory of credential files named like the variables (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, optionally `AWS_SESSION_TOKEN`), e.g. a mounted Kubernetes
+    /// Secret; when given, it wins over the environment.
+    pub credentials_dir: Option<std::path::PathBuf>,
 }
 
 /// A repository in a bucket, under a key prefix.
@@ -93,6 +97,35 @@ where
     }
 }
 
+/// Credentials from a directory of files named like the variables. The error names the file,
+/// never a value.
+pub fn credentials_from_dir(
+    dir: &std::path::Path,
+) -> Result<(String, String, Option<String>), String> {
+    let read = |name: &str, required: bool| -> Result<Option<String>, String> {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(v) => {
+                let v = v.trim_end_matches(['\n', '\r']).to_owned();
+                if v.is_empty() && required {
+                    Err(format!("credentials file {} is empty", path.display()))
+                } else {
+                    Ok((!v.is_empty()).then_some(v))
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Ok(None),
+            Err(e) => Err(format!(
+                "failed to read credentials file {}: {e}",
+                path.display()
+            )),
+        }
+    };
+    let id = read("AWS_ACCESS_KEY_ID", true)?.unwrap_or_default();
+    let secret = read("AWS_SECRET_ACCESS_KEY", true)?.unwrap_or_default();
+    let token = read("AWS_SESSION_TOKEN", false)?;
+    Ok((id, secret, token))
+}
+
 /// Credentials from the shared credentials file, used when the environment names none, so
 /// `~/.aws/credentials` profiles work as with the AWS CLI.
 fn shared_credentials() -> Option<(String, String, Option<String>)> {
@@ -130,7 +163,17 @@ impl S3Store {
     /// Builds a client for `bucket`; nothing is contacted until the first request.
     pub fn new(bucket: &str, prefix: &str, opts: &S3Options) -> Result<Self, StoreError> {
         let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        if let Some(dir) = &opts.credentials_dir {
+            let (id, secret, token) =
+                credentials_from_dir(dir).map_err(|reason| StoreError::Open {
+                    url: format!("s3://{bucket}/{prefix}"),
+                    reason,
+                })?;
+            b = b.with_access_key_id(id).with_secret_access_key(secret);
+            if let Some(t) = token {
+                b = b.with_token(t);
+            }
+        } else if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
             if let Some((id, secret, token)) = shared_credentials() {
                 b = b.with_access_key_id(id).with_secret_access_key(secret);
                 if let Some(t) = token {
@@ -344,7 +387,29 @@ impl ObjectWriter for S3Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_credentials_file;
+    use super::{credentials_from_dir, parse_credentials_file};
+
+    #[test]
+    fn credentials_come_from_a_directory_of_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |name: &str, v: &str| std::fs::write(dir.path().join(name), v).unwrap();
+        let err = credentials_from_dir(dir.path()).unwrap_err();
+        assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+        put("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE\n");
+        put("AWS_SECRET_ACCESS_KEY", "");
+        let err = credentials_from_dir(dir.path()).unwrap_err();
+        assert!(err.contains("AWS_SECRET_ACCESS_KEY is empty"), "{err}");
+        put("AWS_SECRET_ACCESS_KEY", "wJalr-secret");
+        assert_eq!(
+            credentials_from_dir(dir.path()).unwrap(),
+            ("AKIDEXAMPLE".into(), "wJalr-secret".into(), None)
+        );
+        put("AWS_SESSION_TOKEN", "tok\r\n");
+        assert_eq!(
+            credentials_from_dir(dir.path()).unwrap().2.as_deref(),
+            Some("tok")
+        );
+    }
 
     #[test]
     fn shared_credentials_pick_the_named_profile() {

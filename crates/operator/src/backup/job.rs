@@ -222,7 +222,6 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
     }
     .argv();
     let container = Container {
-        env: (!input.access.env.is_empty()).then(|| input.access.env.clone()),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("File".to_owned()),
         ..command_container("backup", input.image, argv)
@@ -264,7 +263,6 @@ pub fn delete_job(
     let mut volumes = vec![podspec::tmp_volume()];
     volumes.extend(access.volumes.iter().cloned());
     let container = Container {
-        env: (!access.env.is_empty()).then(|| access.env.clone()),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..command_container("delete", image, argv)

@@ -255,7 +255,6 @@ fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Im
     ];
     mounts.extend(access.mounts.iter().cloned());
     Container {
-        env: Some(access.env.clone()),
         volume_mounts: Some(mounts),
         ..command_container("restore", &images.agent, argv)
     }
@@ -313,14 +312,11 @@ fn agent_container(
         mount("data", paths::VOLUME_ROOT, false),
         mount("tmp", podspec::TMP_DIR, false),
     ];
-    let mut env = Vec::new();
     if let Some(a) = restore {
-        env.extend(a.env.iter().cloned());
         mounts.extend(a.mounts.iter().cloned());
     }
     let quantity = |q: &str| Quantity(q.to_owned());
     Container {
-        env: (!env.is_empty()).then_some(env),
         ports: Some(vec![port("agent", names::AGENT_PORT)]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
