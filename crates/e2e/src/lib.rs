@@ -160,6 +160,28 @@ pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
     });
 }
 
+/// Waits until MySQLBackup `name` has finished and returns its status; a failed backup dumps
+/// the namespace and fails the test with the status.
+pub fn backup_succeeded(n: &str, name: &str) -> serde_json::Value {
+    let status = wait_for(
+        n,
+        &format!("backup {name} to finish"),
+        Duration::from_secs(240),
+        || {
+            let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup yet")?;
+            match b["status"]["phase"].as_str() {
+                Some("Succeeded" | "Failed") => Ok(b["status"].clone()),
+                _ => Err(b["status"].to_string()),
+            }
+        },
+    );
+    if status["phase"] != "Succeeded" {
+        dump(n);
+        panic!("backup {name} failed: {status}");
+    }
+    status
+}
+
 /// Prints what explains a failure in `namespace`: its objects, events and every container's log.
 pub fn dump(namespace: &str) {
     eprintln!("===== dump of namespace {namespace} =====");

@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bulwark_e2e::{
-    apply, binaries_dir, claim_dir, dump, get_json, operator, secret_value, sql, wait_for,
+    apply, backup_succeeded, binaries_dir, claim_dir, dump, operator, secret_value, sql,
     wait_ready, Namespace,
 };
 
@@ -60,23 +60,7 @@ fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {
                  spec: {{clusterRef: {{name: vault}}, storage: shelf, method: {method}}}\n"
             ),
         );
-        let status = wait_for(
-            n,
-            &format!("backup {name} to succeed"),
-            Duration::from_secs(240),
-            || {
-                let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup yet")?;
-                match b["status"]["phase"].as_str() {
-                    Some("Succeeded") => Ok(b["status"].clone()),
-                    Some("Failed") => Ok(b["status"].clone()),
-                    _ => Err(b["status"].to_string()),
-                }
-            },
-        );
-        if status["phase"] != "Succeeded" {
-            dump(n);
-            panic!("backup {name} failed: {status}");
-        }
+        let status = backup_succeeded(n, &name);
         eprintln!(
             "{method} backup Succeeded {:.1}s after apply",
             started.elapsed().as_secs_f64()

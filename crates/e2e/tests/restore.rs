@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{http_get, NodeS3, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY};
 use bulwark_e2e::{
-    apply, binaries_dir, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for,
+    apply, backup_succeeded, binaries_dir, dump, kubectl_ok, operator, secret_value, sql, wait_for,
     wait_ready, Namespace,
 };
 
@@ -43,26 +43,6 @@ fn table_state(n: &str, pod: &str, password: &str, host: &str) -> Result<String,
         "CHECKSUM TABLE mill.grain; SELECT COUNT(*) FROM mill.grain",
     )
     .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-fn backup_to_succeed(n: &str, name: &str) -> serde_json::Value {
-    let status = wait_for(
-        n,
-        &format!("backup {name} to finish"),
-        Duration::from_secs(240),
-        || {
-            let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup yet")?;
-            match b["status"]["phase"].as_str() {
-                Some("Succeeded" | "Failed") => Ok(b["status"].clone()),
-                _ => Err(b["status"].to_string()),
-            }
-        },
-    );
-    if status["phase"] != "Succeeded" {
-        dump(n);
-        panic!("backup {name} failed: {status}");
-    }
-    status
 }
 
 #[test]
@@ -110,7 +90,7 @@ fn backups_to_s3_verify_from_outside_and_bootstrap_clusters_equal_to_the_source_
                  spec: {{clusterRef: {{name: mill}}, storage: harbor, method: {method}}}\n"
             ),
         );
-        let status = backup_to_succeed(n, &name);
+        let status = backup_succeeded(n, &name);
         eprintln!(
             "{method} backup to S3 Succeeded {:.1}s after apply",
             started.elapsed().as_secs_f64()

@@ -3,10 +3,8 @@
 //! admitted and run: every pod the operator creates is non-root with the runtime's seccomp
 //! profile, no capability, no privilege escalation and a read-only root filesystem.
 
-use std::time::Duration;
-
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
+    apply, backup_succeeded, dump, kubectl_ok, operator, secret_value, sql, wait_ready, Namespace,
 };
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -62,17 +60,7 @@ fn a_restricted_namespace_runs_a_cluster_a_backup_and_a_bootstrap() {
         "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: walls}\n\
          spec: {clusterRef: {name: fort}, storage: shelf, method: physical}\n",
     );
-    let status = wait_for(n, "the backup to finish", Duration::from_secs(240), || {
-        let b = get_json(n, "mysqlbackup/walls").ok_or("no backup yet")?;
-        match b["status"]["phase"].as_str() {
-            Some("Succeeded" | "Failed") => Ok(b["status"].clone()),
-            _ => Err(b["status"].to_string()),
-        }
-    });
-    if status["phase"] != "Succeeded" {
-        dump(n);
-        panic!("backup failed under restricted: {status}");
-    }
+    backup_succeeded(n, "walls");
 
     apply(
         n,

@@ -804,6 +804,19 @@ async fn backup_prerequisites(client: &Client, n: &str) {
     apply_yaml(&claims, "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: dumps}\nspec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 10Gi}}}\n").await;
 }
 
+/// The backup cluster `vault` with deletion policy Delete and both members ready (replica on
+/// node-b, primary on node-a); its spec, for later edits.
+async fn deleting_vault_ready(client: &Client, n: &str) -> String {
+    backup_prerequisites(client, n).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let spec = format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n");
+    apply_yaml(&clusters, &spec).await;
+    wait_pods(client, n, "vault", 2).await;
+    make_ready(client, n, "vault-1", "node-b").await;
+    make_ready(client, n, "vault-0", "node-a").await;
+    spec
+}
+
 async fn wait_pods(client: &Client, n: &str, cluster: &str, count: usize) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), n);
     let selector = format!("app.kubernetes.io/instance={cluster},mysql.bulwark.dev/role");
@@ -1329,13 +1342,8 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
 async fn a_finished_backup_follows_its_clusters_deletion_policy_as_it_is_now() {
     let (client, ns) = setup("policy").await;
     let n = ns.name();
-    backup_prerequisites(&client, n).await;
     let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
-    let deleting = format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n");
-    apply_yaml(&clusters, &deleting).await;
-    wait_pods(&client, n, "vault", 2).await;
-    make_ready(&client, n, "vault-1", "node-b").await;
-    make_ready(&client, n, "vault-0", "node-a").await;
+    let deleting = deleting_vault_ready(&client, n).await;
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
     apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: kept}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\n").await;
     end_job_pod(
@@ -1397,16 +1405,7 @@ async fn a_finished_backup_follows_its_clusters_deletion_policy_as_it_is_now() {
 async fn a_backup_deleted_while_running_has_what_it_wrote_deleted_under_its_recorded_id() {
     let (client, ns) = setup("midway").await;
     let n = ns.name();
-    backup_prerequisites(&client, n).await;
-    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
-    apply_yaml(
-        &clusters,
-        &format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n"),
-    )
-    .await;
-    wait_pods(&client, n, "vault", 2).await;
-    make_ready(&client, n, "vault-1", "node-b").await;
-    make_ready(&client, n, "vault-0", "node-a").await;
+    deleting_vault_ready(&client, n).await;
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
     apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: midway}\nspec: {clusterRef: {name: vault}, storage: nas, method: physical}\n").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
@@ -1450,16 +1449,7 @@ async fn a_backup_deleted_while_running_has_what_it_wrote_deleted_under_its_reco
 async fn where_a_backup_goes_is_decided_by_the_operator_not_by_its_author() {
     let (client, ns) = setup("forged").await;
     let n = ns.name();
-    backup_prerequisites(&client, n).await;
-    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
-    apply_yaml(
-        &clusters,
-        &format!("{BACKUP_CLUSTER}    deletionPolicy: Delete\n"),
-    )
-    .await;
-    wait_pods(&client, n, "vault", 2).await;
-    make_ready(&client, n, "vault-1", "node-b").await;
-    make_ready(&client, n, "vault-0", "node-a").await;
+    deleting_vault_ready(&client, n).await;
     // The author points the backup at a server of their own, in the annotation an earlier
     // version recorded the storage in, and in the status (which a create cannot set).
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
