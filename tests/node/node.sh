@@ -434,6 +434,12 @@ stop_components() {
 		pid="$(pid_of "${c%:*}")"
 		! alive "$pid" || terminate "${c#*:}" "$pid"
 	done
+	# Reap them: a component that exited but is not waited for stays a zombie, handed to the
+	# host's init when this shell exits, and is still in the process table after `down`.
+	for c in "${components[@]}"; do
+		pid="$(pid_of "$c")"
+		[[ -z "$pid" ]] || wait "$pid" 2>/dev/null || true
+	done
 	echo "$(date -u +%T) stopped"
 	exit 0
 }
