@@ -160,6 +160,57 @@ pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
     });
 }
 
+/// Takes a backup of `cluster` to `storage` with `method` as MySQLBackup `name`, waits for
+/// it to succeed, and checks what every successful backup reports (stored and plaintext
+/// sizes, the GTID set); its status. The time from apply to `Succeeded` is printed.
+pub fn take_backup(
+    n: &str,
+    cluster: &str,
+    name: &str,
+    storage: &str,
+    method: &str,
+) -> serde_json::Value {
+    let started = Instant::now();
+    apply(
+        n,
+        &format!(
+            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: {name}}}\n\
+             spec: {{clusterRef: {{name: {cluster}}}, storage: {storage}, method: {method}}}\n"
+        ),
+    );
+    let status = backup_succeeded(n, name);
+    eprintln!(
+        "{method} backup {name} to {storage} Succeeded {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    for size in ["storedBytes", "plaintextBytes"] {
+        assert!(status[size].as_i64().unwrap_or(0) > 0, "{size}: {status}");
+    }
+    assert!(
+        status["gtidSet"].as_str().is_some_and(|g| !g.is_empty()),
+        "{status}"
+    );
+    status
+}
+
+/// A field of the operator's pod (installed by [`operator`]), by JSONPath, e.g.
+/// `{.status.podIP}`.
+pub fn operator_pod(jsonpath: &str) -> String {
+    let field = jsonpath.trim_start_matches('{').trim_end_matches('}');
+    kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        "bulwark-system",
+        "-l",
+        "app.kubernetes.io/name=mysql-operator",
+        "-o",
+        &format!("jsonpath={{.items[0]{field}}}"),
+    ])
+    .trim()
+    .to_owned()
+}
+
 /// Waits until MySQLBackup `name` has finished and returns its status; a failed backup dumps
 /// the namespace and fails the test with the status.
 pub fn backup_succeeded(n: &str, name: &str) -> serde_json::Value {

@@ -5,11 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
+use bulwark_e2e::take_backup;
 use bulwark_e2e::{
-    apply, backup_succeeded, binaries_dir, claim_dir, dump, operator, secret_value, sql,
-    wait_ready, Namespace,
+    apply, binaries_dir, claim_dir, dump, operator, secret_value, sql, wait_ready, Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
@@ -52,29 +51,8 @@ fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {
     std::fs::write(&key_file, KEY).unwrap();
     for method in ["physical", "logical"] {
         let name = format!("{method}-now");
-        let started = Instant::now();
-        apply(
-            n,
-            &format!(
-                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: {name}}}\n\
-                 spec: {{clusterRef: {{name: vault}}, storage: shelf, method: {method}}}\n"
-            ),
-        );
-        let status = backup_succeeded(n, &name);
-        eprintln!(
-            "{method} backup Succeeded {:.1}s after apply",
-            started.elapsed().as_secs_f64()
-        );
+        let status = take_backup(n, "vault", &name, "shelf", method);
         let id = status["backupId"].as_str().expect("backupId").to_owned();
-        assert!(status["storedBytes"].as_i64().unwrap_or(0) > 0, "{status}");
-        assert!(
-            status["plaintextBytes"].as_i64().unwrap_or(0) > 0,
-            "{status}"
-        );
-        assert!(
-            status["gtidSet"].as_str().is_some_and(|g| !g.is_empty()),
-            "{status}"
-        );
         // From outside the cluster: the same repository, read where the claim keeps it.
         let repo = claim_dir(n, "dumps").join("vault");
         let out = Command::new(binaries_dir().join("mysql-backup"))

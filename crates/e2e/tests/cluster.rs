@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::http_get;
+use bulwark_e2e::operator_pod;
 use bulwark_e2e::{
     apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
 };
@@ -22,16 +23,7 @@ fn the_chart_installs_an_operator_that_becomes_ready() {
     assert!(available, "{}", deploy["status"]);
     // Its readiness endpoint through the API server's proxy: controllers running, API server
     // answering.
-    let pod = kubectl_ok(&[
-        "get",
-        "pods",
-        "-n",
-        "bulwark-system",
-        "-l",
-        "app.kubernetes.io/name=mysql-operator",
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    ]);
+    let pod = operator_pod("{.metadata.name}");
     let ready = kubectl_ok(&[
         "get",
         "--raw",

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{http_get, NodeS3, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY};
 use bulwark_e2e::{
-    apply, backup_succeeded, binaries_dir, dump, kubectl_ok, operator, secret_value, sql, wait_for,
-    wait_ready, Namespace,
+    apply, binaries_dir, dump, operator, secret_value, sql, wait_for, wait_ready, Namespace,
 };
+use bulwark_e2e::{operator_pod, take_backup};
 
 /// The base64 master key of the test cluster (32 bytes).
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -82,24 +82,7 @@ fn backups_to_s3_verify_from_outside_and_bootstrap_clusters_equal_to_the_source_
     std::fs::write(&key_file, KEY).unwrap();
     for method in ["physical", "logical"] {
         let name = format!("{method}-s3");
-        let started = Instant::now();
-        apply(
-            n,
-            &format!(
-                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: {name}}}\n\
-                 spec: {{clusterRef: {{name: mill}}, storage: harbor, method: {method}}}\n"
-            ),
-        );
-        let status = backup_succeeded(n, &name);
-        eprintln!(
-            "{method} backup to S3 Succeeded {:.1}s after apply",
-            started.elapsed().as_secs_f64()
-        );
-        assert!(status["storedBytes"].as_i64().unwrap_or(0) > 0, "{status}");
-        assert!(
-            status["gtidSet"].as_str().is_some_and(|g| !g.is_empty()),
-            "{status}"
-        );
+        let status = take_backup(n, "mill", &name, "harbor", method);
         let id = status["backupId"].as_str().expect("backupId").to_owned();
         assert_eq!(
             status["location"].as_str(),
@@ -144,17 +127,8 @@ fn backups_to_s3_verify_from_outside_and_bootstrap_clusters_equal_to_the_source_
     .unwrap();
 
     // The operator's metrics over the pod network record the cluster's latest backup.
-    let operator_ip = kubectl_ok(&[
-        "get",
-        "pods",
-        "-n",
-        "bulwark-system",
-        "-l",
-        "app.kubernetes.io/name=mysql-operator",
-        "-o",
-        "jsonpath={.items[0].status.podIP}",
-    ]);
-    let metrics = http_get(&format!("{}:8080", operator_ip.trim()), "/metrics").unwrap();
+    let operator_ip = operator_pod("{.status.podIP}");
+    let metrics = http_get(&format!("{operator_ip}:8080"), "/metrics").unwrap();
     let series = format!("bulwark_backup_last_stored_bytes{{namespace=\"{n}\",cluster=\"mill\"}}");
     assert!(
         metrics.lines().any(|l| l.starts_with(&series)),

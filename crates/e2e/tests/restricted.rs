@@ -4,7 +4,7 @@
 //! profile, no capability, no privilege escalation and a read-only root filesystem.
 
 use bulwark_e2e::{
-    apply, backup_succeeded, dump, kubectl_ok, operator, secret_value, sql, wait_ready, Namespace,
+    apply, dump, kubectl_ok, operator, secret_value, sql, take_backup, wait_ready, Namespace,
 };
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -55,12 +55,7 @@ fn a_restricted_namespace_runs_a_cluster_a_backup_and_a_bootstrap() {
         panic!("write: {e}")
     });
 
-    apply(
-        n,
-        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: walls}\n\
-         spec: {clusterRef: {name: fort}, storage: shelf, method: physical}\n",
-    );
-    backup_succeeded(n, "walls");
+    take_backup(n, "fort", "walls", "shelf", "physical");
 
     apply(
         n,

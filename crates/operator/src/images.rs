@@ -40,11 +40,6 @@ fn parse_key(key: &str) -> Result<String, String> {
 }
 
 impl BackupImages {
-    /// One image for every series (tests, and operators that run a single engine series).
-    pub fn single(image: &str) -> BackupImages {
-        BackupImages::parse(image, DEFAULT_SERVES, "").expect("the default series parse")
-    }
-
     /// From the operator's settings: the default image, the comma-separated series its tools
     /// serve, and comma-separated `series=image` pairs for further series.
     pub fn parse(default: &str, serves: &str, by_series: &str) -> Result<BackupImages, String> {
@@ -230,7 +225,7 @@ mod tests {
 
     #[test]
     fn only_specs_asking_for_physical_work_are_refused() {
-        let images = BackupImages::single("img:1");
+        let images = BackupImages::parse("img:1", DEFAULT_SERVES, "").unwrap();
         let v = "version: \"11.8\"";
         assert!(images
             .check_cluster(&cluster("mariadb", v, None), None, false)
