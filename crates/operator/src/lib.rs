@@ -1,6 +1,7 @@
 //! Bulwark's Kubernetes operator: controllers for `MySQLCluster` and `MySQLBackup`, the backup
 //! scheduler and the metrics they report.
 
+pub mod admission;
 pub mod apply;
 pub mod backup;
 pub mod cluster;

@@ -12,6 +12,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use bulwark_testenv::TestNamespace;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -456,6 +459,42 @@ fn a_namespaced_install_grants_the_same_rules_in_each_watched_namespace_only() {
     );
 }
 
+#[test]
+fn the_admission_policy_is_the_operators_for_its_service_account() {
+    for args in [
+        &["--namespace", "ops"][..],
+        &["--namespace", "ops", "--set", "watchNamespaces={shop}"][..],
+    ] {
+        let docs = documents(&render(args));
+        let account: ServiceAccount = only(&docs, "ServiceAccount");
+        let user = bulwark_operator::admission::service_account_user(
+            "ops",
+            account.metadata.name.as_deref().unwrap(),
+        );
+        let policy: ValidatingAdmissionPolicy = only(&docs, "ValidatingAdmissionPolicy");
+        let binding: ValidatingAdmissionPolicyBinding =
+            only(&docs, "ValidatingAdmissionPolicyBinding");
+        let name = policy.metadata.name.clone().unwrap();
+        assert_eq!(name, "mysql-operator-ops");
+        let (expected, expected_binding) = bulwark_operator::admission::policy(&name, &user);
+        assert_eq!(
+            policy.spec, expected.spec,
+            "charts/mysql-operator/templates/admissionpolicy.yaml must be \
+             bulwark_operator::admission::policy() (crates/operator/src/admission.rs)"
+        );
+        assert_eq!(binding.spec, expected_binding.spec);
+    }
+    let docs = documents(&render(&[
+        "--namespace",
+        "ops",
+        "--set",
+        "admissionPolicy.enabled=false",
+    ]));
+    assert!(!docs
+        .iter()
+        .any(|d| kind_of(d).starts_with("ValidatingAdmissionPolicy")));
+}
+
 fn yaml_file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -533,6 +572,8 @@ fn plain_manifests_are_a_fresh_render() {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "Service",
         "Deployment",
     ] {
@@ -603,7 +644,9 @@ async fn rendered_objects_pass_server_side_dry_run() {
             "ClusterRoleBinding",
             "Deployment",
             "Service",
-            "ServiceAccount"
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
         ]
     );
     namespace.delete().await.expect("delete namespace");

@@ -15,6 +15,9 @@ use bulwark_operator::context::{Config, Context};
 use bulwark_operator::images::BackupImages;
 use bulwark_operator::metrics::Metrics;
 use bulwark_testenv::TestNamespace;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -29,10 +32,12 @@ use serde_json::json;
 const BACKUP_IMAGE: &str = "registry.test/mysql-backup:test";
 const EXPORTER_IMAGE: &str = "registry.test/mysqld-exporter:test";
 const TEST_MANAGER: &str = "bulwark-operator-tests";
+const ADMISSION_POLICY: &str = "mysql-operator-limits";
 
 /// The operator's identity in these tests: a service account that holds exactly the rules the
 /// chart grants (`rbac::cluster_role_rules()`, which `tests/chart.rs` checks against the chart),
-/// cluster-wide, or with a Role in `namespace` only. A call the rules do not allow fails the
+/// cluster-wide, or with a Role in `namespace` only, under the chart's admission policy
+/// (`admission::policy`). A call the rules do not allow fails the
 /// reconcile, and with it the test that needs it.
 async fn bound_client(
     admin: &Client,
@@ -97,6 +102,18 @@ async fn bound_client(
         }
     };
     applied.unwrap_or_else(|e| panic!("{kind} rbac for the operator: {e}"));
+    let user = bulwark_operator::admission::service_account_user(account_ns, account);
+    let (policy, policy_binding) = bulwark_operator::admission::policy(ADMISSION_POLICY, &user);
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(admin.clone());
+    policies
+        .patch(ADMISSION_POLICY, &pp, &Patch::Apply(&policy))
+        .await
+        .expect("the operator's admission policy");
+    let policy_bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(admin.clone());
+    policy_bindings
+        .patch(ADMISSION_POLICY, &pp, &Patch::Apply(&policy_binding))
+        .await
+        .expect("the operator's admission policy binding");
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
         .await
         .expect("kubeconfig");
@@ -1860,6 +1877,134 @@ async fn the_operators_identity_is_refused_what_the_chart_does_not_grant() {
     forbidden(
         nodes.list(&ListParams::default()).await.map(drop),
         "list nodes",
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
+/// The admission policy narrows RBAC's pod patch to the role label and its secret writes to
+/// Secrets the operator labels as its own.
+#[tokio::test]
+async fn the_operator_may_change_only_role_labels_and_its_own_secrets() {
+    let shared = bulwark_testenv::shared().await.expect("control plane");
+    let admin = shared.client().await.expect("admin client");
+    let operator = bound_client(&admin, shared.kubeconfig(), None).await;
+    let (_, ns) = setup("admission").await;
+    let n = ns.name();
+    let pp = PatchParams::apply("admission-test").force();
+    let admin_pods: Api<Pod> = Api::namespaced(admin.clone(), n);
+    apply_yaml(
+        &admin_pods,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: db-0, labels: {app: db}}\n\
+         spec: {containers: [{name: mysqld, image: registry.test/mariadb:11.4}]}\n",
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(operator.clone(), n);
+    let refused = |r: Result<(), kube::Error>, what: &str, cause: &str| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(cause) => Ok(()),
+        other => Err(format!(
+            "{what}: expected 403 naming {cause:?}, got {other:?}"
+        )),
+    };
+    let secrets: Api<Secret> = Api::namespaced(operator.clone(), n);
+    let write = |name: &str, labelled: bool| {
+        let labels = if labelled {
+            json!({"app.kubernetes.io/managed-by": "bulwark-operator"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "labels": labels}, "stringData": {"password": "new"}})
+    };
+    // The policy takes effect once the API server has loaded it; a refused write changes nothing,
+    // so probing with one is harmless.
+    wait_for("an unlabelled Secret to be refused", WAIT, || {
+        let secrets = secrets.clone();
+        let body = write("unlabelled", false);
+        let pp = pp.clone();
+        async move {
+            let r = secrets
+                .patch("unlabelled", &pp, &Patch::Apply(&body))
+                .await
+                .map(drop);
+            refused(r, "create an unlabelled Secret", "only Secrets labelled")
+        }
+    })
+    .await;
+    let image = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0"},
+        "spec": {"containers": [{"name": "mysqld", "image": "evil.test/shell:1"}]}});
+    refused(
+        pods.patch("db-0", &pp, &Patch::Apply(&image))
+            .await
+            .map(drop),
+        "change a pod's image",
+        "may not change a pod's spec",
+    )
+    .unwrap();
+    let other_label = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "labels": {"app": "web"}}});
+    refused(
+        pods.patch("db-0", &pp, &Patch::Apply(&other_label))
+            .await
+            .map(drop),
+        "change another label",
+        "only the mysql.bulwark.dev/role label",
+    )
+    .unwrap();
+    let annotation = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "annotations": {"x": "y"}}});
+    refused(
+        pods.patch("db-0", &pp, &Patch::Apply(&annotation))
+            .await
+            .map(drop),
+        "annotate a pod",
+        "only the mysql.bulwark.dev/role label",
+    )
+    .unwrap();
+    let role = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "labels": {"mysql.bulwark.dev/role": "primary"}}});
+    pods.patch("db-0", &pp, &Patch::Apply(&role))
+        .await
+        .expect("the role label may change");
+    let pod = admin_pods.get("db-0").await.expect("pod");
+    assert_eq!(pod.labels()["app"], "db");
+    assert_eq!(pod.labels()["mysql.bulwark.dev/role"], "primary");
+
+    let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), n);
+    apply_yaml(
+        &admin_secrets,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: users-own}\nstringData: {password: kept}\n",
+    )
+    .await;
+    refused(
+        secrets
+            .patch("users-own", &pp, &Patch::Apply(&write("users-own", false)))
+            .await
+            .map(drop),
+        "overwrite a user's Secret",
+        "only Secrets labelled",
+    )
+    .unwrap();
+    refused(
+        secrets
+            .patch("users-own", &pp, &Patch::Apply(&write("users-own", true)))
+            .await
+            .map(drop),
+        "label a user's Secret as its own",
+        "may not take over a Secret",
+    )
+    .unwrap();
+    secrets
+        .patch("generated", &pp, &Patch::Apply(&write("generated", true)))
+        .await
+        .expect("a Secret of its own may be created");
+    secrets
+        .patch("generated", &pp, &Patch::Apply(&write("generated", true)))
+        .await
+        .expect("and written again");
+    let kept = admin_secrets.get("users-own").await.expect("secret");
+    assert_eq!(
+        kept.data.unwrap_or_default()["password"].0,
+        b"kept".to_vec()
     );
     ns.delete().await.expect("delete namespace");
 }
