@@ -151,6 +151,8 @@ pub struct AgentConfig {
     pub source: Source,
     /// Largest replica lag that is still ready.
     pub max_replica_lag: Duration,
+    /// Replicas that must acknowledge each commit once the primary waits (0: asynchronous).
+    pub semi_sync_acks: u32,
     /// Time between passes.
     pub interval: Duration,
     /// Time mysqld has to answer a health check.
@@ -404,7 +406,7 @@ struct Agent {
     /// `@@version` of the connected server.
     version: String,
     accounts_digest: Option<[u8; 32]>,
-    converge_root: bool,
+    converge_after_load: bool,
     source_digest: Option<[u8; 32]>,
     last_change: Option<Instant>,
     last_start: Option<Instant>,
@@ -425,7 +427,7 @@ impl Agent {
             flavor: Flavor::Mariadb,
             version: String::new(),
             accounts_digest: None,
-            converge_root: false,
+            converge_after_load: false,
             source_digest: None,
             last_change: None,
             last_start: None,
@@ -508,12 +510,13 @@ impl Agent {
             observed: &observed,
             source: &self.config.source,
             accounts_current: self.accounts_digest == Some(creds.accounts_digest())
-                && !self.converge_root,
+                && !self.converge_after_load,
             source_password_stale: stale,
             start_allowed: self.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
             pending: &pending,
             restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,
+            semi_sync_acks: self.config.semi_sync_acks,
         });
         if let Some(action) = decision.action.clone() {
             let applied = self.apply(&action, &creds).await;
@@ -607,6 +610,13 @@ impl Agent {
             read_only: flag(0),
             super_read_only: flavor == Flavor::Mysql && flag(1),
             gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
+            semi_sync_wait: flag(3),
+            semi_sync_clients: vars
+                .get(4)
+                .cloned()
+                .flatten()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             replication,
         })
     }
@@ -662,7 +672,7 @@ impl Agent {
                     tracing::info!(backup_id = %id, "pending logical restore loaded");
                     self.restore.failed = None;
                     // The dump replaced the privilege tables: converge the accounts and root.
-                    self.converge_root = true;
+                    self.converge_after_load = true;
                 }
                 Err(e @ AgentError::RemovePending { .. }) => {
                     tracing::error!(backup_id = %id, error = %mysql_backup::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");
@@ -704,27 +714,27 @@ impl Agent {
         let flavor = self.flavor;
         let statements = match action {
             Action::EnsureAccounts => {
-                // MySQL's super_read_only stops even root: lifted around the change if on.
-                let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
-                let mut st = sql::ensure_accounts(
-                    flavor,
-                    &sql::AccountPasswords {
-                        replication: &creds.replication,
-                        backup: &creds.backup,
-                        exporter: &creds.exporter,
-                    },
-                    lift,
-                );
-                if self.converge_root {
-                    if let Some(root) = creds.root.as_ref().filter(|r| !r.is_empty()) {
-                        st.extend(sql::converge_root(root));
-                    }
+                let passwords = sql::AccountPasswords {
+                    replication: &creds.replication,
+                    backup: &creds.backup,
+                    exporter: &creds.exporter,
+                };
+                if self.converge_after_load {
+                    // Only a primary loads a backup, so the server is writable here.
+                    let root = creds.root.as_ref().filter(|r| !r.is_empty());
+                    sql::converge_after_load(flavor, &passwords, root.map(|r| r.as_str()))
+                } else {
+                    // MySQL's super_read_only stops even root: lifted around the change if on.
+                    let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                    sql::ensure_accounts(flavor, &passwords, lift)
                 }
-                st
             }
             Action::StopReplicationIo => sql::stop_replication_io(flavor),
             Action::StopReplication => sql::stop_replication(flavor),
             Action::ResetReplication => sql::reset_replication(flavor),
+            Action::StartReplicationSql => sql::start_replication_sql(flavor),
+            Action::SetSemiSyncWait(on) => sql::set_semi_sync_wait(flavor, *on),
+            Action::FinishPromotion => sql::finish_promotion(flavor),
             Action::SetWritable => sql::set_writable(flavor),
             Action::SetReadOnly => sql::set_read_only(flavor),
             Action::ChangeSource { adopt_gtid_pos } => sql::change_source(
@@ -779,7 +789,7 @@ impl Agent {
         match action {
             Action::EnsureAccounts => {
                 self.accounts_digest = Some(creds.accounts_digest());
-                self.converge_root = false;
+                self.converge_after_load = false;
                 tracing::info!(
                     accounts = ?[sql::REPLICATION_USER, sql::BACKUP_USER, sql::EXPORTER_USER],
                     "accounts ensured"

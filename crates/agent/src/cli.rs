@@ -70,7 +70,7 @@ pub struct InitArgs {
     /// Server family.
     #[arg(long, value_enum, env = "BULWARK_AGENT_ENGINE")]
     pub engine: Flavor,
-    /// The cluster's configuration, copied into the include directory as bulwark.cnf.
+    /// The cluster's configuration, copied into the include directory as bulwark-cluster.cnf.
     #[arg(
         long,
         env = "BULWARK_AGENT_CONFIG_FILE",
@@ -156,6 +156,11 @@ pub struct AgentArgs {
     /// Largest replication lag at which a replica is still ready.
     #[arg(long, env = "BULWARK_AGENT_MAX_REPLICA_LAG", value_parser = humantime::parse_duration, default_value = "30s")]
     pub max_replica_lag: Duration,
+    /// Replicas that must acknowledge each of the primary's commits (semi-synchronous
+    /// replication, configured by the operator): the primary starts waiting for them once that
+    /// many are connected. 0: asynchronous.
+    #[arg(long, env = "BULWARK_AGENT_SEMI_SYNC_ACKS", default_value_t = 0)]
+    pub semi_sync_acks: u32,
     /// Time between passes (labels read, server observed, one action taken).
     #[arg(long, env = "BULWARK_AGENT_INTERVAL", value_parser = humantime::parse_duration, default_value = "2s")]
     pub interval: Duration,
@@ -230,6 +235,7 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
             port: a.primary_port,
         },
         max_replica_lag: a.max_replica_lag,
+        semi_sync_acks: a.semi_sync_acks,
         interval: a.interval,
         health_timeout: a.health_timeout,
         pending,
@@ -506,7 +512,7 @@ mod tests {
 
     #[test]
     fn the_operators_agent_command_parses() {
-        let AgentCommand::Run(a) = parse(command::Agent::for_pod("quay-primary", None).argv())
+        let AgentCommand::Run(a) = parse(command::Agent::for_pod("quay-primary", 1, None).argv())
         else {
             panic!("not run")
         };
@@ -517,12 +523,13 @@ mod tests {
         assert_eq!(path(&a.credentials_dir), paths::CREDENTIALS_DIR);
         assert_eq!(a.primary_host, "quay-primary");
         assert_eq!(a.primary_port, bulwark_contract::ports::MYSQL);
+        assert_eq!(a.semi_sync_acks, 1);
         assert_eq!(
             (a.repo, a.pending_logical_restore, a.gtid_file),
             (None, None, None)
         );
 
-        let bootstrapped = command::Agent::for_pod("quay-primary", Some(repository()));
+        let bootstrapped = command::Agent::for_pod("quay-primary", 1, Some(repository()));
         let AgentCommand::Run(a) = parse(bootstrapped.argv()) else {
             panic!("not run")
         };

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use mysql_backup::format::Flavor;
 use mysql_backup::outfile::{self, OutfileError};
 
-/// Name of the copied cluster configuration in the include directory.
-pub const CLUSTER_CONFIG_NAME: &str = "bulwark.cnf";
+/// Name of the copied cluster configuration in the include directory. It sorts before
+/// [`INSTANCE_CONFIG_NAME`]: MariaDB reads an include directory in name order and the last
+/// value of an option wins, so the per-pod settings prevail (the operator also refuses
+/// `mysqldConfig` keys that set them, which is what protects MySQL, whose order is unspecified).
+pub const CLUSTER_CONFIG_NAME: &str = "bulwark-cluster.cnf";
 /// Name of the generated per-pod configuration in the include directory.
 pub const INSTANCE_CONFIG_NAME: &str = "bulwark-instance.cnf";
 /// Server ids start here, so that no pod gets 0 (which disables replication) or 1 (the
@@ -116,7 +119,11 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
         ("relay_log", "relay-bin".into()),
     ];
     match engine {
+        // Replication starts when the agent says so, never by itself at server start: a
+        // restored datadir or a demoted primary may hold a configuration the agent must check
+        // (or replace) first.
         Flavor::Mariadb => settings.extend([
+            ("skip_slave_start", "ON".to_string()),
             ("log_slave_updates", "ON".to_string()),
             ("binlog_format", "ROW".to_string()),
             ("gtid_strict_mode", "ON".to_string()),
@@ -124,6 +131,7 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
         // binlog_format is ROW by default and deprecated in 8.4; replicas log what they
         // apply by default (log_replica_updates).
         Flavor::Mysql => settings.extend([
+            ("skip_replica_start", "ON".to_string()),
             ("gtid_mode", "ON".to_string()),
             ("enforce_gtid_consistency", "ON".to_string()),
         ]),
@@ -207,6 +215,11 @@ mod tests {
     }
 
     #[test]
+    fn the_per_pod_settings_are_read_after_the_clusters() {
+        assert!(CLUSTER_CONFIG_NAME < INSTANCE_CONFIG_NAME);
+    }
+
+    #[test]
     fn mariadb_settings() {
         assert_eq!(
             instance_config("harbor-2", "harbor", Flavor::Mariadb, 2),
@@ -218,6 +231,7 @@ mod tests {
              read_only = ON\n\
              log_bin = mysql-bin\n\
              relay_log = relay-bin\n\
+             skip_slave_start = ON\n\
              log_slave_updates = ON\n\
              binlog_format = ROW\n\
              gtid_strict_mode = ON\n"
@@ -237,6 +251,7 @@ mod tests {
             "{c}"
         );
         assert!(c.contains("log_bin = mysql-bin\n"), "{c}");
+        assert!(c.contains("skip_replica_start = ON\n"), "{c}");
         for absent in ["binlog_format", "gtid_strict_mode", "log_slave_updates"] {
             assert!(!c.contains(absent), "{absent} in {c}");
         }

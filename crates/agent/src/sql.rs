@@ -123,6 +123,15 @@ pub fn ensure_accounts(
     if lift {
         out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
     }
+    out.extend(account_statements(flavor, passwords));
+    if lift {
+        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+    }
+    out
+}
+
+fn account_statements(flavor: Flavor, passwords: &AccountPasswords<'_>) -> Vec<Statement> {
+    let mut out = Vec::new();
     let exporter_limits = format!(" WITH MAX_USER_CONNECTIONS {EXPORTER_MAX_CONNECTIONS}");
     let accounts = [
         (REPLICATION_USER, passwords.replication, ""),
@@ -144,22 +153,33 @@ pub fn ensure_accounts(
             grants(flavor, user)
         )));
     }
-    if lift {
-        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
-    }
     out
 }
 
-/// After a logical restore replaced the privilege tables: root's password back to the
-/// cluster's, on the accounts that exist.
-pub fn converge_root(root_password: &str) -> Vec<Statement> {
-    let mut out = session_setup();
+/// After a logical restore replaced the privilege tables on the primary: the accounts and
+/// root's password back to the cluster's, with binary logging on. The dump's privilege tables
+/// reached the replicas through the binary log; these statements follow them there, so that
+/// every member ends with this cluster's passwords, not the backup's source's.
+pub fn converge_after_load(
+    flavor: Flavor,
+    passwords: &AccountPasswords<'_>,
+    root_password: Option<&str>,
+) -> Vec<Statement> {
+    let mut out = vec![
+        Statement::plain("SET SESSION sql_mode = ''"),
+        Statement::plain("SET SESSION sql_log_bin = 1"),
+    ];
+    out.extend(account_statements(flavor, passwords));
     for host in ["localhost", "%"] {
-        out.push(Statement::with_secret(
-            &format!("ALTER USER IF EXISTS 'root'@'{host}' IDENTIFIED BY {{secret}}"),
-            root_password,
-        ));
+        if let Some(root) = root_password {
+            out.push(Statement::with_secret(
+                &format!("ALTER USER IF EXISTS 'root'@'{host}' IDENTIFIED BY {{secret}}"),
+                root,
+            ));
+        }
     }
+    // The agent's later statements on this connection stay local again.
+    out.push(Statement::plain("SET SESSION sql_log_bin = 0"));
     out
 }
 
@@ -212,6 +232,23 @@ pub fn reset_replication(flavor: Flavor) -> Vec<Statement> {
         "RESET {} ALL",
         replica_word(flavor)
     ))]
+}
+
+/// Starts the applier only: a promoted replica applies what it received, from nobody.
+pub fn start_replication_sql(flavor: Flavor) -> Vec<Statement> {
+    vec![Statement::plain(format!(
+        "START {} SQL_THREAD",
+        replica_word(flavor)
+    ))]
+}
+
+/// Ends a promotion once everything received is applied: both threads stopped and the source
+/// forgotten, in one step (a transaction cut short by the stopped receiver stays in the relay
+/// log unapplied, so a stopped applier could not tell that it is done).
+pub fn finish_promotion(flavor: Flavor) -> Vec<Statement> {
+    let mut out = stop_replication(flavor);
+    out.extend(reset_replication(flavor));
+    out
 }
 
 /// Starts both replication threads.
@@ -340,13 +377,36 @@ pub fn replication_status_query(flavor: Flavor) -> &'static str {
 }
 
 /// The server's global state the agent decides on.
+///
+/// The semi-sync columns come from the variable tables, so that a server without them (a MySQL
+/// whose plugins are not loaded) answers NULL instead of failing the whole query.
 pub fn variables_query(flavor: Flavor) -> &'static str {
     match flavor {
-        Flavor::Mariadb => "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos",
+        Flavor::Mariadb => {
+            "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos, \
+             (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES \
+              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_ENABLED'), \
+             (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS')"
+        }
         Flavor::Mysql => {
-            "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed"
+            "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, \
+             (SELECT VARIABLE_VALUE FROM performance_schema.global_variables \
+              WHERE VARIABLE_NAME = 'rpl_semi_sync_source_enabled'), \
+             (SELECT VARIABLE_VALUE FROM performance_schema.global_status \
+              WHERE VARIABLE_NAME = 'Rpl_semi_sync_source_clients')"
         }
     }
+}
+
+/// The primary starts (or stops) waiting for replicas' acknowledgements of its commits.
+pub fn set_semi_sync_wait(flavor: Flavor, on: bool) -> Vec<Statement> {
+    let name = match flavor {
+        Flavor::Mariadb => "rpl_semi_sync_master_enabled",
+        Flavor::Mysql => "rpl_semi_sync_source_enabled",
+    };
+    let value = if on { "ON" } else { "OFF" };
+    vec![Statement::plain(format!("SET GLOBAL {name} = {value}"))]
 }
 
 /// State of the receiving thread.
@@ -377,10 +437,15 @@ pub struct ReplicaStatus {
     pub lag_seconds: Option<u64>,
     /// Positions by GTID (MariaDB `Using_Gtid` = Slave_Pos/Current_Pos, MySQL auto-position).
     pub gtid: bool,
-    /// Everything received has been applied.
+    /// Everything received has been applied (the positions read and executed are equal).
     pub relay_applied: bool,
+    /// The applier runs and reports that it has read the whole relay log: everything complete
+    /// that was received is applied, even when a transaction cut short remains.
+    pub sql_caught_up: bool,
     /// Error number of the receiving thread (0: none).
     pub io_errno: u32,
+    /// Error number of the applier (0: none).
+    pub sql_errno: u32,
     /// Last error of either thread, for messages.
     pub last_error: String,
 }
@@ -422,7 +487,10 @@ pub fn parse_replica_status(row: &BTreeMap<String, Option<String>>) -> ReplicaSt
             .and_then(|v| v.parse().ok()),
         gtid,
         relay_applied: read_file == exec_file && read_pos == exec_pos,
+        sql_caught_up: text(&["Slave_SQL_Running_State", "Replica_SQL_Running_State"])
+            .contains("has read all relay log"),
         io_errno: text(&["Last_IO_Errno"]).parse().unwrap_or(0),
+        sql_errno: text(&["Last_SQL_Errno"]).parse().unwrap_or(0),
         last_error,
     }
 }
@@ -450,6 +518,36 @@ mod tests {
         for (raw, quoted) in cases {
             assert_eq!(quote(raw), quoted, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn accounts_after_a_load_are_converged_through_the_binary_log() {
+        let passwords = AccountPasswords {
+            replication: "r-pw",
+            backup: "b-pw",
+            exporter: "e-pw",
+        };
+        let st = converge_after_load(Flavor::Mariadb, &passwords, Some("root-pw"));
+        let text = sql(&st);
+        assert_eq!(text[1], "SET SESSION sql_log_bin = 1");
+        assert_eq!(text.last().unwrap(), "SET SESSION sql_log_bin = 0");
+        for user in [REPLICATION_USER, BACKUP_USER, EXPORTER_USER] {
+            assert!(
+                text.iter()
+                    .any(|t| t.starts_with(&format!("ALTER USER '{user}'@'%'"))),
+                "{user}: {text:?}"
+            );
+        }
+        assert!(text
+            .iter()
+            .any(|t| t == "ALTER USER IF EXISTS 'root'@'%' IDENTIFIED BY 'root-pw'"));
+        let shown = shown(&st).join("\n");
+        for secret in ["r-pw", "b-pw", "e-pw", "root-pw"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        // Without a root password, root is left as the backup had it.
+        let text = sql(&converge_after_load(Flavor::Mariadb, &passwords, None));
+        assert!(!text.iter().any(|t| t.contains("'root'")), "{text:?}");
     }
 
     #[test]
@@ -687,6 +785,11 @@ mod tests {
             ("Last_IO_Error", Some("")),
             ("Last_SQL_Error", Some("")),
             ("Using_Gtid", Some("Slave_Pos")),
+            (
+                "Slave_SQL_Running_State",
+                Some("Slave has read all relay log; waiting for more updates"),
+            ),
+            ("Last_SQL_Errno", Some("0")),
         ]);
         let s = parse_replica_status(&maria);
         assert_eq!(
@@ -700,7 +803,9 @@ mod tests {
                 lag_seconds: Some(3),
                 gtid: true,
                 relay_applied: false,
+                sql_caught_up: true,
                 io_errno: 0,
+                sql_errno: 0,
                 last_error: String::new(),
             }
         );
@@ -718,12 +823,18 @@ mod tests {
             ("Last_IO_Errno", Some("1045")),
             ("Last_IO_Error", Some("Access denied")),
             ("Auto_Position", Some("1")),
+            (
+                "Replica_SQL_Running_State",
+                Some("Waiting for dependent transaction to commit"),
+            ),
+            ("Last_SQL_Errno", Some("1062")),
         ]);
         let s = parse_replica_status(&mysql);
         assert_eq!(
             (s.io, s.lag_seconds, s.gtid, s.relay_applied, s.io_errno),
             (IoState::Connecting, None, true, true, 1045)
         );
+        assert_eq!((s.sql_caught_up, s.sql_errno), (false, 1062));
         assert_eq!(s.last_error, "Access denied");
         let positional = parse_replica_status(&row(&[
             ("Using_Gtid", Some("No")),

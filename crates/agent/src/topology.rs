@@ -22,6 +22,11 @@ pub struct Observed {
     /// What the server has logged by GTID: `@@gtid_binlog_pos` (MariaDB) or
     /// `@@gtid_executed` (MySQL).
     pub gtid_logged: String,
+    /// The primary waits for replicas' acknowledgements of its commits
+    /// (`rpl_semi_sync_master_enabled` / `rpl_semi_sync_source_enabled`).
+    pub semi_sync_wait: bool,
+    /// Replicas connected with semi-sync (`Rpl_semi_sync_*_clients`).
+    pub semi_sync_clients: u32,
     /// The replica status row, `None` when no replication is configured.
     pub replication: Option<ReplicaStatus>,
 }
@@ -76,6 +81,8 @@ pub struct Situation<'a> {
     pub restored_gtid: &'a GtidAdoption,
     /// Largest replica lag that is still ready.
     pub max_lag: Duration,
+    /// Replicas that must acknowledge each commit once the primary waits (0: asynchronous).
+    pub semi_sync_acks: u32,
 }
 
 /// One step towards the desired state.
@@ -89,6 +96,12 @@ pub enum Action {
     StopReplication,
     /// Forget the replication source.
     ResetReplication,
+    /// Start the applier alone (promotion: apply the received relay log first).
+    StartReplicationSql,
+    /// Stop both threads and forget the source (promotion, once everything is applied).
+    FinishPromotion,
+    /// The primary starts (true) or stops (false) waiting for acknowledgements.
+    SetSemiSyncWait(bool),
     /// read_only (and super_read_only) off.
     SetWritable,
     /// read_only (and on MySQL super_read_only) on.
@@ -130,6 +143,10 @@ impl Action {
             Action::StopReplicationIo => "stop-replication-io",
             Action::StopReplication => "stop-replication",
             Action::ResetReplication => "reset-replication",
+            Action::StartReplicationSql => "start-replication-sql",
+            Action::FinishPromotion => "finish-promotion",
+            Action::SetSemiSyncWait(true) => "start-semi-sync-wait",
+            Action::SetSemiSyncWait(false) => "stop-semi-sync-wait",
             Action::SetWritable => "set-writable",
             Action::SetReadOnly => "set-read-only",
             Action::ChangeSource { .. } => "change-source",
@@ -233,17 +250,46 @@ pub fn decide(s: &Situation<'_>) -> Decision {
 fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
     if let Some(r) = &o.replication {
         let from = format!("{}:{}", r.source_host, r.source_port);
+        // Received transactions are never discarded: they may be acknowledged writes.
+        if !r.sql_running && !r.relay_applied {
+            if r.sql_errno != 0 {
+                return wait(format!(
+                    "promotion halted: applying what was received from {from} failed{}; the \
+                     received transactions are kept: resolve the error, then start the applier",
+                    errors(r)
+                ));
+            }
+            // MariaDB (GTID mode) empties the relay log when a thread starts while both are
+            // stopped; with the receiver still running it keeps it.
+            if r.io != IoState::Stopped || o.flavor == Flavor::Mysql {
+                return act(
+                    Action::StartReplicationSql,
+                    format!("promoting: applying what was received from {from} first"),
+                );
+            }
+            return wait(format!(
+                "promotion halted: both replication threads are stopped with transactions \
+                 received from {from} not applied, and MariaDB would discard them on any start; \
+                 they are kept: apply them by position, or give them up with RESET SLAVE ALL"
+            ));
+        }
         if r.io != IoState::Stopped {
             return act(
                 Action::StopReplicationIo,
                 format!("promoting: stopping replication from {from}"),
             );
         }
-        if r.sql_running && !r.relay_applied {
-            return wait(format!("promoting: applying what was received from {from}"));
-        }
         if r.sql_running {
-            return act(Action::StopReplication, "promoting: stopping replication");
+            if r.relay_applied || r.sql_caught_up {
+                return act(
+                    Action::FinishPromotion,
+                    format!(
+                        "promoting: everything received from {from} is applied; removing \
+                         replication"
+                    ),
+                );
+            }
+            return wait(format!("promoting: applying what was received from {from}"));
         }
         return act(
             Action::ResetReplication,
@@ -253,8 +299,37 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
     if o.read_only || o.super_read_only {
         return act(Action::SetWritable, "promoting: turning read_only off");
     }
+    // Commits wait for acknowledgements once the replicas that give them are connected, and
+    // from then on for good: a primary that has had its replicas never answers a commit that
+    // no replica has, however long they are away. Before, nobody could take over anyway.
+    let acks = s.semi_sync_acks;
+    if acks > 0 && !o.semi_sync_wait && o.semi_sync_clients >= acks {
+        return act(
+            Action::SetSemiSyncWait(true),
+            format!(
+                "{} semi-sync replicas connected: commits wait for {acks} acknowledgement(s)",
+                o.semi_sync_clients
+            ),
+        );
+    }
+    if acks == 0 && o.semi_sync_wait {
+        return act(
+            Action::SetSemiSyncWait(false),
+            "asynchronous replication: commits no longer wait for replicas",
+        );
+    }
+    let writable = if o.semi_sync_wait {
+        format!("primary: writable, commits wait for {acks} replica acknowledgement(s)")
+    } else if acks > 0 {
+        format!(
+            "primary: writable, asynchronous until {acks} semi-sync replica(s) connect ({} now)",
+            o.semi_sync_clients
+        )
+    } else {
+        "primary: writable".to_owned()
+    };
     match s.pending {
-        Pending::Nothing => ready("primary: writable"),
+        Pending::Nothing => ready(writable),
         Pending::Waiting(id) => act(
             Action::LoadPendingRestore {
                 backup_id: id.clone(),
@@ -280,6 +355,13 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     }
     if !o.read_only || (o.flavor == Flavor::Mysql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
+    }
+    if o.semi_sync_wait {
+        // A promoted replica starts waiting once its own replicas are connected.
+        return act(
+            Action::SetSemiSyncWait(false),
+            "demoting: commits no longer wait for acknowledgements",
+        );
     }
     let Some(r) = &o.replication else {
         // No configuration: a new replica, or a primary being demoted, whose own transactions
@@ -361,7 +443,9 @@ mod tests {
             lag_seconds: Some(0),
             gtid: true,
             relay_applied: true,
+            sql_caught_up: sql,
             io_errno: 0,
+            sql_errno: 0,
             last_error: String::new(),
         }
     }
@@ -372,6 +456,8 @@ mod tests {
             read_only,
             super_read_only: flavor == Flavor::Mysql && read_only,
             gtid_logged: String::new(),
+            semi_sync_wait: false,
+            semi_sync_clients: 0,
             replication: r,
         }
     }
@@ -385,6 +471,7 @@ mod tests {
         start_allowed: bool,
         pending: Pending,
         restored_gtid: GtidAdoption,
+        semi_sync_acks: u32,
         want_action: Option<Action>,
         want_ready: bool,
         reason_has: &'static str,
@@ -400,6 +487,7 @@ mod tests {
             start_allowed: true,
             pending: Pending::Nothing,
             restored_gtid: GtidAdoption::Nothing,
+            semi_sync_acks: 0,
             want_action: None,
             want_ready: false,
             reason_has: "",
@@ -426,6 +514,17 @@ mod tests {
         lagging.lag_seconds = Some(31);
         let mut unapplied = status(IoState::Stopped, true);
         unapplied.relay_applied = false;
+        unapplied.sql_caught_up = false;
+        // The receiver stopped inside a transaction: the applier has done all it can.
+        let mut cut = status(IoState::Stopped, true);
+        cut.relay_applied = false;
+        let mut unapplied_stopped = status(IoState::Stopped, false);
+        unapplied_stopped.relay_applied = false;
+        let mut unapplied_receiving = unapplied_stopped.clone();
+        unapplied_receiving.io = IoState::Connecting;
+        let mut unapplied_failed = unapplied_stopped.clone();
+        unapplied_failed.sql_errno = 1062;
+        unapplied_failed.last_error = "Duplicate entry '7' for key 'PRIMARY'".into();
         let mut elsewhere = status(IoState::Running, true);
         elsewhere.source_host = "10.0.0.9".into();
         let mut stopped_elsewhere = elsewhere.clone();
@@ -447,7 +546,59 @@ mod tests {
         let mut logged_more = observed(Mariadb, true, None);
         logged_more.gtid_logged = "0-100-501".into();
 
+        let with_clients = |clients: u32, waiting: bool, r: Option<ReplicaStatus>| {
+            let mut o = observed(Mariadb, r.is_some(), r);
+            o.semi_sync_clients = clients;
+            o.semi_sync_wait = waiting;
+            o
+        };
         let cases = vec![
+            Case {
+                semi_sync_acks: 1,
+                ..case(
+                    "a primary without its semi-sync replica commits asynchronously",
+                    primary(),
+                    with_clients(0, false, None),
+                )
+            }
+            .then(
+                None,
+                true,
+                "asynchronous until 1 semi-sync replica(s) connect",
+            ),
+            Case {
+                semi_sync_acks: 1,
+                ..case(
+                    "a primary waits for acknowledgements once its replica is connected",
+                    primary(),
+                    with_clients(1, false, None),
+                )
+            }
+            .then(Some(SetSemiSyncWait(true)), false, "commits wait"),
+            Case {
+                semi_sync_acks: 2,
+                ..case(
+                    "and keeps waiting when replicas go away",
+                    primary(),
+                    with_clients(0, true, None),
+                )
+            }
+            .then(None, true, "commits wait for 2 replica acknowledgement(s)"),
+            case(
+                "asynchronous replication stops the wait",
+                primary(),
+                with_clients(1, true, None),
+            )
+            .then(Some(SetSemiSyncWait(false)), false, "asynchronous"),
+            Case {
+                semi_sync_acks: 1,
+                ..case(
+                    "a demoted primary stops waiting",
+                    replica(),
+                    with_clients(0, true, running()),
+                )
+            }
+            .then(Some(SetSemiSyncWait(false)), false, "demoting"),
             Case {
                 accounts: false,
                 ..case(
@@ -492,13 +643,47 @@ mod tests {
             )
             .then(None, false, "applying"),
             case(
-                "promotion then stops",
+                "promotion then stops and resets",
                 primary(),
                 observed(Mariadb, true, Some(status(IoState::Stopped, true))),
             )
-            .then(Some(StopReplication), false, "promoting"),
+            .then(Some(FinishPromotion), false, "everything received"),
             case(
-                "promotion then resets",
+                "a transaction cut by the stopped receiver does not block promotion",
+                primary(),
+                observed(Mariadb, true, Some(cut)),
+            )
+            .then(Some(FinishPromotion), false, "everything received"),
+            case(
+                "a stopped applier with unapplied relay log is started, not reset",
+                primary(),
+                observed(Mysql, true, Some(unapplied_stopped.clone())),
+            )
+            .then(
+                Some(StartReplicationSql),
+                false,
+                "applying what was received from quay-primary:3306 first",
+            ),
+            case(
+                "on MariaDB the applier is started while the receiver still runs",
+                primary(),
+                observed(Mariadb, true, Some(unapplied_receiving)),
+            )
+            .then(Some(StartReplicationSql), false, "first"),
+            case(
+                "on MariaDB, with both threads stopped, a start would discard: halted",
+                primary(),
+                observed(Mariadb, true, Some(unapplied_stopped)),
+            )
+            .then(None, false, "MariaDB would discard them"),
+            case(
+                "a failed applier halts promotion and keeps what was received",
+                primary(),
+                observed(Mariadb, true, Some(unapplied_failed)),
+            )
+            .then(None, false, "promotion halted: applying what was received"),
+            case(
+                "promotion resets a configuration with nothing left to apply",
                 primary(),
                 observed(Mariadb, true, Some(status(IoState::Stopped, false))),
             )
@@ -770,6 +955,7 @@ mod tests {
                 pending: &c.pending,
                 restored_gtid: &c.restored_gtid,
                 max_lag: Duration::from_secs(30),
+                semi_sync_acks: c.semi_sync_acks,
             });
             assert_eq!(d.action, c.want_action, "{}: {d:?}", c.name);
             assert_eq!(d.ready, c.want_ready, "{}: {d:?}", c.name);

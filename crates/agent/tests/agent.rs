@@ -1,7 +1,9 @@
 //! The `bulwark-agent run` sidecar against real MariaDB servers: accounts, roles from a labels
 //! file swapped the way the kubelet does it, GTID replication and a switchover, the probe
-//! endpoints (including a frozen mysqld), a logical bootstrap loaded into a new primary, and a
-//! physical bootstrap whose servers continue the backup's GTID history.
+//! endpoints (including a frozen mysqld), semi-synchronous commits, a promotion that applies
+//! the received relay log, a
+//! logical bootstrap loaded into a new primary, and a physical bootstrap whose servers continue
+//! the backup's GTID history.
 
 mod common;
 
@@ -436,6 +438,192 @@ fn agents_replicate_switch_over_and_answer_probes() {
     wait_status(&a, &[], "/healthz", 200, "mysqld answers");
 }
 
+/// Semi-synchronous replication as the operator configures it: the primary answers a commit
+/// only once a replica has it, and holds it (however long) while no replica can take it.
+#[test]
+fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
+    use bulwark_contract::command::Engine;
+    use bulwark_contract::semisync::SemiSync;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let semi = SemiSync {
+        acks: 1,
+        timeout: None,
+        members: 2,
+    };
+    let server = |pod: &str| {
+        let mut args = instance_args(w, pod);
+        args.extend(
+            semi.server_options(Engine::MariaDb)
+                .into_iter()
+                .map(|(k, v)| format!("--{k}={v}")),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = MariaDb::start_with_args(&args).unwrap();
+        db.sql("RESET MASTER").unwrap();
+        db
+    };
+    let a_db = server("quay-0");
+    let b_db = server("quay-1");
+    let creds = credentials(w, "");
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let mut a_labels = Labels::new(w.join("podinfo-a"));
+    let mut b_labels = Labels::new(w.join("podinfo-b"));
+    a_labels.set(Some("primary"));
+    b_labels.set(Some("replica"));
+    let a_port = a_db.port().to_string();
+    let start = |name: &str, db: &MariaDb, labels: &Labels| {
+        let labels_file = labels.file();
+        let args = [
+            "--labels-file",
+            labels_file.to_str().unwrap(),
+            "--credentials-dir",
+            &creds_s,
+            "--primary-host",
+            "127.0.0.1",
+            "--primary-port",
+            &a_port,
+            "--semi-sync-acks",
+            "1",
+        ];
+        Agent::start(name, w, db, &args, &[])
+    };
+    let a = start("a", &a_db, &a_labels);
+    // Alone, the primary does not wait: its set-up and first writes are not held.
+    wait_status(&a, &[], "/readyz", 200, "asynchronous until 1 semi-sync replica(s) connect");
+    a_db.sql("CREATE DATABASE early").unwrap();
+    let b = start("b", &b_db, &b_labels);
+    wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
+    wait_status(&a, &[&b], "/readyz", 200, "commits wait for 1 replica acknowledgement(s)");
+    let status = |db: &MariaDb, name: &str| {
+        scalar(
+            db,
+            &format!("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{name}'"),
+        )
+    };
+    wait_for(
+        "the primary to run semi-sync with the replica",
+        &[&a, &b],
+        || {
+            (status(&a_db, "RPL_SEMI_SYNC_MASTER_STATUS") == "ON"
+                && status(&a_db, "RPL_SEMI_SYNC_MASTER_CLIENTS") == "1")
+                .then_some(())
+        },
+    );
+    assert_eq!(status(&b_db, "RPL_SEMI_SYNC_SLAVE_STATUS"), "ON");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+    let acknowledged = status(&a_db, "RPL_SEMI_SYNC_MASTER_YES_TX");
+    assert_ne!(acknowledged, "0");
+
+    // The replica stops receiving: a commit on the primary is held, not answered.
+    drop(b);
+    b_db.sql("STOP SLAVE IO_THREAD").unwrap();
+    let mut insert = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", a_db.socket().display()))
+        .args(["-e", "INSERT INTO harbor.ships VALUES (1)"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        insert.try_wait().unwrap().is_none(),
+        "the commit was answered with no replica to acknowledge it"
+    );
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS"), "1");
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_STATUS"), "ON");
+
+    // The replica receives again: the commit is acknowledged and answered.
+    b_db.sql("START SLAVE IO_THREAD").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = insert.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "the commit was never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exit.success());
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_NO_TX"), "0");
+    wait_for("the row on the replica", &[&a], || {
+        (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "1").then_some(())
+    });
+}
+
+/// A replica promoted while transactions it received are not yet applied (its applier was
+/// stopped) applies them before it takes writes: nothing the old primary sent is discarded.
+#[test]
+fn promotion_applies_the_received_relay_log_before_taking_writes() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let a_db = instance_server(w, "quay-0");
+    let b_db = instance_server(w, "quay-1");
+    let creds = credentials(w, "");
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let mut a_labels = Labels::new(w.join("podinfo-a"));
+    let mut b_labels = Labels::new(w.join("podinfo-b"));
+    a_labels.set(Some("primary"));
+    b_labels.set(Some("replica"));
+    let a_port = a_db.port().to_string();
+    let b_port = b_db.port().to_string();
+    let start = |name: &str, db: &MariaDb, labels: &Labels, primary_port: &str| {
+        let labels_file = labels.file();
+        let args = [
+            "--labels-file",
+            labels_file.to_str().unwrap(),
+            "--credentials-dir",
+            &creds_s,
+            "--primary-host",
+            "127.0.0.1",
+            "--primary-port",
+            primary_port,
+        ];
+        Agent::start(name, w, db, &args, &[])
+    };
+    let a = start("a", &a_db, &a_labels, &b_port);
+    let b = start("b", &b_db, &b_labels, &a_port);
+    wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+    a_db.sql("INSERT INTO harbor.ships VALUES (0)").unwrap();
+    wait_for("the first row on the replica", &[&a, &b], || {
+        (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "1").then_some(())
+    });
+
+    // The replica's agent is gone (its pod restarts); its applier stops, its receiver goes on.
+    drop(b);
+    b_db.sql("STOP SLAVE SQL_THREAD").unwrap();
+    for id in 1..=50 {
+        a_db.sql(&format!("INSERT INTO harbor.ships VALUES ({id})"))
+            .unwrap();
+    }
+    let sent = scalar(&a_db, "SELECT @@gtid_binlog_pos");
+    wait_for("the replica to receive everything", &[&a], || {
+        (replica_status(&b_db).get("Gtid_IO_Pos")? == &sent).then_some(())
+    });
+    assert_eq!(scalar(&b_db, "SELECT COUNT(*) FROM harbor.ships"), "1");
+
+    // The primary is lost; the replica is promoted, by a new agent.
+    drop(a);
+    drop(a_db);
+    b_labels.set(Some("primary"));
+    let b = start("b-promoted", &b_db, &b_labels, &a_port);
+    wait_status(&b, &[], "/readyz", 200, "primary: writable");
+    assert_eq!(
+        scalar(&b_db, "SELECT COUNT(*) FROM harbor.ships"),
+        "51",
+        "received transactions were discarded by the promotion: {}",
+        b.logs()
+    );
+    assert_eq!(scalar(&b_db, "SELECT @@gtid_slave_pos"), sent);
+    assert!(b.logs().contains("start-replication-sql"), "{}", b.logs());
+    b_db.sql("INSERT INTO harbor.ships VALUES (51)").unwrap();
+    assert!(b_db.query("SHOW SLAVE STATUS").unwrap().is_empty());
+}
+
 #[test]
 fn a_pending_logical_restore_is_loaded_into_the_new_primary() {
     let Scenario { work, source, repo } = Scenario::new(200);
@@ -747,6 +935,15 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     let repo = w.join("repo").display().to_string();
     let source = instance_server(w, "harbor-5");
     source.sql("SET GLOBAL read_only = OFF").unwrap();
+    // The source is another cluster: the same accounts, with its own passwords.
+    for user in ["bulwark_replication", "bulwark_backup", "bulwark_exporter"] {
+        source
+            .sql(&format!(
+                "CREATE USER '{user}'@'%' IDENTIFIED BY 'the-source-clusters'; \
+                 GRANT SELECT ON *.* TO '{user}'@'%'"
+            ))
+            .unwrap();
+    }
     load_fixture(&source, 200).unwrap();
     source
         .sql("SET GLOBAL gtid_slave_pos = @@gtid_binlog_pos")
@@ -832,6 +1029,17 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     });
     assert_same(&before, &replica_snapshot(&r_db));
     eprintln!("replica has the load after {:?}", started.elapsed());
+
+    // The dump's privilege tables replicated, and so did the primary's convergence after
+    // them: every member has this cluster's passwords, not the source's.
+    for (db, member) in [(&p_db, "primary"), (&r_db, "replica")] {
+        sql_tcp(db, "bulwark_backup", "b4ckup-secret", "SELECT 1")
+            .unwrap_or_else(|e| panic!("{member}: the cluster's backup password: {e}"));
+        assert!(
+            sql_tcp(db, "bulwark_backup", "the-source-clusters", "SELECT 1").is_err(),
+            "{member} still takes the source's backup password"
+        );
+    }
 
     // Replication keeps running after the dump's `mysql` schema went through it.
     p_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY); INSERT INTO harbor.ships VALUES (1)")

@@ -31,7 +31,7 @@ fn init_writes_settings_a_real_server_accepts() {
     let out = ok(c);
     assert!(out.contains("server_id 103"), "{out}");
     assert_eq!(
-        std::fs::read_to_string(conf_dir.join("bulwark.cnf")).unwrap(),
+        std::fs::read_to_string(conf_dir.join("bulwark-cluster.cnf")).unwrap(),
         "[mysqld]\nmax_connections = 77\n"
     );
     let instance = std::fs::read_to_string(conf_dir.join("bulwark-instance.cnf")).unwrap();
@@ -41,7 +41,7 @@ fn init_writes_settings_a_real_server_accepts() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["bulwark-instance.cnf", "bulwark.cnf"]);
+    assert_eq!(names, ["bulwark-cluster.cnf", "bulwark-instance.cnf"]);
 
     // Run again (every pod start does): same result.
     let mut again = cli(&["init", "--pod-name", "quay-3", "--cluster", "quay"]);

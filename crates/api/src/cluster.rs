@@ -16,6 +16,28 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference, SecretKeyReference};
 
+/// The pattern of [`MANAGED_OPTIONS_PATTERN`], as a literal for `concat!`.
+macro_rules! managed_options_pattern {
+    () => {
+        "^(loose_)?(maximum_)?((skip|disable|enable)_)?(bind_address|binlog_format|datadir|\
+         enforce_gtid_consistency|gtid_domain_id|gtid_mode|gtid_strict_mode|log_bin|log_bin_index|\
+         log_replica_updates|log_slave_updates|port|read_only|relay_log|relay_log_index|\
+         report_host|server_id|skip_grant_tables|skip_networking|skip_replica_start|\
+         skip_slave_start|socket|super_read_only|rpl_semi_sync_[a-z0-9_]+)$"
+    };
+}
+
+/// The `mysqldConfig` keys the operator refuses, as an RE2 pattern over a key lowercased with
+/// dashes turned to underscores: the options it manages, under every prefix the server accepts.
+pub const MANAGED_OPTIONS_PATTERN: &str = managed_options_pattern!();
+
+/// The CRD's CEL rule on `mysqldConfig`.
+const MANAGED_OPTIONS_RULE: &str = concat!(
+    "self.all(k, !k.lowerAscii().replace('-', '_').matches('",
+    managed_options_pattern!(),
+    "'))"
+);
+
 /// Desired state of a MySQL or MariaDB cluster.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -84,14 +106,13 @@ pub struct MySQLClusterSpec {
     pub resources: Option<ResourceRequirements>,
 
     /// Server options added to the `[mysqld]` section of the configuration file, such as
-    /// `innodb_buffer_pool_size: 1G`. Options the operator manages (server_id, datadir, socket,
-    /// port) cannot be set here.
+    /// `innodb_buffer_pool_size: 1G`. Options the operator manages (identity, where the server
+    /// listens and keeps its data, binary and relay logs, GTIDs, read_only, replication start,
+    /// semi-sync) cannot be set here, under any spelling (`loose-`, `skip-`, dashes, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxProperties" = 256))]
-    #[x_kube(validation = Rule::new(
-        "self.all(k, !(k.replace('-', '_') in ['server_id', 'datadir', 'socket', 'port']))"
-    )
-    .message("server_id, datadir, socket and port are managed by the operator and cannot be set in mysqldConfig"))]
+    #[x_kube(validation = Rule::new(MANAGED_OPTIONS_RULE)
+    .message("mysqldConfig cannot set options the operator manages: server_id, datadir, socket, port, bind_address, report_host, read_only, super_read_only, log_bin, relay_log, binlog_format, log_slave_updates, gtid_*, skip_networking, skip_slave_start, skip_grant_tables, rpl_semi_sync_* (in any spelling)"))]
     pub mysqld_config: Option<BTreeMap<String, String>>,
 
     /// Secrets holding the passwords of the accounts the operator uses. A Secret that is not
@@ -122,6 +143,10 @@ pub struct MySQLClusterSpec {
     /// PodDisruptionBudget protecting the server pods from voluntary evictions.
     #[serde(default)]
     pub pod_disruption_budget: DisruptionBudgetSpec,
+
+    /// How the replicas confirm the primary's commits.
+    #[serde(default)]
+    pub replication: ReplicationSpec,
 
     /// Backup storages, encryption and schedules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,6 +274,51 @@ pub struct MetricsSpec {
     /// Runs the exporter next to each server and exposes its metrics port.
     #[serde(default)]
     pub enabled: bool,
+}
+
+/// Replication between the members.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// Semi-synchronous replication: the primary returns a commit to its client only once
+    /// replicas have it, so that a replica promoted after the primary is lost has every write
+    /// a client was told succeeded.
+    #[serde(default)]
+    pub semi_sync: SemiSyncSpec,
+}
+
+/// Semi-synchronous replication, with the after-sync wait point.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SemiSyncSpec {
+    /// Replicas that must have each commit before the client gets the answer. 0 turns
+    /// semi-synchronous replication off: a failover may then lose the last commits. It must
+    /// be less than `replicas` (a one-member cluster waits for nobody); MariaDB waits for one
+    /// replica at most.
+    #[serde(default = "default_acks")]
+    #[schemars(range(min = 0, max = 8))]
+    pub acks: i32,
+
+    /// How long a commit waits for the acknowledgements before the primary gives up and
+    /// continues asynchronously (until replicas catch up). Unset: as long as it takes, so no
+    /// commit is ever answered unacknowledged, and writes stop while no replica can
+    /// acknowledge them (lossless; the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4294967))]
+    pub timeout_seconds: Option<i64>,
+}
+
+impl Default for SemiSyncSpec {
+    fn default() -> Self {
+        Self {
+            acks: default_acks(),
+            timeout_seconds: None,
+        }
+    }
+}
+
+fn default_acks() -> i32 {
+    1
 }
 
 /// PodDisruptionBudget of the server pods.

@@ -281,12 +281,14 @@ pub struct Agent {
     /// Host replicas replicate from (the cluster's primary Service).
     pub primary_host: String,
     pub primary_port: u16,
+    /// Replicas that must acknowledge each commit (semi-sync); 0: asynchronous.
+    pub semi_sync_acks: u32,
     pub restore: Option<AgentRestore>,
 }
 
 impl Agent {
     /// The command of the server pods' `agent` container.
-    pub fn for_pod(primary_host: &str, restore: Option<Repository>) -> Agent {
+    pub fn for_pod(primary_host: &str, semi_sync_acks: u32, restore: Option<Repository>) -> Agent {
         Agent {
             socket: paths::SOCKET.to_owned(),
             listen: format!("0.0.0.0:{}", crate::ports::AGENT),
@@ -294,6 +296,7 @@ impl Agent {
             credentials_dir: paths::CREDENTIALS_DIR.to_owned(),
             primary_host: primary_host.to_owned(),
             primary_port: crate::ports::MYSQL,
+            semi_sync_acks,
             restore: restore.map(|repository| AgentRestore {
                 repository,
                 pending_logical_restore: paths::PENDING_LOGICAL_RESTORE.to_owned(),
@@ -311,7 +314,8 @@ impl Agent {
             .flag("labels-file", &self.labels_file)
             .flag("credentials-dir", &self.credentials_dir)
             .flag("primary-host", &self.primary_host)
-            .flag("primary-port", self.primary_port);
+            .flag("primary-port", self.primary_port)
+            .flag("semi-sync-acks", self.semi_sync_acks);
         if let Some(r) = &self.restore {
             r.repository.push(&mut a);
             a.flag("pending-logical-restore", &r.pending_logical_restore)

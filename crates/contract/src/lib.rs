@@ -12,6 +12,7 @@ pub mod labels;
 pub mod paths;
 pub mod ports;
 pub mod result;
+pub mod semisync;
 
 pub use accounts::Account;
 pub use labels::Role;

@@ -547,7 +547,7 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     );
     assert_eq!(
         argv_of(&pod.containers[1]),
-        command::Agent::for_pod("ledger-primary", None).argv()
+        command::Agent::for_pod("ledger-primary", 1, None).argv()
     );
     let config_volume = pod
         .volumes
@@ -1605,7 +1605,7 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     let agent = pod.containers.iter().find(|c| c.name == "agent").unwrap();
     assert_eq!(
         argv_of(agent),
-        command::Agent::for_pod("vault-primary", Some(repository)).argv()
+        command::Agent::for_pod("vault-primary", 1, Some(repository)).argv()
     );
     // The source is recorded on the StatefulSet, not parsed back from the arguments.
     let recorded = set.annotations()["mysql.bulwark.dev/restore-source"].clone();

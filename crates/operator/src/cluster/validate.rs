@@ -123,6 +123,9 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
             problems.push(p);
         }
     }
+    if let Some(p) = super::config::check_semi_sync(spec) {
+        problems.push(p);
+    }
 
     if let Some(backup) = &spec.backup {
         if let Some(enc) = &backup.encryption {
@@ -218,7 +221,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     Ok(Validated {
         server_image: server_image(cluster),
         credentials,
-        my_cnf: super::config::render(spec.engine, spec.mysqld_config.as_ref()),
+        my_cnf: super::config::render(spec),
     })
 }
 

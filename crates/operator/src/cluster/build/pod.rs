@@ -304,7 +304,9 @@ fn agent_container(
     restore: Option<&StorageAccess>,
 ) -> Container {
     let primary = names::primary_service(cluster_name(cluster));
-    let argv = command::Agent::for_pod(&primary, restore.map(|a| a.repository.clone())).argv();
+    let acks = crate::cluster::config::semi_sync(&cluster.spec).agent_acks();
+    let argv =
+        command::Agent::for_pod(&primary, acks, restore.map(|a| a.repository.clone())).argv();
     let mut mounts = vec![
         mount("run", paths::RUN_DIR, false),
         mount("credentials", paths::CREDENTIALS_DIR, true),
