@@ -96,6 +96,47 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         "read through the replicas Service from {seen}"
     );
 
+    // Semi-synchronous replication (the default): once both replicas are connected the
+    // primary waits for their acknowledgements, and a commit is answered acknowledged.
+    let status_of = |names: &str| {
+        format!(
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME IN ({names}) ORDER BY VARIABLE_NAME"
+        )
+    };
+    wait_for(
+        n,
+        "the primary to wait for semi-sync acknowledgements",
+        Duration::from_secs(60),
+        || {
+            let out = sql(
+                n,
+                "harbor-0",
+                &password,
+                "harbor-primary",
+                &status_of("'RPL_SEMI_SYNC_MASTER_CLIENTS', 'RPL_SEMI_SYNC_MASTER_STATUS'"),
+            )?;
+            let fields: Vec<&str> = out.split_whitespace().collect();
+            (fields == ["2", "ON"]).then_some(()).ok_or(out)
+        },
+    );
+    let acknowledged = sql(
+        n,
+        "harbor-0",
+        &password,
+        "harbor-primary",
+        &format!(
+            "INSERT INTO ledger.entries VALUES (3, 'acknowledged'); {}",
+            status_of("'RPL_SEMI_SYNC_MASTER_NO_TX', 'RPL_SEMI_SYNC_MASTER_YES_TX'")
+        ),
+    )
+    .unwrap_or_else(|e| panic!("a write once semi-sync waits: {e}"));
+    let counts: Vec<&str> = acknowledged.split_whitespace().collect();
+    assert!(
+        matches!(counts.as_slice(), [_, yes] if *yes != "0"),
+        "no acknowledged commit (no_tx, yes_tx): {acknowledged}"
+    );
+
     // Each member's exporter, scraped over the pod network as a Prometheus would: the server is
     // up, and on the replicas the replication threads run.
     for pod in ["harbor-0", "harbor-1", "harbor-2"] {
