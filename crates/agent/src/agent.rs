@@ -1,5 +1,6 @@
-//! The agent sidecar. It serves `/healthz` (does mysqld answer?) and `/readyz` (is this pod
-//! what its role label says, and healthy at it?), and every pass reads the role from the
+//! The agent sidecar. It serves `/healthz` (does mysqld answer?), `/readyz` (is this pod
+//! what its role label says, and healthy at it?) and `/status` (what the last pass observed, as
+//! JSON, for the operator), and every pass reads the role from the
 //! pod's labels, observes mysqld, and takes the one action [`topology::decide`] names:
 //! accounts, the GTID position of a physical restore, read_only, replication, and loading a
 //! pending logical backup into a new primary.
@@ -15,6 +16,7 @@ use mysql_async::prelude::Queryable;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use bulwark_contract::member::{MemberReplication, MemberStatus};
 use bulwark_contract::Account;
 
 use crate::bootstrap;
@@ -238,6 +240,40 @@ struct Readiness {
     ready: bool,
     reason: String,
     at: Instant,
+    /// The report of `/status`, when the pass observed the server.
+    member: Option<MemberStatus>,
+}
+
+/// The report of `/status` from a pass's role, observation and decision.
+fn member_status(role: Option<Role>, o: &Observed, decision: &Decision) -> MemberStatus {
+    MemberStatus {
+        role: role.map(|r| r.as_str().to_owned()),
+        ready: decision.ready,
+        reason: decision.reason.clone(),
+        flavor: o.flavor.to_string(),
+        read_only: o.read_only,
+        super_read_only: o.super_read_only,
+        gtid_executed: o.gtid_logged.clone(),
+        semi_sync_wait: o.semi_sync_wait,
+        semi_sync_clients: o.semi_sync_clients,
+        replication: o.replication.as_ref().map(|r| MemberReplication {
+            source_host: r.source_host.clone(),
+            source_port: r.source_port,
+            io: match r.io {
+                sql::IoState::Running => "running",
+                sql::IoState::Connecting => "connecting",
+                sql::IoState::Stopped => "stopped",
+            }
+            .to_owned(),
+            sql_running: r.sql_running,
+            relay_applied: r.relay_applied,
+            sql_caught_up: r.sql_caught_up,
+            io_errno: r.io_errno,
+            sql_errno: r.sql_errno,
+            lag_seconds: r.lag_seconds,
+        }),
+        age_ms: 0,
+    }
 }
 
 /// Least time between two log lines giving a changed not-ready reason.
@@ -262,6 +298,7 @@ pub async fn run(
         ready: false,
         reason: "starting".into(),
         at: Instant::now(),
+        member: None,
     }));
     let stale_after = config.interval * 3 + STATEMENT_TIMEOUT * 3;
     let healthz = {
@@ -300,10 +337,30 @@ pub async fn run(
             }
         }
     };
+    let status = {
+        let readiness = readiness.clone();
+        move || {
+            let r = readiness.lock().expect("readiness lock").clone();
+            async move {
+                let age = r.at.elapsed();
+                match r.member {
+                    Some(mut m) if age <= stale_after => {
+                        m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+                        Response::new(200, m.to_line())
+                    }
+                    Some(_) => Response::new(
+                        503,
+                        format!("no observation: no pass for {}s", age.as_secs()),
+                    ),
+                    None => Response::new(503, format!("no observation: {}", r.reason)),
+                }
+            }
+        }
+    };
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(
         listener,
-        http::probes(healthz, readyz),
+        http::routes(healthz, readyz, status),
         http::limits(config.health_timeout),
         async {
             let _ = http_stopped.await;
@@ -337,10 +394,15 @@ pub async fn run(
                 tracing::debug!(ready = decision.ready, reason = %decision.reason, "readiness reason changed");
             }
         }
+        let member = agent.last_observed.as_ref().map(|o| {
+            let role = agent.last_role.clone().and_then(Result::ok);
+            member_status(role, o, &decision)
+        });
         *r = Readiness {
             ready: decision.ready,
             reason: decision.reason,
             at: Instant::now(),
+            member,
         };
     }
     tracing::info!("agent stopping");
@@ -411,6 +473,8 @@ struct Agent {
     last_change: Option<Instant>,
     last_start: Option<Instant>,
     last_role: Option<Result<Role, String>>,
+    /// What the last pass observed, `None` when it could not.
+    last_observed: Option<Observed>,
     /// The last failed action and its error, so a failure repeated every pass is logged once.
     last_failure: Option<String>,
     restore: RestoreState,
@@ -432,6 +496,7 @@ impl Agent {
             last_change: None,
             last_start: None,
             last_role: None,
+            last_observed: None,
             last_failure: None,
             restore: RestoreState::default(),
             gtid_adopted: None,
@@ -463,6 +528,7 @@ impl Agent {
     /// One pass: observe, decide, act once. Failures become the not-ready reason.
     async fn pass(&mut self) -> Decision {
         let role = self.read_role();
+        self.last_observed = None;
         match self.try_pass(role).await {
             Ok(d) => d,
             Err(e) => {
@@ -492,6 +558,7 @@ impl Agent {
             self.connect(&creds).await?;
         }
         let observed = self.observe().await?;
+        self.last_observed = Some(observed.clone());
         let pending = self.pending_state();
         let restored_gtid = self.gtid_adoption();
         let stale = match &observed.replication {

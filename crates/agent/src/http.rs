@@ -1,4 +1,5 @@
-//! The kubelet's probe endpoint, `/healthz` and `/readyz`, on the shared small-endpoint stack
+//! The agent's endpoints, the kubelet's probes `/healthz` and `/readyz` and the operator's
+//! `/status`, on the shared small-endpoint stack
 //! (`bulwark-http`): GET only, one short plain-text line per answer, connections bounded in
 //! number and time.
 
@@ -51,6 +52,25 @@ pub fn limits(handler_time: Duration) -> Limits {
         connection: HEADER_TIMEOUT + handler_time + Duration::from_secs(5),
         max_connections: MAX_CONNECTIONS,
     }
+}
+
+/// The agent's routes: the probes and `/status` (the operator's view of the member).
+pub fn routes<H, HF, R, RF, S, SF>(healthz: H, readyz: R, status: S) -> Router
+where
+    H: Fn() -> HF + Clone + Send + Sync + 'static,
+    HF: Future<Output = Response> + Send + 'static,
+    R: Fn() -> RF + Clone + Send + Sync + 'static,
+    RF: Future<Output = Response> + Send + 'static,
+    S: Fn() -> SF + Clone + Send + Sync + 'static,
+    SF: Future<Output = Response> + Send + 'static,
+{
+    bulwark_http::get_only(
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route(bulwark_contract::member::STATUS_PATH, get(status)),
+        "not found; try /healthz, /readyz or /status",
+    )
 }
 
 /// The probe routes: `/healthz` and `/readyz` answered by the given handlers.

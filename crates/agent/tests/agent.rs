@@ -373,6 +373,33 @@ fn agents_replicate_switch_over_and_answer_probes() {
         (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "2").then_some(())
     });
 
+    // `/status`: what the operator reads of each member, as of the agent's last pass.
+    let logged = scalar(&a_db, "SELECT @@gtid_binlog_pos");
+    let member = |agent: &Agent| {
+        let (code, body) = agent.get("/status");
+        assert_eq!(code, 200, "{body}");
+        bulwark_contract::member::MemberStatus::from_line(&body).unwrap()
+    };
+    let replica = wait_for("the replica's report of the rows", &[&a, &b], || {
+        let m = member(&b);
+        (m.replication.as_ref()?.relay_applied && m.gtid_executed == logged).then_some(m)
+    });
+    assert_eq!(replica.role.as_deref(), Some("replica"));
+    assert!(replica.read_only && replica.ready, "{replica:?}");
+    let r = replica.replication.unwrap();
+    assert_eq!(
+        (r.io.as_str(), r.sql_running, r.source_port),
+        ("running", true, a_db.port())
+    );
+    let primary = member(&a);
+    assert_eq!(primary.role.as_deref(), Some("primary"));
+    assert!(
+        !primary.read_only && primary.replication.is_none(),
+        "{primary:?}"
+    );
+    assert_eq!(primary.flavor, "mariadb");
+    assert!(primary.age_ms < 10_000, "{primary:?}");
+
     // Switchover: the old primary is made a replica first, then the new primary promoted.
     a_labels.set(Some("replica"));
     let body = wait_status(
@@ -490,11 +517,23 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
     };
     let a = start("a", &a_db, &a_labels);
     // Alone, the primary does not wait: its set-up and first writes are not held.
-    wait_status(&a, &[], "/readyz", 200, "asynchronous until 1 semi-sync replica(s) connect");
+    wait_status(
+        &a,
+        &[],
+        "/readyz",
+        200,
+        "asynchronous until 1 semi-sync replica(s) connect",
+    );
     a_db.sql("CREATE DATABASE early").unwrap();
     let b = start("b", &b_db, &b_labels);
     wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
-    wait_status(&a, &[&b], "/readyz", 200, "commits wait for 1 replica acknowledgement(s)");
+    wait_status(
+        &a,
+        &[&b],
+        "/readyz",
+        200,
+        "commits wait for 1 replica acknowledgement(s)",
+    );
     let status = |db: &MariaDb, name: &str| {
         scalar(
             db,

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod command;
 pub mod ids;
 pub mod labels;
+pub mod member;
 pub mod paths;
 pub mod ports;
 pub mod result;

@@ -1,0 +1,101 @@
+//! What a server pod's agent reports about its server at `GET /status`, for the operator's
+//! clustering decisions: one line of JSON, from the agent's last pass. Nothing secret: GTID
+//! sets, thread states and error numbers (not error texts, which can quote row values).
+
+use serde::{Deserialize, Serialize};
+
+/// Path of the report on the agent's port.
+pub const STATUS_PATH: &str = "/status";
+
+/// One member's state.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// The role the agent acts on (its pod's label), `None` while unknown.
+    pub role: Option<String>,
+    /// The agent's readiness and its reason, as `/readyz` answers.
+    pub ready: bool,
+    pub reason: String,
+    /// `mariadb` or `mysql`.
+    pub flavor: String,
+    pub read_only: bool,
+    /// MySQL only; false on MariaDB.
+    pub super_read_only: bool,
+    /// What the server has logged by GTID (`gtid_binlog_pos` on MariaDB, `gtid_executed` on
+    /// MySQL).
+    pub gtid_executed: String,
+    /// The server waits for semi-sync acknowledgements of its commits.
+    pub semi_sync_wait: bool,
+    /// Replicas connected to it with semi-sync.
+    pub semi_sync_clients: u32,
+    /// Its replication, `None` when none is configured.
+    pub replication: Option<MemberReplication>,
+    /// Milliseconds since the pass this report comes from.
+    pub age_ms: u64,
+}
+
+/// State of a member's replication.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberReplication {
+    pub source_host: String,
+    pub source_port: u16,
+    /// Receiving thread: `running`, `connecting` or `stopped`.
+    pub io: String,
+    pub sql_running: bool,
+    /// Everything received is applied.
+    pub relay_applied: bool,
+    /// The applier has read the whole relay log.
+    pub sql_caught_up: bool,
+    pub io_errno: u32,
+    pub sql_errno: u32,
+    pub lag_seconds: Option<u64>,
+}
+
+impl MemberStatus {
+    /// One line of JSON.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses what `/status` answered.
+    pub fn from_line(line: &str) -> Result<MemberStatus, serde_json::Error> {
+        serde_json::from_str(line.trim())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_round_trips_on_one_line() {
+        let s = MemberStatus {
+            role: Some("replica".into()),
+            ready: true,
+            reason: "replica: replicating from quay-primary:3306, 0s behind".into(),
+            flavor: "mariadb".into(),
+            read_only: true,
+            super_read_only: false,
+            gtid_executed: "0-100-42".into(),
+            semi_sync_wait: false,
+            semi_sync_clients: 0,
+            replication: Some(MemberReplication {
+                source_host: "quay-primary".into(),
+                source_port: 3306,
+                io: "running".into(),
+                sql_running: true,
+                relay_applied: true,
+                sql_caught_up: true,
+                io_errno: 0,
+                sql_errno: 0,
+                lag_seconds: Some(0),
+            }),
+            age_ms: 150,
+        };
+        let line = s.to_line();
+        assert!(!line.contains('\n'));
+        assert!(line.contains("\"gtidExecuted\":\"0-100-42\""), "{line}");
+        assert_eq!(MemberStatus::from_line(&line).unwrap(), s);
+    }
+}
