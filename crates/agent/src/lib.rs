@@ -8,7 +8,6 @@ pub mod agent;
 pub mod bootstrap;
 pub mod cli;
 pub mod exporter;
-pub mod gtid;
 pub mod http;
 pub mod init;
 pub mod labels;

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use crate::bootstrap::RestoredGtid;
-use crate::gtid;
 use crate::labels::Role;
 use crate::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
+use bulwark_contract::command::Engine;
+use bulwark_contract::gtid;
 use mysql_backup::format::Flavor;
 
 /// What the server reported in this pass.
@@ -222,7 +223,11 @@ pub fn decide(s: &Situation<'_>) -> Decision {
             } else {
                 r.gtid_set.as_str()
             };
-            if !gtid::within(o.flavor, &o.gtid_logged, &r.gtid_set) {
+            let engine = match o.flavor {
+                Flavor::Mariadb => Engine::MariaDb,
+                Flavor::Mysql => Engine::MySql,
+            };
+            if !gtid::within(engine, &o.gtid_logged, &r.gtid_set) {
                 return wait(format!(
                     "not adopting the GTID position {shown} of restored backup {}: the server \
                      has logged {} since; check it and remove the restored GTID file",

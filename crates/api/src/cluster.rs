@@ -609,6 +609,10 @@ pub struct MySQLClusterStatus {
     /// Name of the pod that currently runs the primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_primary: Option<String>,
+    /// When a primary was first ready: from then on the cluster holds data, and a pod is made
+    /// the primary only once its data has been compared with the other members'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_since: Option<Time>,
     /// The latest backup of the cluster that succeeded, of any schedule or taken on demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_backup: Option<BackupRecord>,

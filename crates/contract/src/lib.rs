@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod command;
+pub mod gtid;
 pub mod ids;
 pub mod labels;
 pub mod member;

@@ -1,6 +1,7 @@
 //! A cluster's life on the real node: the primary's pod deleted under a steady writer (no
-//! acknowledged row lost; how long writes were refused is printed), and scaling 3 → 5 → 3 and
-//! a configuration change rolling the pods back to Ready.
+//! acknowledged row lost; how long writes were refused is printed), the primary's volume
+//! replaced (the empty server is not made primary), and scaling 3 → 5 → 3 and a configuration
+//! change rolling the pods back to Ready.
 
 use std::time::{Duration, Instant};
 
@@ -128,6 +129,93 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         .copied()
         .collect();
     assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+}
+
+/// The primary's volume is replaced (its claim deleted with its pod): the new pod 0 comes up
+/// empty, and the operator, comparing it with the replica by GTID, does not make it the primary:
+/// the rows stay, the empty server takes no writes, and the cluster says why.
+#[test]
+fn a_primary_whose_volume_was_replaced_is_not_made_primary() {
+    operator();
+    let ns = Namespace::create("e2e-volume");
+    let n = ns.0.as_str();
+    apply(n, &cluster("shoal", 2, ""));
+    wait_ready(n, "shoal", 2, "the cluster to become Ready");
+    let password = secret_value(n, "shoal-credentials", "root");
+    sql(
+        n,
+        "shoal-1",
+        &password,
+        "shoal-primary",
+        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY); \
+         INSERT INTO ledger.acks VALUES (1), (2), (3)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let uid = |pod: &serde_json::Value| pod["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+    let old_pod = uid(&get_json(n, "pod/shoal-0").expect("primary's pod"));
+    kubectl_ok(&["delete", "pvc", "-n", n, "data-shoal-0", "--wait=false"]);
+    kubectl_ok(&["delete", "pod", "-n", n, "shoal-0", "--wait=false"]);
+    let reason = wait_for(
+        n,
+        "the new, empty pod 0 to be withheld from the primary role",
+        Duration::from_secs(180),
+        || {
+            let pod = get_json(n, "pod/shoal-0").ok_or("no pod")?;
+            if uid(&pod) == old_pod {
+                return Err("the old pod is still there".into());
+            }
+            let c = get_json(n, "mysqlcluster/shoal").ok_or("no cluster")?;
+            let ready = c["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or_default();
+            // First withheld while pod 0's agent cannot report yet, then for what it lacks.
+            let message = ready["message"].as_str().unwrap_or("");
+            (ready["reason"] == "PrimaryWithheld" && message.contains("has transactions it lacks"))
+                .then(|| message.to_owned())
+                .ok_or_else(|| format!("{ready}"))
+        },
+    );
+    assert!(
+        reason.contains("shoal-0 is not made primary: shoal-1 has transactions it lacks"),
+        "{reason}"
+    );
+    // It stays so, read-only and out of the primary Service; the rows are on the replica.
+    std::thread::sleep(Duration::from_secs(10));
+    let pod = get_json(n, "pod/shoal-0").expect("pod 0");
+    assert_ne!(
+        pod["metadata"]["labels"]["mysql.bulwark.dev/role"], "primary",
+        "{pod}"
+    );
+    let empty = sql(
+        n,
+        "shoal-0",
+        &password,
+        "localhost",
+        "SELECT @@global.read_only, (SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'ledger')",
+    );
+    match empty {
+        Ok(out) => assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            ["1", "0"],
+            "{out}"
+        ),
+        // The new server's root password is the cluster's; a refused login is no write either.
+        Err(e) => eprintln!("pod 0 not queried: {e}"),
+    }
+    let rows = sql(
+        n,
+        "shoal-1",
+        &password,
+        "localhost",
+        "SELECT COUNT(*) FROM ledger.acks",
+    )
+    .unwrap_or_else(|e| {
+        dump(n);
+        panic!("{e}")
+    });
+    assert_eq!(rows.trim(), "3");
 }
 
 #[test]

@@ -4,6 +4,8 @@
 pub mod bootstrap;
 pub mod build;
 pub mod config;
+pub mod members;
+pub mod roles;
 pub mod validate;
 
 use std::sync::Arc;
@@ -55,9 +57,22 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     };
     let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
     let primary = current_primary(&cluster);
-    let pods = maintain_roles(&ctx, &ns, &name, &primary).await?;
+    let (pods, withheld) = maintain_roles(&ctx, &cluster, &ns, &primary).await?;
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
-    let ready = report(&cluster, &ctx, &ns, &applied, &primary, &pods).await?;
+    let ready = report(
+        &cluster,
+        &ctx,
+        &ns,
+        &applied,
+        &primary,
+        &pods,
+        withheld.as_deref(),
+    )
+    .await?;
+    if withheld.is_some() {
+        // No pod event announces that a member's data can now be compared.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     Ok(if ready {
         Action::requeue(Duration::from_secs(300))
     } else {
@@ -128,6 +143,7 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
     let extra = serde_json::json!({
         "readyReplicas": st.ready_replicas,
         "currentPrimary": st.current_primary,
+        "primarySince": st.primary_since,
     });
     write_status(cluster, ctx, ns, &desired, Some(extra)).await
 }
@@ -216,20 +232,51 @@ fn current_primary(cluster: &MySQLCluster) -> String {
         .unwrap_or_else(|| names::pod(&name, 0))
 }
 
-/// Sets the role label of every server pod; returns the pods.
-async fn maintain_roles(ctx: &Context, ns: &str, cluster: &str, primary: &str) -> Result<Vec<Pod>> {
+/// Sets the role label of every server pod; returns the pods, and why the primary's label was
+/// withheld if it was (`roles::primary_label`).
+async fn maintain_roles(
+    ctx: &Context,
+    cluster: &MySQLCluster,
+    ns: &str,
+    primary: &str,
+) -> Result<(Vec<Pod>, Option<String>)> {
+    let name = cluster.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let list = apply::list(
         &pods,
-        &names::selector_string(&names::selector_labels(cluster)),
+        &names::selector_string(&names::selector_labels(&name)),
     )
     .await?;
+    let had_primary = cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.primary_since.is_some());
+    let candidate_labelled = list.iter().any(|p| {
+        p.name_any() == primary
+            && p.labels().get(names::ROLE_LABEL).map(String::as_str) == Some(names::ROLE_PRIMARY)
+    });
+    // The members' reports are read only when a comparison is due.
+    let decision = if candidate_labelled || !had_primary {
+        roles::PrimaryLabel::Assign
+    } else {
+        let views = members::views(&list).await;
+        roles::primary_label(engine_of(cluster), primary, had_primary, &views)
+    };
+    let withheld = match &decision {
+        roles::PrimaryLabel::Assign => None,
+        roles::PrimaryLabel::Withhold(reason) => {
+            tracing::warn!(namespace = ns, cluster = %name, pod = primary, reason = %reason, "primary label withheld");
+            Some(reason.clone())
+        }
+    };
     for pod in &list {
         let pod_name = pod.name_any();
-        let role = if pod_name == primary {
+        let role = if pod_name != primary {
+            names::ROLE_REPLICA
+        } else if withheld.is_none() {
             names::ROLE_PRIMARY
         } else {
-            names::ROLE_REPLICA
+            continue;
         };
         if pod.labels().get(names::ROLE_LABEL).map(String::as_str) == Some(role) {
             continue;
@@ -245,7 +292,14 @@ async fn maintain_roles(ctx: &Context, ns: &str, cluster: &str, primary: &str) -
         apply::apply(&pods, &pod_name, &patch, ROLE_MANAGER).await?;
         tracing::info!(namespace = ns, pod = %pod_name, role, "role label set");
     }
-    Ok(list)
+    Ok((list, withheld))
+}
+
+fn engine_of(cluster: &MySQLCluster) -> bulwark_contract::command::Engine {
+    match cluster.spec.engine {
+        bulwark_api::cluster::Engine::MariaDb => bulwark_contract::command::Engine::MariaDb,
+        bulwark_api::cluster::Engine::MySql => bulwark_contract::command::Engine::MySql,
+    }
 }
 
 /// Deletes ConfigMaps of earlier configurations once the rollout no longer needs them.
@@ -295,11 +349,19 @@ pub fn observe(
     set: &StatefulSet,
     primary: &str,
     pods: &[Pod],
+    withheld: Option<&str>,
 ) -> (i32, [Desired; 3]) {
     let st = set.status.clone().unwrap_or_default();
     let ready = st.ready_replicas.unwrap_or(0);
     let primary_ready = pods.iter().any(|p| p.name_any() == primary && is_ready(p));
-    let ready_cond = if ready >= replicas && primary_ready {
+    let ready_cond = if let Some(reason) = withheld {
+        Desired::new(
+            condition::READY,
+            Status::False,
+            "PrimaryWithheld",
+            format!("{ready} of {replicas} instances ready; {reason}"),
+        )
+    } else if ready >= replicas && primary_ready {
         Desired::new(
             condition::READY,
             Status::True,
@@ -361,8 +423,15 @@ async fn report(
     applied: &Applied,
     primary: &str,
     pods: &[Pod],
+    withheld: Option<&str>,
 ) -> Result<bool> {
-    let (ready, desired) = observe(cluster.spec.replicas, &applied.stateful_set, primary, pods);
+    let (ready, desired) = observe(
+        cluster.spec.replicas,
+        &applied.stateful_set,
+        primary,
+        pods,
+        withheld,
+    );
     let previous = previous_conditions(cluster);
     let ready_cond = &desired[0];
     if conditions::flipped(ready_cond, &previous) {
@@ -387,9 +456,18 @@ async fn report(
         )
         .await;
     }
+    // Set once, when a primary is first ready, and carried in every later write.
+    let primary_ready =
+        withheld.is_none() && pods.iter().any(|p| p.name_any() == primary && is_ready(p));
+    let primary_since = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.primary_since.clone())
+        .or_else(|| primary_ready.then(|| Time(Utc::now())));
     let extra = serde_json::json!({
         "readyReplicas": ready,
         "currentPrimary": primary,
+        "primarySince": primary_since,
     });
     write_status(cluster, ctx, ns, &desired, Some(extra)).await?;
     Ok(ready_cond.status == Status::True)

@@ -1,18 +1,19 @@
 //! GTID positions (MariaDB) and sets (MySQL) compared: before the agent adopts a restored
 //! backup's GTID position, which resets the binary log, it checks that the server has logged
-//! nothing beyond that position, so a reset never throws away transactions of its own.
+//! nothing beyond that position, so a reset never throws away transactions of its own; the
+//! operator compares members before it lets one be the primary.
 
 use std::collections::BTreeMap;
 
-use mysql_backup::format::Flavor;
+use crate::command::Engine as Flavor;
 
 /// Whether every transaction in `logged` (what the server reports: `@@gtid_binlog_pos` on
 /// MariaDB, `@@gtid_executed` on MySQL) is within `restored`. Whitespace is ignored; text
 /// that does not parse is never within.
 pub fn within(flavor: Flavor, logged: &str, restored: &str) -> bool {
     match flavor {
-        Flavor::Mariadb => mariadb_within(logged, restored),
-        Flavor::Mysql => mysql_within(logged, restored),
+        Flavor::MariaDb => mariadb_within(logged, restored),
+        Flavor::MySql => mysql_within(logged, restored),
     }
 }
 
@@ -135,7 +136,7 @@ mod tests {
         ];
         for (logged, restored, want) in cases {
             assert_eq!(
-                within(Flavor::Mariadb, logged, restored),
+                within(Flavor::MariaDb, logged, restored),
                 want,
                 "{logged:?} within {restored:?}"
             );
@@ -168,7 +169,7 @@ mod tests {
         ];
         for (logged, restored, want) in cases {
             assert_eq!(
-                within(Flavor::Mysql, &logged, &restored),
+                within(Flavor::MySql, &logged, &restored),
                 want,
                 "{logged:?} within {restored:?}"
             );

@@ -1,0 +1,222 @@
+//! Whether the pod meant to be the primary may be labelled so: a pod whose agent would make its
+//! server writable is first compared, by GTID, with every member that reports; one that lacks
+//! transactions another member has (a replaced volume, a pod restored from an old backup) is
+//! never made the primary. Pure; the members' reports are read by `members`.
+
+use bulwark_contract::command::Engine;
+use bulwark_contract::gtid;
+use bulwark_contract::member::MemberStatus;
+use bulwark_contract::Role;
+
+/// One server pod as the operator sees it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    /// Pod name.
+    pub pod: String,
+    /// The role label the pod carries now.
+    pub labelled: Option<Role>,
+    /// Its agent's report, or why there is none.
+    pub report: Result<MemberStatus, String>,
+}
+
+/// What to do with the primary's label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrimaryLabel {
+    /// Label `candidate` primary (and every other pod replica).
+    Assign,
+    /// Leave `candidate` without the primary label, for `reason`.
+    Withhold(String),
+}
+
+/// Decides for `candidate`. `had_primary`: a primary of the cluster has been ready
+/// (`status.primarySince`); a new cluster's first primary holds no data to compare.
+pub fn primary_label(
+    engine: Engine,
+    candidate: &str,
+    had_primary: bool,
+    members: &[MemberView],
+) -> PrimaryLabel {
+    let Some(me) = members.iter().find(|m| m.pod == candidate) else {
+        return PrimaryLabel::Withhold(format!("pod {candidate} does not exist"));
+    };
+    // Labelled before, by this check or as the first primary; its agent has acted on it.
+    if me.labelled == Some(Role::Primary) || !had_primary {
+        return PrimaryLabel::Assign;
+    }
+    let mine = match &me.report {
+        Ok(r) => r,
+        Err(why) => {
+            return PrimaryLabel::Withhold(format!(
+            "waiting for {candidate}'s agent to report its data before it is made primary: {why}"
+        ))
+        }
+    };
+    for other in members.iter().filter(|m| m.pod != candidate) {
+        let Ok(theirs) = &other.report else { continue };
+        if !gtid::within(engine, &theirs.gtid_executed, &mine.gtid_executed) {
+            return PrimaryLabel::Withhold(format!(
+                "{candidate} is not made primary: {} has transactions it lacks ({} has {}, {candidate} has {})",
+                other.pod,
+                other.pod,
+                shown(&theirs.gtid_executed),
+                shown(&mine.gtid_executed),
+            ));
+        }
+    }
+    PrimaryLabel::Assign
+}
+
+fn shown(gtid: &str) -> &str {
+    if gtid.is_empty() {
+        "none"
+    } else {
+        gtid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(gtid: &str) -> Result<MemberStatus, String> {
+        Ok(MemberStatus {
+            role: None,
+            ready: false,
+            reason: "role unknown".into(),
+            flavor: "mariadb".into(),
+            read_only: true,
+            super_read_only: false,
+            gtid_executed: gtid.into(),
+            semi_sync_wait: false,
+            semi_sync_clients: 0,
+            replication: None,
+            age_ms: 0,
+        })
+    }
+
+    fn member(
+        pod: &str,
+        labelled: Option<Role>,
+        report: Result<MemberStatus, String>,
+    ) -> MemberView {
+        MemberView {
+            pod: pod.into(),
+            labelled,
+            report,
+        }
+    }
+
+    /// Name, whether the cluster had a primary, the members, and `Ok` for Assign or the
+    /// withholding reason's part.
+    type Case = (
+        &'static str,
+        bool,
+        Vec<MemberView>,
+        Result<(), &'static str>,
+    );
+
+    #[test]
+    fn decisions() {
+        use PrimaryLabel::*;
+        let unreachable = || Err("connection refused".to_owned());
+        let cases: Vec<Case> = vec![
+            (
+                "a new cluster's first primary",
+                false,
+                vec![member("db-0", None, unreachable())],
+                Ok(()),
+            ),
+            (
+                "a primary that carries its label keeps it",
+                true,
+                vec![
+                    member("db-0", Some(Role::Primary), unreachable()),
+                    member("db-1", Some(Role::Replica), report("0-100-9")),
+                ],
+                Ok(()),
+            ),
+            (
+                "a recreated primary pod with all the data",
+                true,
+                vec![
+                    member("db-0", None, report("0-100-9")),
+                    member("db-1", Some(Role::Replica), report("0-100-9")),
+                    member("db-2", Some(Role::Replica), report("0-100-7")),
+                ],
+                Ok(()),
+            ),
+            (
+                "a replaced volume comes back empty",
+                true,
+                vec![
+                    member("db-0", None, report("")),
+                    member("db-1", Some(Role::Replica), report("0-100-9")),
+                ],
+                Err("db-1 has transactions it lacks (db-1 has 0-100-9, db-0 has none)"),
+            ),
+            (
+                "a pod restored from an older backup",
+                true,
+                vec![
+                    member("db-0", None, report("0-100-5")),
+                    member("db-1", Some(Role::Replica), unreachable()),
+                    member("db-2", Some(Role::Replica), report("0-100-9")),
+                ],
+                Err("db-2 has transactions it lacks"),
+            ),
+            (
+                "no report from the candidate",
+                true,
+                vec![
+                    member("db-0", None, unreachable()),
+                    member("db-1", Some(Role::Replica), report("0-100-9")),
+                ],
+                Err("waiting for db-0's agent to report its data"),
+            ),
+            (
+                "members that do not report are not compared",
+                true,
+                vec![
+                    member("db-0", None, report("0-100-9")),
+                    member("db-1", Some(Role::Replica), unreachable()),
+                ],
+                Ok(()),
+            ),
+            (
+                "a candidate without a pod",
+                true,
+                vec![member("db-1", Some(Role::Replica), report("0-100-9"))],
+                Err("pod db-0 does not exist"),
+            ),
+        ];
+        for (name, had_primary, members, want) in cases {
+            let got = primary_label(Engine::MariaDb, "db-0", had_primary, &members);
+            match (want, &got) {
+                (Ok(()), Assign) => {}
+                (Err(needle), Withhold(reason)) if reason.contains(needle) => {}
+                _ => panic!("{name}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn mysql_sets_are_compared_as_sets() {
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let members = vec![
+            member("db-0", None, report(&format!("{uuid}:1-10"))),
+            member("db-1", None, report(&format!("{uuid}:1-8:10"))),
+        ];
+        assert_eq!(
+            primary_label(Engine::MySql, "db-0", true, &members),
+            PrimaryLabel::Assign
+        );
+        let behind = vec![
+            member("db-0", None, report(&format!("{uuid}:1-8"))),
+            member("db-1", None, report(&format!("{uuid}:1-9"))),
+        ];
+        assert!(matches!(
+            primary_label(Engine::MySql, "db-0", true, &behind),
+            PrimaryLabel::Withhold(_)
+        ));
+    }
+}
