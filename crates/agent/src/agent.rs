@@ -850,8 +850,15 @@ impl Agent {
         .filter(|s| !s.is_empty())
         .collect();
         let conn = self.conn.as_mut().expect("connected");
-        for st in &statements {
-            exec(conn, st, &secrets).await?;
+        for (i, st) in statements.iter().enumerate() {
+            if let Err(e) = exec(conn, st, &secrets).await {
+                for undo in sql::after_failure(&statements, i) {
+                    if let Err(undo_error) = exec(conn, &undo, &secrets).await {
+                        tracing::error!(statement = %undo.shown, error = %mysql_backup::error::chain(&undo_error), "could not restore super_read_only after a failed change");
+                    }
+                }
+                return Err(e);
+            }
         }
         match action {
             Action::EnsureAccounts => {

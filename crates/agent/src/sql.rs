@@ -81,6 +81,30 @@ pub fn session_setup() -> Vec<Statement> {
     ]
 }
 
+/// Lifts MySQL's super_read_only around a change on a read-only server.
+pub const LIFT_SUPER_READ_ONLY: &str = "SET GLOBAL super_read_only = OFF";
+/// Puts it back.
+pub const RESTORE_SUPER_READ_ONLY: &str = "SET GLOBAL super_read_only = ON";
+
+/// What to send after statement `failed` of `statements` failed: when the list had lifted
+/// super_read_only and its restoring statement was not reached, that statement, so that a
+/// failed change never leaves a replica writable by privileged accounts.
+pub fn after_failure(statements: &[Statement], failed: usize) -> Vec<Statement> {
+    let executed = &statements[..failed.min(statements.len())];
+    let lifted = executed
+        .iter()
+        .rposition(|s| s.sql.as_str() == LIFT_SUPER_READ_ONLY);
+    let restored = executed
+        .iter()
+        .rposition(|s| s.sql.as_str() == RESTORE_SUPER_READ_ONLY);
+    match (lifted, restored) {
+        (Some(l), r) if r.is_none_or(|r| r < l) => {
+            vec![Statement::plain(RESTORE_SUPER_READ_ONLY)]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Passwords of the accounts the agent keeps.
 pub struct AccountPasswords<'a> {
     /// For [`REPLICATION_USER`].
@@ -121,11 +145,11 @@ pub fn ensure_accounts(
     let mut out = session_setup();
     let lift = flavor == Flavor::Mysql && super_read_only;
     if lift {
-        out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
+        out.push(Statement::plain(LIFT_SUPER_READ_ONLY));
     }
     out.extend(account_statements(flavor, passwords));
     if lift {
-        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+        out.push(Statement::plain(RESTORE_SUPER_READ_ONLY));
     }
     out
 }
@@ -188,7 +212,7 @@ pub fn set_writable(flavor: Flavor) -> Vec<Statement> {
     match flavor {
         Flavor::Mariadb => vec![Statement::plain("SET GLOBAL read_only = OFF")],
         Flavor::Mysql => vec![
-            Statement::plain("SET GLOBAL super_read_only = OFF"),
+            Statement::plain(LIFT_SUPER_READ_ONLY),
             Statement::plain("SET GLOBAL read_only = OFF"),
         ],
     }
@@ -201,7 +225,7 @@ pub fn set_read_only(flavor: Flavor) -> Vec<Statement> {
         // super_read_only ON implies read_only ON.
         Flavor::Mysql => vec![
             Statement::plain("SET GLOBAL read_only = ON"),
-            Statement::plain("SET GLOBAL super_read_only = ON"),
+            Statement::plain(RESTORE_SUPER_READ_ONLY),
         ],
     }
 }
@@ -287,7 +311,7 @@ pub fn adopt_restored_gtid(
     let mut out = Vec::new();
     let lift = flavor == Flavor::Mysql && super_read_only;
     if lift {
-        out.push(Statement::plain("SET GLOBAL super_read_only = OFF"));
+        out.push(Statement::plain(LIFT_SUPER_READ_ONLY));
     }
     if stop_replication {
         out.extend(self::stop_replication(flavor));
@@ -308,7 +332,7 @@ pub fn adopt_restored_gtid(
         }
     }
     if lift {
-        out.push(Statement::plain("SET GLOBAL super_read_only = ON"));
+        out.push(Statement::plain(RESTORE_SUPER_READ_ONLY));
     }
     out
 }
@@ -548,6 +572,35 @@ mod tests {
         // Without a root password, root is left as the backup had it.
         let text = sql(&converge_after_load(Flavor::Mariadb, &passwords, None));
         assert!(!text.iter().any(|t| t.contains("'root'")), "{text:?}");
+    }
+
+    #[test]
+    fn a_failure_after_lifting_super_read_only_restores_it() {
+        let passwords = AccountPasswords {
+            replication: "r",
+            backup: "b",
+            exporter: "e",
+        };
+        let lifted = ensure_accounts(Flavor::Mysql, &passwords, true);
+        let lift_at = lifted
+            .iter()
+            .position(|s| s.sql.as_str() == LIFT_SUPER_READ_ONLY)
+            .unwrap();
+        // Failing before the lift ran: nothing to restore.
+        assert!(after_failure(&lifted, lift_at).is_empty());
+        // Failing on any statement after it: super_read_only goes back on.
+        for failed in lift_at + 1..lifted.len() - 1 {
+            assert_eq!(
+                sql(&after_failure(&lifted, failed)),
+                [RESTORE_SUPER_READ_ONLY],
+                "{failed}"
+            );
+        }
+        // Nothing lifted (MariaDB, or already writable): nothing to restore.
+        let plain = ensure_accounts(Flavor::Mariadb, &passwords, true);
+        assert!(after_failure(&plain, plain.len() - 1).is_empty());
+        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", true, true);
+        assert_eq!(sql(&after_failure(&adopt, 2)), [RESTORE_SUPER_READ_ONLY]);
     }
 
     #[test]
