@@ -276,8 +276,22 @@ pub struct MetricsSpec {
     pub enabled: bool,
 }
 
+/// A primary replaced by a replica.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    /// The pod that was the primary.
+    pub from: String,
+    /// The pod promoted.
+    pub to: String,
+    /// When the operator decided it.
+    pub time: Time,
+    /// Why, with the GTID set of the promoted replica.
+    pub reason: String,
+}
+
 /// Replication between the members.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicationSpec {
     /// Semi-synchronous replication: the primary returns a commit to its client only once
@@ -285,6 +299,26 @@ pub struct ReplicationSpec {
     /// a client was told succeeded.
     #[serde(default)]
     pub semi_sync: SemiSyncSpec,
+
+    /// Seconds the primary must be lost (its agent gives no report and no replica receives
+    /// from it) before the replica with every transaction the replicas have is promoted. 0
+    /// turns automatic failover off.
+    #[serde(default = "default_failover_after_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub failover_after_seconds: i64,
+}
+
+impl Default for ReplicationSpec {
+    fn default() -> Self {
+        Self {
+            semi_sync: SemiSyncSpec::default(),
+            failover_after_seconds: default_failover_after_seconds(),
+        }
+    }
+}
+
+fn default_failover_after_seconds() -> i64 {
+    30
 }
 
 /// Semi-synchronous replication, with the after-sync wait point.
@@ -613,6 +647,12 @@ pub struct MySQLClusterStatus {
     /// the primary only once its data has been compared with the other members'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_since: Option<Time>,
+    /// Since when the primary has been lost (unset while it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_lost_since: Option<Time>,
+    /// The latest automatic failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<FailoverRecord>,
     /// The latest backup of the cluster that succeeded, of any schedule or taken on demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_backup: Option<BackupRecord>,

@@ -10,6 +10,8 @@
 
 pub mod node;
 
+pub mod writer;
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;

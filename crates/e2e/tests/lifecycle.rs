@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, Namespace,
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
+    Namespace,
 };
 
 fn cluster(name: &str, replicas: u32, config: &str) -> String {
@@ -33,22 +34,8 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
 
-    // The writer runs in a replica's pod, so that it outlives the primary's: one INSERT every
-    // 200 ms through the primary Service for 75 s, each acknowledged id printed with its time.
-    let writer = format!(
-        "end=$(( $(date +%s) + 75 )); i=0; while [ $(date +%s) -lt $end ]; do i=$((i+1)); \
-         if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h tide-primary -u root \
-            -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
-         then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
-         sleep 0.2; done"
-    );
-    let child = bulwark_e2e::kubectl(&[
-        "exec", "-n", n, "tide-2", "-c", "mysqld", "--", "sh", "-c", &writer,
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("writer");
+    // The writer runs in a replica's pod, so that it outlives the primary's, for 75 s.
+    let child = writer::start(n, "tide-2", &password, "tide-primary", 75);
     std::thread::sleep(Duration::from_secs(10));
     let uid = |pod: &serde_json::Value| pod["metadata"]["uid"].as_str().unwrap_or("").to_owned();
     let old_pod = uid(&get_json(n, "pod/tide-0").expect("primary's pod"));
@@ -71,40 +58,17 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         "cluster Ready again {:.1}s after the primary's pod was deleted",
         deleted.elapsed().as_secs_f64()
     );
-    let out = child.wait_with_output().expect("writer output");
-    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut acked = Vec::new();
-    let mut refused: Vec<f64> = Vec::new();
-    let mut last_ack_before: Option<f64> = None;
-    let mut first_ack_after: Option<f64> = None;
-    for line in lines.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [kind, id, at] = f.as_slice() else {
-            continue;
-        };
-        let at: f64 = at.parse().unwrap_or_default();
-        match *kind {
-            "ack" => {
-                acked.push(id.parse::<u64>().unwrap());
-                if refused.is_empty() {
-                    last_ack_before = Some(at);
-                } else if first_ack_after.is_none() {
-                    first_ack_after = Some(at);
-                }
-            }
-            _ => refused.push(at),
-        }
-    }
-    assert!(acked.len() > 20, "too few writes acknowledged: {lines}");
+    let outcome = writer::finish(child);
     assert!(
-        first_ack_after.is_some() || refused.is_empty(),
-        "writes never resumed: {lines}"
+        outcome.acked.len() > 20,
+        "too few writes acknowledged: {}",
+        outcome.lines
     );
-    if let (Some(before), Some(after)) = (last_ack_before, first_ack_after) {
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    if let Some(refused_for) = outcome.refused_for {
         eprintln!(
-            "writes refused for {:.1}s ({} attempts refused)",
-            after - before,
-            refused.len()
+            "writes refused for {refused_for:.1}s ({} attempts refused)",
+            outcome.refused
         );
     }
     // Every acknowledged row is on the primary.
@@ -119,15 +83,7 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         dump(n);
         panic!("{e}")
     });
-    let stored: std::collections::BTreeSet<u64> = stored
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    let lost: Vec<u64> = acked
-        .iter()
-        .filter(|id| !stored.contains(id))
-        .copied()
-        .collect();
+    let lost = outcome.lost(&stored);
     assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
 }
 

@@ -116,6 +116,10 @@ pub enum Reason {
     BackupDataDeleteFailed,
     /// A reconcile failed; retried with backoff.
     ReconcileFailed,
+    /// The primary was lost and a replica is being promoted.
+    Failover,
+    /// The primary is lost and no replica is promoted yet (the reason says why).
+    PrimaryLost,
 }
 
 impl Reason {
@@ -125,6 +129,8 @@ impl Reason {
             Reason::InvalidSpec => "InvalidSpec",
             Reason::ClusterReady => "ClusterReady",
             Reason::ClusterNotReady => "ClusterNotReady",
+            Reason::Failover => "Failover",
+            Reason::PrimaryLost => "PrimaryLost",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -148,7 +154,9 @@ impl Reason {
             | Reason::ScheduleSkipped
             | Reason::BackupDataDeleteFailed
             | Reason::BackupsUnhealthy
-            | Reason::ReconcileFailed => EventType::Warning,
+            | Reason::ReconcileFailed
+            | Reason::Failover
+            | Reason::PrimaryLost => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -162,6 +170,7 @@ impl Reason {
             Reason::BackupScheduled | Reason::ScheduleSkipped => "Schedule",
             Reason::BackupPruned => "Retention",
             Reason::BackupDataDeleted | Reason::BackupDataDeleteFailed => "DeleteData",
+            Reason::Failover | Reason::PrimaryLost => "Failover",
         }
     }
 }

@@ -59,6 +59,7 @@ pub struct Metrics {
     last_duration: Family<ClusterLabels, FloatGauge>,
     last_stored: Family<ClusterLabels, Gauge<u64, AtomicU64>>,
     backups_failed: Family<ClusterLabels, Counter>,
+    failovers: Family<ClusterLabels, Counter>,
     /// Clusters that have series. The families cannot be iterated, and the three "last" gauges
     /// change together: holding this lock makes a record and a forget of a cluster atomic.
     clusters: Mutex<BTreeSet<ClusterLabels>>,
@@ -75,6 +76,7 @@ impl Default for Metrics {
             last_duration: Family::default(),
             last_stored: Family::default(),
             backups_failed: Family::default(),
+            failovers: Family::default(),
             clusters: Mutex::default(),
         };
         let mut registry = Registry::default();
@@ -114,6 +116,11 @@ impl Default for Metrics {
             "bulwark_backups_failed",
             "Failed backups of the cluster since the operator started",
             m.backups_failed.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_failovers",
+            "Automatic failovers of the cluster since the operator started",
+            m.failovers.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -178,6 +185,14 @@ impl Metrics {
         clusters.insert(labels);
     }
 
+    /// Records an automatic failover of a cluster.
+    pub fn failed_over(&self, ns: &str, cluster: &str) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.failovers.get_or_create(&labels).inc();
+        clusters.insert(labels);
+    }
+
     /// Forgets a deleted cluster's series.
     pub fn forget_cluster(&self, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
@@ -203,6 +218,7 @@ impl Metrics {
         self.last_duration.remove(labels);
         self.last_stored.remove(labels);
         self.backups_failed.remove(labels);
+        self.failovers.remove(labels);
     }
 
     /// The metrics in the OpenMetrics text format (see [`CONTENT_TYPE`]).
@@ -228,6 +244,7 @@ mod tests {
             .with_timezone(&Utc);
         m.backup_succeeded("shop", "orders", t, 12.5, 4096);
         m.backup_failed("shop", "orders");
+        m.failed_over("shop", "orders");
         m
     }
 
@@ -245,6 +262,7 @@ mod tests {
             "bulwark_backup_last_duration_seconds{namespace=\"shop\",cluster=\"orders\"} 12.5",
             "bulwark_backup_last_stored_bytes{namespace=\"shop\",cluster=\"orders\"} 4096",
             "bulwark_backups_failed_total{namespace=\"shop\",cluster=\"orders\"} 1",
+            "bulwark_cluster_failovers_total{namespace=\"shop\",cluster=\"orders\"} 1",
             "# HELP bulwark_reconciles Reconciles run, by controller.",
             "# EOF",
         ] {
@@ -321,6 +339,7 @@ mod tests {
                 "bulwark_backup_last_duration_seconds gauge",
                 "bulwark_backup_last_stored_bytes gauge",
                 "bulwark_backups_failed counter",
+                "bulwark_cluster_failovers counter",
             ]
         );
         let want: BTreeSet<String> = [
@@ -333,6 +352,7 @@ mod tests {
             "bulwark_backup_last_duration_seconds{namespace,cluster}",
             "bulwark_backup_last_stored_bytes{namespace,cluster}",
             "bulwark_backups_failed_total{namespace,cluster}",
+            "bulwark_cluster_failovers_total{namespace,cluster}",
         ]
         .into_iter()
         .map(String::from)

@@ -4,7 +4,9 @@
 pub mod bootstrap;
 pub mod build;
 pub mod config;
+pub mod failover;
 pub mod members;
+pub mod primary;
 pub mod roles;
 pub mod validate;
 
@@ -23,7 +25,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use rand::distributions::{Alphanumeric, DistString};
 
-use crate::apply::{self, CLUSTER_MANAGER, ROLE_MANAGER};
+use crate::apply::{self, CLUSTER_MANAGER};
 use crate::conditions::{self, Desired, Status};
 use crate::context::{Context, Reason};
 use crate::error::Result;
@@ -56,21 +58,16 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         }
     };
     let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
-    let primary = current_primary(&cluster);
-    let (pods, withheld) = maintain_roles(&ctx, &cluster, &ns, &primary).await?;
+    let settled = primary::settle(&ctx, &cluster, &ns).await?;
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
-    let ready = report(
-        &cluster,
-        &ctx,
-        &ns,
-        &applied,
-        &primary,
-        &pods,
-        withheld.as_deref(),
-    )
-    .await?;
-    if withheld.is_some() {
-        // No pod event announces that a member's data can now be compared.
+    let ready = report(&cluster, &ctx, &ns, &applied, &settled).await?;
+    if settled.promoted.is_some() {
+        // The status names the new primary; the next pass moves the labels.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if settled.withheld.is_some() || settled.lost_since.is_some() {
+        // No pod event announces that a member's data can now be compared, or that a lost
+        // primary has been gone long enough.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     Ok(if ready {
@@ -144,6 +141,8 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
         "readyReplicas": st.ready_replicas,
         "currentPrimary": st.current_primary,
         "primarySince": st.primary_since,
+        "primaryLostSince": st.primary_lost_since,
+        "lastFailover": st.last_failover,
     });
     write_status(cluster, ctx, ns, &desired, Some(extra)).await
 }
@@ -221,87 +220,6 @@ async fn apply_children(
     })
 }
 
-/// The pod that should run the primary: the one in the status, else ordinal 0.
-fn current_primary(cluster: &MySQLCluster) -> String {
-    let name = cluster.name_any();
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.current_primary.clone())
-        .filter(|p| names::pod_ordinal(&name, p).is_some_and(|o| o < cluster.spec.replicas))
-        .unwrap_or_else(|| names::pod(&name, 0))
-}
-
-/// Sets the role label of every server pod; returns the pods, and why the primary's label was
-/// withheld if it was (`roles::primary_label`).
-async fn maintain_roles(
-    ctx: &Context,
-    cluster: &MySQLCluster,
-    ns: &str,
-    primary: &str,
-) -> Result<(Vec<Pod>, Option<String>)> {
-    let name = cluster.name_any();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let list = apply::list(
-        &pods,
-        &names::selector_string(&names::selector_labels(&name)),
-    )
-    .await?;
-    let had_primary = cluster
-        .status
-        .as_ref()
-        .is_some_and(|s| s.primary_since.is_some());
-    let candidate_labelled = list.iter().any(|p| {
-        p.name_any() == primary
-            && p.labels().get(names::ROLE_LABEL).map(String::as_str) == Some(names::ROLE_PRIMARY)
-    });
-    // The members' reports are read only when a comparison is due.
-    let decision = if candidate_labelled || !had_primary {
-        roles::PrimaryLabel::Assign
-    } else {
-        let views = members::views(&list).await;
-        roles::primary_label(engine_of(cluster), primary, had_primary, &views)
-    };
-    let withheld = match &decision {
-        roles::PrimaryLabel::Assign => None,
-        roles::PrimaryLabel::Withhold(reason) => {
-            tracing::warn!(namespace = ns, cluster = %name, pod = primary, reason = %reason, "primary label withheld");
-            Some(reason.clone())
-        }
-    };
-    for pod in &list {
-        let pod_name = pod.name_any();
-        let role = if pod_name != primary {
-            names::ROLE_REPLICA
-        } else if withheld.is_none() {
-            names::ROLE_PRIMARY
-        } else {
-            continue;
-        };
-        if pod.labels().get(names::ROLE_LABEL).map(String::as_str) == Some(role) {
-            continue;
-        }
-        let patch = Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(pod_name.clone()),
-                labels: Some([(names::ROLE_LABEL.to_owned(), role.to_owned())].into()),
-                ..Default::default()
-            },
-            ..Pod::default()
-        };
-        apply::apply(&pods, &pod_name, &patch, ROLE_MANAGER).await?;
-        tracing::info!(namespace = ns, pod = %pod_name, role, "role label set");
-    }
-    Ok((list, withheld))
-}
-
-fn engine_of(cluster: &MySQLCluster) -> bulwark_contract::command::Engine {
-    match cluster.spec.engine {
-        bulwark_api::cluster::Engine::MariaDb => bulwark_contract::command::Engine::MariaDb,
-        bulwark_api::cluster::Engine::MySql => bulwark_contract::command::Engine::MySql,
-    }
-}
-
 /// Deletes ConfigMaps of earlier configurations once the rollout no longer needs them.
 async fn collect_config_maps(
     ctx: &Context,
@@ -349,17 +267,17 @@ pub fn observe(
     set: &StatefulSet,
     primary: &str,
     pods: &[Pod],
-    withheld: Option<&str>,
+    not_primary: Option<(&'static str, &str)>,
 ) -> (i32, [Desired; 3]) {
     let st = set.status.clone().unwrap_or_default();
     let ready = st.ready_replicas.unwrap_or(0);
     let primary_ready = pods.iter().any(|p| p.name_any() == primary && is_ready(p));
-    let ready_cond = if let Some(reason) = withheld {
+    let ready_cond = if let Some((reason, message)) = not_primary {
         Desired::new(
             condition::READY,
             Status::False,
-            "PrimaryWithheld",
-            format!("{ready} of {replicas} instances ready; {reason}"),
+            reason,
+            format!("{ready} of {replicas} instances ready; {message}"),
         )
     } else if ready >= replicas && primary_ready {
         Desired::new(
@@ -421,16 +339,27 @@ async fn report(
     ctx: &Context,
     ns: &str,
     applied: &Applied,
-    primary: &str,
-    pods: &[Pod],
-    withheld: Option<&str>,
+    settled: &primary::Settled,
 ) -> Result<bool> {
+    let primary = settled.primary.as_str();
+    let pods = settled.pods.as_slice();
+    let not_primary = match &settled.promoted {
+        Some((from, to, reason)) => Some((
+            "FailingOver",
+            format!("promoting {to} in place of {from}: {reason}"),
+        )),
+        None => settled
+            .waiting
+            .clone()
+            .map(|w| ("PrimaryLost", w))
+            .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w))),
+    };
     let (ready, desired) = observe(
         cluster.spec.replicas,
         &applied.stateful_set,
         primary,
         pods,
-        withheld,
+        not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
     );
     let previous = previous_conditions(cluster);
     let ready_cond = &desired[0];
@@ -457,17 +386,40 @@ async fn report(
         .await;
     }
     // Set once, when a primary is first ready, and carried in every later write.
+    let st = cluster.status.clone().unwrap_or_default();
     let primary_ready =
-        withheld.is_none() && pods.iter().any(|p| p.name_any() == primary && is_ready(p));
-    let primary_since = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.primary_since.clone())
+        not_primary.is_none() && pods.iter().any(|p| p.name_any() == primary && is_ready(p));
+    let primary_since = st
+        .primary_since
+        .clone()
         .or_else(|| primary_ready.then(|| Time(Utc::now())));
+    let mut last_failover = st.last_failover.clone();
+    if let Some((from, to, reason)) = &settled.promoted {
+        tracing::warn!(namespace = ns, cluster = %cluster.name_any(), from = %from, to = %to, reason = %reason, "failover");
+        ctx.event(
+            cluster,
+            Reason::Failover,
+            format!("promoting {to} in place of {from}: {reason}"),
+        )
+        .await;
+        ctx.metrics.failed_over(ns, &cluster.name_any());
+        last_failover = Some(bulwark_api::cluster::FailoverRecord {
+            from: from.clone(),
+            to: to.clone(),
+            time: Time(Utc::now()),
+            reason: reason.clone(),
+        });
+    }
+    if let (Some(waiting), None) = (&settled.waiting, &st.primary_lost_since) {
+        ctx.event(cluster, Reason::PrimaryLost, waiting.clone())
+            .await;
+    }
     let extra = serde_json::json!({
         "readyReplicas": ready,
         "currentPrimary": primary,
         "primarySince": primary_since,
+        "primaryLostSince": settled.lost_since,
+        "lastFailover": last_failover,
     });
     write_status(cluster, ctx, ns, &desired, Some(extra)).await?;
     Ok(ready_cond.status == Status::True)

@@ -1,0 +1,88 @@
+//! A steady writer for failure tests: run in a server pod (so that it outlives another pod),
+//! one INSERT every 200 ms through a Service, each acknowledged id printed with its time; and
+//! what its output says about acknowledged rows and refused writes.
+
+use std::process::{Child, Stdio};
+
+/// Starts the writer in `pod` for `seconds`: ids 1, 2, ... into `ledger.acks` through `host`.
+pub fn start(namespace: &str, pod: &str, password: &str, host: &str, seconds: u32) -> Child {
+    let script = format!(
+        "end=$(( $(date +%s) + {seconds} )); i=0; while [ $(date +%s) -lt $end ]; do i=$((i+1)); \
+         if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h {host} -u root \
+            -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
+         then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
+         sleep 0.2; done"
+    );
+    crate::kubectl(&[
+        "exec", "-n", namespace, pod, "-c", "mysqld", "--", "sh", "-c", &script,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("writer")
+}
+
+/// What a writer saw.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Acknowledged ids.
+    pub acked: Vec<u64>,
+    /// Refused attempts.
+    pub refused: usize,
+    /// Seconds from the last acknowledgement before the first refusal to the first after it.
+    pub refused_for: Option<f64>,
+    /// The output, for messages.
+    pub lines: String,
+}
+
+/// Waits for the writer to end and reads its output.
+pub fn finish(child: Child) -> Outcome {
+    let out = child.wait_with_output().expect("writer output");
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut o = Outcome::default();
+    let mut last_ack_before: Option<f64> = None;
+    let mut first_ack_after: Option<f64> = None;
+    for line in lines.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [kind, id, at] = f.as_slice() else {
+            continue;
+        };
+        let at: f64 = at.parse().unwrap_or_default();
+        match *kind {
+            "ack" => {
+                o.acked.push(id.parse().unwrap_or_default());
+                if o.refused == 0 {
+                    last_ack_before = Some(at);
+                } else if first_ack_after.is_none() {
+                    first_ack_after = Some(at);
+                }
+            }
+            _ => o.refused += 1,
+        }
+    }
+    if let (Some(before), Some(after)) = (last_ack_before, first_ack_after) {
+        o.refused_for = Some(after - before);
+    }
+    o.lines = lines;
+    o
+}
+
+impl Outcome {
+    /// Acknowledged ids missing from `stored` (one id per line).
+    pub fn lost(&self, stored: &str) -> Vec<u64> {
+        let stored: std::collections::BTreeSet<u64> = stored
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        self.acked
+            .iter()
+            .filter(|id| !stored.contains(id))
+            .copied()
+            .collect()
+    }
+
+    /// Writes resumed after the refusals (or none were refused).
+    pub fn resumed(&self) -> bool {
+        self.refused == 0 || self.refused_for.is_some()
+    }
+}

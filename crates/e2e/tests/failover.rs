@@ -1,0 +1,160 @@
+//! Automatic failover on the real node, in a test binary of its own (it cordons the node, which
+//! would hold the pods of any test running beside it): under a steady writer the primary's pod
+//! is deleted and cannot come back; a replica is promoted, writes resume through the primary
+//! Service, and every acknowledged row is on the new primary. Once the node takes pods again,
+//! the old primary's pod returns as a replica of the new one, with every row.
+
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
+    Namespace,
+};
+
+/// Cordons the node for its lifetime.
+struct Cordoned(String);
+
+impl Cordoned {
+    fn node() -> Cordoned {
+        let node = kubectl_ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+        kubectl_ok(&["cordon", node.trim()]);
+        Cordoned(node.trim().to_owned())
+    }
+}
+
+impl Drop for Cordoned {
+    fn drop(&mut self) {
+        let _ = bulwark_e2e::try_kubectl(&["uncordon", &self.0]);
+    }
+}
+
+fn status_field(n: &str, field: &str) -> serde_json::Value {
+    get_json(n, "mysqlcluster/surge")
+        .map(|c| c["status"][field].clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
+    operator();
+    let ns = Namespace::create("e2e-failover");
+    let n = ns.0.as_str();
+    apply(
+        n,
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: surge}\n\
+         spec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}, \
+         replication: {failoverAfterSeconds: 10}}\n",
+    );
+    wait_ready(n, "surge", 3, "the cluster to become Ready");
+    let password = secret_value(n, "surge-credentials", "root");
+    sql(
+        n,
+        "surge-0",
+        &password,
+        "surge-primary",
+        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let child = writer::start(n, "surge-2", &password, "surge-primary", 90);
+    std::thread::sleep(Duration::from_secs(10));
+    // The node takes no new pod: the primary's pod, once deleted, stays away (a lost node).
+    let cordon = Cordoned::node();
+    let lost = Instant::now();
+    kubectl_ok(&["delete", "pod", "-n", n, "surge-0", "--wait=false"]);
+    let new_primary =
+        wait_for(
+            n,
+            "a replica promoted",
+            Duration::from_secs(120),
+            || match status_field(n, "currentPrimary").as_str() {
+                Some(p) if p != "surge-0" => Ok(p.to_owned()),
+                other => Err(format!("{other:?}")),
+            },
+        );
+    eprintln!(
+        "{new_primary} promoted {:.1}s after the primary's pod was deleted",
+        lost.elapsed().as_secs_f64()
+    );
+    let record = status_field(n, "lastFailover");
+    assert_eq!(record["from"], "surge-0", "{record}");
+    assert_eq!(record["to"], new_primary.as_str(), "{record}");
+    wait_for(
+        n,
+        "the new primary to take writes",
+        Duration::from_secs(120),
+        || {
+            sql(
+                n,
+                &new_primary,
+                &password,
+                "surge-primary",
+                "SELECT @@hostname, @@read_only",
+            )
+            .and_then(|out| {
+                let f: Vec<&str> = out.split_whitespace().collect();
+                (f == [new_primary.as_str(), "0"]).then_some(()).ok_or(out)
+            })
+        },
+    );
+    eprintln!(
+        "writes through surge-primary land on {new_primary} {:.1}s after the pod was deleted",
+        lost.elapsed().as_secs_f64()
+    );
+
+    let outcome = writer::finish(child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    if let Some(refused_for) = outcome.refused_for {
+        eprintln!(
+            "writes refused for {refused_for:.1}s ({} attempts refused)",
+            outcome.refused
+        );
+    }
+    let stored = sql(
+        n,
+        &new_primary,
+        &password,
+        "surge-primary",
+        "SELECT id FROM ledger.acks",
+    )
+    .unwrap_or_else(|e| {
+        dump(n);
+        panic!("{e}")
+    });
+    let lost_rows = outcome.lost(&stored);
+    assert!(
+        lost_rows.is_empty(),
+        "acknowledged rows lost: {lost_rows:?}"
+    );
+    eprintln!("{} acknowledged rows, none lost", outcome.acked.len());
+
+    // The node takes pods again: the old primary's pod returns as a replica, with every row.
+    drop(cordon);
+    wait_ready(n, "surge", 3, "the old primary back as a replica");
+    let pod = get_json(n, "pod/surge-0").expect("pod 0");
+    assert_eq!(
+        pod["metadata"]["labels"]["mysql.bulwark.dev/role"],
+        "replica"
+    );
+    let total = stored.lines().count().to_string();
+    wait_for(
+        n,
+        "every row on the old primary",
+        Duration::from_secs(60),
+        || {
+            sql(
+                n,
+                "surge-0",
+                &password,
+                "localhost",
+                "SELECT COUNT(*), @@read_only FROM ledger.acks",
+            )
+            .and_then(|out| {
+                let f: Vec<&str> = out.split_whitespace().collect();
+                (f.first() == Some(&total.as_str()))
+                    .then_some(())
+                    .ok_or(out)
+            })
+        },
+    );
+}

@@ -1,0 +1,315 @@
+//! Automatic failover as a pure decision: from the members' reports, whether the primary is
+//! lost, and once it has been for the configured time, which replica takes over. A replica is
+//! chosen only when every reporting replica has applied what it received and the chosen one
+//! holds every transaction any of them has (by GTID); otherwise the cluster waits, and says why.
+
+use std::time::Duration;
+
+use bulwark_contract::command::Engine;
+use bulwark_contract::gtid;
+use bulwark_contract::Role;
+
+use super::roles::MemberView;
+
+/// What to do about the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failover {
+    /// The primary is there (or nothing can be known about a takeover).
+    Healthy,
+    /// The primary is lost; nothing is done yet, for `reason`.
+    Waiting(String),
+    /// Promote `to`.
+    Promote {
+        /// The replica's pod.
+        to: String,
+        /// Why, for the event.
+        reason: String,
+    },
+}
+
+/// Why the primary counts as lost, if it does: its agent gives no report, and no reporting
+/// replica is receiving (from it or anyone). A replica still receiving means the old primary's
+/// server runs and serves it: only its agent or the path to it failed, and promoting another
+/// member would make two primaries.
+pub fn primary_lost(primary: &str, members: &[MemberView]) -> Option<String> {
+    let why = match members.iter().find(|m| m.pod == primary) {
+        None => format!("pod {primary} does not exist"),
+        Some(m) => match &m.report {
+            Ok(_) => return None,
+            Err(e) => format!("{primary} does not report: {e}"),
+        },
+    };
+    let replicas: Vec<_> = members
+        .iter()
+        .filter(|m| m.pod != primary)
+        .filter_map(|m| m.report.as_ref().ok().map(|r| (m, r)))
+        .collect();
+    if replicas.is_empty() {
+        return None;
+    }
+    if let Some((m, _)) = replicas.iter().find(|(_, r)| {
+        r.replication
+            .as_ref()
+            .is_some_and(|rep| rep.io == "running")
+    }) {
+        tracing::debug!(primary, receiving = %m.pod, "primary unreachable but a replica still receives");
+        return None;
+    }
+    Some(why)
+}
+
+/// Decides. `lost_for`: how long the primary has been lost (`None`: it is not); `after`: the
+/// configured time before a takeover (zero: never).
+pub fn decide(
+    engine: Engine,
+    primary: &str,
+    members: &[MemberView],
+    lost_for: Option<Duration>,
+    after: Duration,
+) -> Failover {
+    let Some(lost_for) = lost_for else {
+        return Failover::Healthy;
+    };
+    let Some(why) = primary_lost(primary, members) else {
+        return Failover::Healthy;
+    };
+    if after.is_zero() {
+        return Failover::Waiting(format!("{why}; automatic failover is off"));
+    }
+    if lost_for < after {
+        return Failover::Waiting(format!(
+            "{why} for {}s; a replica takes over after {}s",
+            lost_for.as_secs(),
+            after.as_secs()
+        ));
+    }
+    let replicas: Vec<_> = members
+        .iter()
+        .filter(|m| m.pod != primary && m.labelled == Some(Role::Replica))
+        .filter_map(|m| m.report.as_ref().ok().map(|r| (m.pod.as_str(), r)))
+        .collect();
+    // What a replica received but has not applied is not in its GTID set yet: compare only
+    // once every replica has applied all it has.
+    if let Some((pod, _)) = replicas.iter().find(|(_, r)| {
+        r.replication
+            .as_ref()
+            .is_some_and(|rep| !(rep.relay_applied || (rep.sql_running && rep.sql_caught_up)))
+    }) {
+        return Failover::Waiting(format!(
+            "{why}; waiting for {pod} to apply what it received before choosing the new primary"
+        ));
+    }
+    let best = replicas.iter().find(|(_, candidate)| {
+        replicas
+            .iter()
+            .all(|(_, other)| gtid::within(engine, &other.gtid_executed, &candidate.gtid_executed))
+    });
+    match best {
+        Some((pod, r)) => Failover::Promote {
+            to: (*pod).to_owned(),
+            reason: format!(
+                "{why} for {}s; {pod} has every transaction the replicas have ({})",
+                lost_for.as_secs(),
+                if r.gtid_executed.is_empty() {
+                    "none"
+                } else {
+                    r.gtid_executed.as_str()
+                }
+            ),
+        },
+        None if replicas.is_empty() => {
+            Failover::Waiting(format!("{why}; no replica reports to take over"))
+        }
+        None => Failover::Waiting(format!(
+            "{why}; the replicas' transactions diverge ({}): none is promoted",
+            replicas
+                .iter()
+                .map(|(pod, r)| format!("{pod}: {}", r.gtid_executed))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bulwark_contract::member::{MemberReplication, MemberStatus};
+
+    fn replica(pod: &str, gtid: &str, io: &str, applied: bool) -> MemberView {
+        MemberView {
+            pod: pod.into(),
+            labelled: Some(Role::Replica),
+            report: Ok(MemberStatus {
+                role: Some("replica".into()),
+                ready: false,
+                reason: String::new(),
+                flavor: "mariadb".into(),
+                read_only: true,
+                super_read_only: false,
+                gtid_executed: gtid.into(),
+                semi_sync_wait: false,
+                semi_sync_clients: 0,
+                replication: Some(MemberReplication {
+                    source_host: "db-primary".into(),
+                    source_port: 3306,
+                    io: io.into(),
+                    sql_running: true,
+                    relay_applied: applied,
+                    sql_caught_up: applied,
+                    io_errno: 0,
+                    sql_errno: 0,
+                    lag_seconds: None,
+                }),
+                age_ms: 0,
+            }),
+        }
+    }
+
+    fn gone(pod: &str) -> MemberView {
+        MemberView {
+            pod: pod.into(),
+            labelled: Some(Role::Primary),
+            report: Err("connection refused".into()),
+        }
+    }
+
+    const AFTER: Duration = Duration::from_secs(30);
+
+    fn lost(secs: u64) -> Option<Duration> {
+        Some(Duration::from_secs(secs))
+    }
+
+    /// Name, members, how long the primary has been lost, the time before a takeover, and
+    /// `Ok(pod)` for a promotion, `Err("")` for healthy, `Err(part of the reason)` for waiting.
+    type Case = (
+        &'static str,
+        Vec<MemberView>,
+        Option<Duration>,
+        Duration,
+        Result<&'static str, &'static str>,
+    );
+
+    #[test]
+    fn decisions() {
+        let cases: Vec<Case> = vec![
+            (
+                "a primary that reports is healthy",
+                vec![
+                    MemberView {
+                        report: replica("db-0", "0-100-9", "stopped", true).report,
+                        ..gone("db-0")
+                    },
+                    replica("db-1", "0-100-9", "connecting", true),
+                ],
+                lost(300),
+                AFTER,
+                Err(""),
+            ),
+            (
+                "not lost while a replica still receives",
+                vec![gone("db-0"), replica("db-1", "0-100-9", "running", true)],
+                lost(300),
+                AFTER,
+                Err(""),
+            ),
+            (
+                "lost, within the grace",
+                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                lost(10),
+                AFTER,
+                Err("a replica takes over after 30s"),
+            ),
+            (
+                "failover off",
+                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                lost(300),
+                Duration::ZERO,
+                Err("automatic failover is off"),
+            ),
+            (
+                "the most advanced replica is promoted",
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-7", "connecting", true),
+                    replica("db-2", "0-100-9", "connecting", true),
+                ],
+                lost(31),
+                AFTER,
+                Ok("db-2"),
+            ),
+            (
+                "a replica still applying makes the choice wait",
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-7", "stopped", false),
+                    replica("db-2", "0-100-9", "connecting", true),
+                ],
+                lost(31),
+                AFTER,
+                Err("waiting for db-1 to apply"),
+            ),
+            (
+                "diverging replicas: nobody",
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-7,1-101-3", "connecting", true),
+                    replica("db-2", "0-100-9", "connecting", true),
+                ],
+                lost(31),
+                AFTER,
+                Err("diverge"),
+            ),
+            (
+                "a deleted primary pod counts as lost",
+                vec![replica("db-1", "0-100-9", "connecting", true)],
+                lost(31),
+                AFTER,
+                Ok("db-1"),
+            ),
+            (
+                "nothing known of the replicas: no takeover",
+                vec![
+                    gone("db-0"),
+                    MemberView {
+                        labelled: Some(Role::Replica),
+                        ..gone("db-1")
+                    },
+                ],
+                lost(300),
+                AFTER,
+                Err(""),
+            ),
+            (
+                "not yet seen lost",
+                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                None,
+                AFTER,
+                Err(""),
+            ),
+        ];
+        for (name, members, lost_for, after, want) in cases {
+            let got = decide(Engine::MariaDb, "db-0", &members, lost_for, after);
+            match (want, &got) {
+                (Err(""), Failover::Healthy) => {}
+                (Err(needle), Failover::Waiting(reason))
+                    if !needle.is_empty() && reason.contains(needle) => {}
+                (Ok(pod), Failover::Promote { to, .. }) if to == pod => {}
+                _ => panic!("{name}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lost_is_judged_from_the_reports() {
+        assert!(
+            primary_lost("db-0", &[gone("db-0")]).is_none(),
+            "no replica reports"
+        );
+        assert!(primary_lost(
+            "db-0",
+            &[gone("db-0"), replica("db-1", "", "connecting", true)]
+        )
+        .is_some_and(|w| w.contains("db-0 does not report")));
+    }
+}
