@@ -465,6 +465,31 @@ fn agents_replicate_switch_over_and_answer_probes() {
     wait_status(&a, &[], "/healthz", 200, "mysqld answers");
 }
 
+/// An agent for a member whose role comes from `labels`, replicating from 127.0.0.1:`port`.
+fn member_agent(
+    name: &str,
+    dir: &Path,
+    db: &MariaDb,
+    labels: &Labels,
+    credentials: &str,
+    port: &str,
+    extra: &[&str],
+) -> Agent {
+    let labels_file = labels.file();
+    let mut args = vec![
+        "--labels-file",
+        labels_file.to_str().unwrap(),
+        "--credentials-dir",
+        credentials,
+        "--primary-host",
+        "127.0.0.1",
+        "--primary-port",
+        port,
+    ];
+    args.extend_from_slice(extra);
+    Agent::start(name, dir, db, &args, &[])
+}
+
 /// Semi-synchronous replication as the operator configures it: the primary answers a commit
 /// only once a replica has it, and holds it (however long) while no replica can take it.
 #[test]
@@ -500,20 +525,15 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
     b_labels.set(Some("replica"));
     let a_port = a_db.port().to_string();
     let start = |name: &str, db: &MariaDb, labels: &Labels| {
-        let labels_file = labels.file();
-        let args = [
-            "--labels-file",
-            labels_file.to_str().unwrap(),
-            "--credentials-dir",
+        member_agent(
+            name,
+            w,
+            db,
+            labels,
             &creds_s,
-            "--primary-host",
-            "127.0.0.1",
-            "--primary-port",
             &a_port,
-            "--semi-sync-acks",
-            "1",
-        ];
-        Agent::start(name, w, db, &args, &[])
+            &["--semi-sync-acks", "1"],
+        )
     };
     let a = start("a", &a_db, &a_labels);
     // Alone, the primary does not wait: its set-up and first writes are not held.
@@ -609,18 +629,7 @@ fn promotion_applies_the_received_relay_log_before_taking_writes() {
     let a_port = a_db.port().to_string();
     let b_port = b_db.port().to_string();
     let start = |name: &str, db: &MariaDb, labels: &Labels, primary_port: &str| {
-        let labels_file = labels.file();
-        let args = [
-            "--labels-file",
-            labels_file.to_str().unwrap(),
-            "--credentials-dir",
-            &creds_s,
-            "--primary-host",
-            "127.0.0.1",
-            "--primary-port",
-            primary_port,
-        ];
-        Agent::start(name, w, db, &args, &[])
+        member_agent(name, w, db, labels, &creds_s, primary_port, &[])
     };
     let a = start("a", &a_db, &a_labels, &b_port);
     let b = start("b", &b_db, &b_labels, &a_port);

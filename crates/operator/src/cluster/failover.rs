@@ -77,9 +77,10 @@ pub fn decide(
         return Failover::Waiting(format!("{why}; automatic failover is off"));
     }
     if lost_for < after {
+        // No running count in the message: the status would change every second, and every
+        // change wakes the controller again.
         return Failover::Waiting(format!(
-            "{why} for {}s; a replica takes over after {}s",
-            lost_for.as_secs(),
+            "{why}; a replica takes over once it has been lost for {}s (status.primaryLostSince)",
             after.as_secs()
         ));
     }
@@ -218,7 +219,7 @@ mod tests {
                 vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
                 lost(10),
                 AFTER,
-                Err("a replica takes over after 30s"),
+                Err("a replica takes over once it has been lost for 30s"),
             ),
             (
                 "failover off",
