@@ -26,6 +26,14 @@ fn defaults(engine: Engine) -> BTreeMap<&'static str, &'static str> {
     d
 }
 
+/// The engine as the contract with the pods spells it.
+pub fn contract_engine(engine: Engine) -> command::Engine {
+    match engine {
+        Engine::MariaDb => command::Engine::MariaDb,
+        Engine::MySql => command::Engine::MySql,
+    }
+}
+
 /// The semi-synchronous replication a spec asks for.
 pub fn semi_sync(spec: &MySQLClusterSpec) -> SemiSync {
     let s = &spec.replication.semi_sync;
@@ -68,10 +76,6 @@ pub fn render(spec: &MySQLClusterSpec) -> String {
     for (k, v) in spec.mysqld_config.iter().flatten() {
         options.insert(k.replace('-', "_"), v.clone());
     }
-    let contract_engine = match engine {
-        Engine::MariaDb => command::Engine::MariaDb,
-        Engine::MySql => command::Engine::MySql,
-    };
     if engine == Engine::MySql {
         // The semi-sync plugins, after any the user loads.
         let plugins = match options.get("plugin_load_add") {
@@ -82,7 +86,7 @@ pub fn render(spec: &MySQLClusterSpec) -> String {
         };
         options.insert("plugin_load_add".to_owned(), plugins);
     }
-    for (k, v) in semi_sync(spec).server_options(contract_engine) {
+    for (k, v) in semi_sync(spec).server_options(contract_engine(engine)) {
         options.insert(k.to_owned(), v);
     }
     let mut out =

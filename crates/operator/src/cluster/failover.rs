@@ -135,35 +135,26 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bulwark_contract::member::{MemberReplication, MemberStatus};
+    use bulwark_contract::member::MemberReplication;
 
     fn replica(pod: &str, gtid: &str, io: &str, applied: bool) -> MemberView {
+        let mut report = super::super::roles::sample_report(gtid);
+        report.role = Some("replica".into());
+        report.replication = Some(MemberReplication {
+            source_host: "db-primary".into(),
+            source_port: 3306,
+            io: io.into(),
+            sql_running: true,
+            relay_applied: applied,
+            sql_caught_up: applied,
+            io_errno: 0,
+            sql_errno: 0,
+            lag_seconds: None,
+        });
         MemberView {
             pod: pod.into(),
             labelled: Some(Role::Replica),
-            report: Ok(MemberStatus {
-                role: Some("replica".into()),
-                ready: false,
-                reason: String::new(),
-                flavor: "mariadb".into(),
-                read_only: true,
-                super_read_only: false,
-                gtid_executed: gtid.into(),
-                semi_sync_wait: false,
-                semi_sync_clients: 0,
-                replication: Some(MemberReplication {
-                    source_host: "db-primary".into(),
-                    source_port: 3306,
-                    io: io.into(),
-                    sql_running: true,
-                    relay_applied: applied,
-                    sql_caught_up: applied,
-                    io_errno: 0,
-                    sql_errno: 0,
-                    lag_seconds: None,
-                }),
-                age_ms: 0,
-            }),
+            report: Ok(report),
         }
     }
 

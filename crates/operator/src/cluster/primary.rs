@@ -62,7 +62,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
     } else {
         Vec::new()
     };
-    let engine = engine_of(cluster);
+    let engine = super::config::contract_engine(cluster.spec.engine);
 
     let mut lost_since = None;
     let mut waiting = None;
@@ -151,11 +151,4 @@ fn current_primary(cluster: &MySQLCluster) -> String {
         .and_then(|s| s.current_primary.clone())
         .filter(|p| names::pod_ordinal(&name, p).is_some_and(|o| o < cluster.spec.replicas))
         .unwrap_or_else(|| names::pod(&name, 0))
-}
-
-fn engine_of(cluster: &MySQLCluster) -> bulwark_contract::command::Engine {
-    match cluster.spec.engine {
-        bulwark_api::cluster::Engine::MariaDb => bulwark_contract::command::Engine::MariaDb,
-        bulwark_api::cluster::Engine::MySql => bulwark_contract::command::Engine::MySql,
-    }
 }

@@ -74,24 +74,30 @@ fn shown(gtid: &str) -> &str {
     }
 }
 
+/// A read-only member's report with `gtid`, for the tests of the decisions on reports.
+#[cfg(test)]
+pub(super) fn sample_report(gtid: &str) -> MemberStatus {
+    MemberStatus {
+        role: None,
+        ready: false,
+        reason: "role unknown".into(),
+        flavor: "mariadb".into(),
+        read_only: true,
+        super_read_only: false,
+        gtid_executed: gtid.into(),
+        semi_sync_wait: false,
+        semi_sync_clients: 0,
+        replication: None,
+        age_ms: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn report(gtid: &str) -> Result<MemberStatus, String> {
-        Ok(MemberStatus {
-            role: None,
-            ready: false,
-            reason: "role unknown".into(),
-            flavor: "mariadb".into(),
-            read_only: true,
-            super_read_only: false,
-            gtid_executed: gtid.into(),
-            semi_sync_wait: false,
-            semi_sync_clients: 0,
-            replication: None,
-            age_ms: 0,
-        })
+        Ok(sample_report(gtid))
     }
 
     fn member(

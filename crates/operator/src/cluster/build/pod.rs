@@ -218,10 +218,7 @@ fn volumes(validated: &Validated, config_map_name: &str) -> Vec<Volume> {
 }
 
 fn engine(cluster: &MySQLCluster) -> command::Engine {
-    match cluster.spec.engine {
-        Engine::MariaDb => command::Engine::MariaDb,
-        Engine::MySql => command::Engine::MySql,
-    }
+    crate::cluster::config::contract_engine(cluster.spec.engine)
 }
 
 /// `bulwark-agent init`: the per-pod option files.
