@@ -4,6 +4,18 @@
 
 use std::process::{Child, Stdio};
 
+/// Creates `ledger.acks`, the writer's table, through `host` from `pod`.
+pub fn create_table(namespace: &str, pod: &str, password: &str, host: &str) {
+    crate::sql(
+        namespace,
+        pod,
+        password,
+        host,
+        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Starts the writer in `pod` for `seconds`: ids 1, 2, ... into `ledger.acks` through `host`.
 pub fn start(namespace: &str, pod: &str, password: &str, host: &str, seconds: u32) -> Child {
     let script = format!(

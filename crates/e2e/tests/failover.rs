@@ -47,14 +47,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     );
     wait_ready(n, "surge", 3, "the cluster to become Ready");
     let password = secret_value(n, "surge-credentials", "root");
-    sql(
-        n,
-        "surge-0",
-        &password,
-        "surge-primary",
-        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    writer::create_table(n, "surge-0", &password, "surge-primary");
 
     let child = writer::start(n, "surge-2", &password, "surge-primary", 90);
     std::thread::sleep(Duration::from_secs(10));

@@ -25,14 +25,7 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
     apply(n, &cluster("tide", 3, ""));
     wait_ready(n, "tide", 3, "the cluster to become Ready");
     let password = secret_value(n, "tide-credentials", "root");
-    sql(
-        n,
-        "tide-0",
-        &password,
-        "tide-primary",
-        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    writer::create_table(n, "tide-0", &password, "tide-primary");
 
     // The writer runs in a replica's pod, so that it outlives the primary's, for 75 s.
     let child = writer::start(n, "tide-2", &password, "tide-primary", 75);
