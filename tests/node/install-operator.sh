@@ -60,6 +60,8 @@ diagnose() {
 }
 
 t0="$(now)"
+existed=false
+kubectl -n "$NAMESPACE" get "deploy/$RELEASE" >/dev/null 2>&1 && existed=true
 # The image built here has Debian's mariadb-backup 10.11 and no XtraBackup (PERCONA=false).
 # shellcheck disable=SC2086 # BULWARK_HELM_ARGS is split on purpose
 helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
@@ -74,6 +76,11 @@ helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
 	--set-string logFormat=text \
 	${BULWARK_HELM_ARGS:-} >/dev/null
 log "helm upgrade --install done in $(elapsed "$t0" "$(now)")s"
+# The tag stays `dev` across builds: an operator already running on a reused node is restarted
+# onto the image just imported, which an unchanged Deployment would not do.
+if [[ -n "${1:-}" && "$existed" == true ]]; then
+	kubectl -n "$NAMESPACE" rollout restart "deploy/$RELEASE" >/dev/null
+fi
 
 if ! kubectl -n "$NAMESPACE" rollout status "deploy/$RELEASE" --timeout="${TIMEOUT}s" >/dev/null ||
 	! kubectl -n "$NAMESPACE" wait --for=condition=Available "deploy/$RELEASE" --timeout=10s >/dev/null; then

@@ -22,8 +22,10 @@ use bulwark_contract::Account;
 use crate::bootstrap;
 use crate::http::{self, Response};
 use crate::labels::{self, Role};
+use crate::orders::Orders;
 use crate::sql::{self, Source, Statement};
 use crate::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
+use bulwark_contract::order::Standing;
 use mysql_backup::crypto::MasterKey;
 use mysql_backup::format::Flavor;
 use mysql_backup::progress::Progress;
@@ -44,6 +46,8 @@ const RESTORE_RETRY: Duration = Duration::from_secs(30);
 const CHANGE_RETRY: Duration = Duration::from_secs(60);
 /// MySQL/MariaDB "access denied" (the replication password is wrong).
 const ER_ACCESS_DENIED: u32 = 1045;
+/// `KILL` of a session that no longer exists.
+const ER_NO_SUCH_THREAD: u16 = 1094;
 /// Syntax errors quote the statement, which may hold a password.
 const ER_PARSE_ERROR: u16 = 1064;
 
@@ -147,6 +151,10 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// The downward API labels file.
     pub labels_file: PathBuf,
+    /// This pod's name: role orders name the member they are for (`None`: orders refused).
+    pub pod_name: Option<String>,
+    /// Where accepted role orders are kept (`None`: in memory only).
+    pub order_file: Option<PathBuf>,
     /// Directory with the `root`, `replication`, `backup` and `metrics` password files.
     pub credentials_dir: PathBuf,
     /// Where replicas replicate from.
@@ -236,18 +244,23 @@ pub fn read_secret(path: &Path) -> Result<Option<Zeroizing<String>>, AgentError>
 
 /// What `/readyz` answers.
 #[derive(Debug, Clone)]
-struct Readiness {
-    ready: bool,
-    reason: String,
-    at: Instant,
+pub(crate) struct Readiness {
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
+    pub(crate) at: Instant,
+    /// When the pass that gave this began.
+    pub(crate) started: Instant,
     /// The report of `/status`, when the pass observed the server.
-    member: Option<MemberStatus>,
+    pub(crate) member: Option<MemberStatus>,
+    /// The pass took no action: the server is as its role wants it.
+    pub(crate) settled: bool,
 }
 
 /// The report of `/status` from a pass's role, observation and decision.
-fn member_status(role: Option<Role>, o: &Observed, decision: &Decision) -> MemberStatus {
+fn member_status(role: Option<Standing>, o: &Observed, decision: &Decision) -> MemberStatus {
     MemberStatus {
-        role: role.map(|r| r.as_str().to_owned()),
+        role: role.map(|r| r.role.as_str().to_owned()),
+        epoch: role.map_or(0, |r| r.epoch),
         ready: decision.ready,
         reason: decision.reason.clone(),
         flavor: o.flavor.to_string(),
@@ -276,6 +289,17 @@ fn member_status(role: Option<Role>, o: &Observed, decision: &Decision) -> Membe
     }
 }
 
+/// How long a demoted MariaDB primary holds its writes (`Agent::hold_writes`): longer than a
+/// Service takes to stop routing to it.
+const FENCE_HOLD: Duration = Duration::from_secs(5);
+
+/// Longest a `/status?fresh` request waits for a pass that began after it.
+const FRESH_WAIT: Duration = Duration::from_secs(3);
+
+/// Passes run back to back while each applies an action (a promotion or a demotion is several
+/// steps), at most this many before the interval is waited again.
+const MAX_BUSY_PASSES: u32 = 16;
+
 /// Least time between two log lines giving a changed not-ready reason.
 const NOT_READY_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -298,8 +322,23 @@ pub async fn run(
         ready: false,
         reason: "starting".into(),
         at: Instant::now(),
+        started: Instant::now(),
         member: None,
+        settled: false,
     }));
+    let orders = Arc::new(Orders::load(
+        config.pod_name.clone(),
+        config.order_file.clone(),
+    ));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let (passed, passes) = tokio::sync::watch::channel(());
+    let order = crate::orders::handler(
+        orders.clone(),
+        config.credentials_dir.clone(),
+        wake.clone(),
+        passes.clone(),
+        readiness.clone(),
+    );
     let stale_after = config.interval * 3 + STATEMENT_TIMEOUT * 3;
     let healthz = {
         let socket = config.socket.clone();
@@ -339,9 +378,27 @@ pub async fn run(
     };
     let status = {
         let readiness = readiness.clone();
-        move || {
-            let r = readiness.lock().expect("readiness lock").clone();
+        let wake = wake.clone();
+        move |axum::extract::RawQuery(query): axum::extract::RawQuery| {
+            let readiness = readiness.clone();
+            let wake = wake.clone();
+            let mut passes = passes.clone();
             async move {
+                // `?fresh`: from a pass that began after the request (the operator compares
+                // data during a switchover), not from one up to an interval old.
+                if query.as_deref() == Some(bulwark_contract::member::FRESH_QUERY) {
+                    let asked = Instant::now();
+                    passes.mark_unchanged();
+                    wake.notify_one();
+                    let deadline = tokio::time::Instant::now() + FRESH_WAIT;
+                    while readiness.lock().expect("readiness lock").started < asked {
+                        let next = tokio::time::timeout_at(deadline, passes.changed()).await;
+                        if !matches!(next, Ok(Ok(()))) {
+                            break;
+                        }
+                    }
+                }
+                let r = readiness.lock().expect("readiness lock").clone();
                 let age = r.at.elapsed();
                 match r.member {
                     Some(mut m) if age <= stale_after => {
@@ -360,26 +417,34 @@ pub async fn run(
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(
         listener,
-        http::routes(healthz, readyz, status),
+        http::routes(healthz, readyz, status, order),
         http::limits(config.health_timeout),
         async {
             let _ = http_stopped.await;
         },
     ));
 
-    let mut agent = Agent::new(config);
+    let mut agent = Agent::new(config, orders);
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     // When the pod is not ready, why: in the log too (the kubelet's events show only the status
     // code), but a changing reason (a lag in seconds) at most every NOT_READY_LOG_INTERVAL.
     let mut not_ready_logged: Option<Instant> = None;
+    let mut busy_passes = 0;
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = &mut shutdown => break,
+        if busy_passes == 0 || busy_passes >= MAX_BUSY_PASSES {
+            busy_passes = 0;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = wake.notified() => {}
+                _ = &mut shutdown => break,
+            }
         }
+        let began = Instant::now();
         let decision = agent.pass().await;
+        let acted = agent.acted;
+        busy_passes = if acted { busy_passes + 1 } else { 0 };
         let mut r = readiness.lock().expect("readiness lock");
         if r.ready != decision.ready {
             tracing::info!(ready = decision.ready, reason = %decision.reason, "readiness changed");
@@ -402,8 +467,12 @@ pub async fn run(
             ready: decision.ready,
             reason: decision.reason,
             at: Instant::now(),
+            started: began,
             member,
+            settled: decision.action.is_none(),
         };
+        drop(r);
+        passed.send_replace(());
     }
     tracing::info!("agent stopping");
     let _ = stop_http.send(());
@@ -472,7 +541,19 @@ struct Agent {
     source_digest: Option<[u8; 32]>,
     last_change: Option<Instant>,
     last_start: Option<Instant>,
-    last_role: Option<Result<Role, String>>,
+    last_role: Option<Result<Standing, String>>,
+    /// Accepted role orders.
+    orders: Arc<Orders>,
+    /// The epoch at which replication last connected; `None` since the agent started.
+    io_epoch: Option<u64>,
+    /// The epoch of the role this pass acts on.
+    epoch: u64,
+    /// The last pass applied an action.
+    acted: bool,
+    /// This agent promoted its server from a replica.
+    took_over: bool,
+    /// The session holding a demoted primary's writes, its id, and until when.
+    fence: Option<(mysql_async::Conn, u64, Instant)>,
     /// What the last pass observed, `None` when it could not.
     last_observed: Option<Observed>,
     /// The last failed action and its error, so a failure repeated every pass is logged once.
@@ -484,8 +565,14 @@ struct Agent {
 }
 
 impl Agent {
-    fn new(config: AgentConfig) -> Self {
+    fn new(config: AgentConfig, orders: Arc<Orders>) -> Self {
         Agent {
+            orders,
+            io_epoch: None,
+            epoch: 0,
+            acted: false,
+            took_over: false,
+            fence: None,
             config,
             conn: None,
             flavor: Flavor::Mariadb,
@@ -503,10 +590,11 @@ impl Agent {
         }
     }
 
-    fn read_role(&mut self) -> Result<Role, String> {
+    /// The role from the labels or the operator's order, whichever is newer.
+    fn read_role(&mut self) -> Result<Standing, String> {
         let path = &self.config.labels_file;
-        let role = match std::fs::read_to_string(path) {
-            Ok(text) => labels::role(&labels::parse_labels(&text)),
+        let labelled = match std::fs::read_to_string(path) {
+            Ok(text) => labels::standing(&labels::parse_labels(&text)),
             Err(source) => Err(format!(
                 "role unknown: {}",
                 mysql_backup::error::chain(&AgentError::ReadLabels {
@@ -515,9 +603,17 @@ impl Agent {
                 })
             )),
         };
+        let role = match (self.orders.standing(), labelled) {
+            (Err(why), _) => Err(why),
+            (Ok(None), labelled) => labelled,
+            (Ok(Some(ordered)), Err(_)) => Ok(ordered),
+            (Ok(ordered), Ok(labelled)) => {
+                Ok(Standing::newest(ordered, Some(labelled)).unwrap_or(labelled))
+            }
+        };
         if self.last_role.as_ref() != Some(&role) {
             match &role {
-                Ok(r) => tracing::info!(role = %r, "role changed"),
+                Ok(r) => tracing::info!(role = %r.role, epoch = r.epoch, "role changed"),
                 Err(reason) => tracing::warn!(reason = %reason, "role unknown"),
             }
             self.last_role = Some(role.clone());
@@ -529,7 +625,11 @@ impl Agent {
     async fn pass(&mut self) -> Decision {
         let role = self.read_role();
         self.last_observed = None;
-        match self.try_pass(role).await {
+        self.acted = false;
+        if let Ok(r) = &role {
+            self.epoch = r.epoch;
+        }
+        match self.try_pass(role.map(|r| r.role)).await {
             Ok(d) => d,
             Err(e) => {
                 if e.connection_lost() && self.conn.is_some() {
@@ -580,6 +680,13 @@ impl Agent {
                 && !self.converge_after_load,
             source_password_stale: stale,
             start_allowed: self.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
+            // Unknown after an agent restart: the receiver may predate the current primary.
+            reconnect: self.io_epoch.is_none_or(|e| e < self.epoch),
+            took_over: self.took_over,
+            fence_hold: self
+                .fence
+                .as_ref()
+                .map(|(_, _, until)| until.saturating_duration_since(Instant::now())),
             pending: &pending,
             restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,
@@ -589,6 +696,7 @@ impl Agent {
             let applied = self.apply(&action, &creds).await;
             if applied.is_ok() {
                 self.last_failure = None;
+                self.acted = true;
             }
             if let Err(e) = applied {
                 let msg = mysql_backup::error::chain(&e);
@@ -804,6 +912,17 @@ impl Agent {
             Action::FinishPromotion => sql::finish_promotion(flavor),
             Action::SetWritable => sql::set_writable(flavor),
             Action::SetReadOnly => sql::set_read_only(flavor),
+            Action::RestartReplicationIo => sql::restart_replication_io(flavor),
+            Action::ReleaseFence => {
+                let keep = self.fence.as_ref().map(|(_, id, _)| *id);
+                self.end_client_sessions(keep, &[]).await?;
+                if let Some((mut conn, _, _)) = self.fence.take() {
+                    let _ = timed(conn.query_drop("UNLOCK TABLES")).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
+                }
+                tracing::info!("demoted primary's hold on writes released");
+                return Ok(());
+            }
             Action::ChangeSource { adopt_gtid_pos } => sql::change_source(
                 flavor,
                 &self.config.source,
@@ -860,7 +979,24 @@ impl Agent {
                 return Err(e);
             }
         }
+        if matches!(
+            action,
+            Action::ChangeSource { .. } | Action::StartReplication | Action::RestartReplicationIo
+        ) {
+            self.io_epoch = Some(self.epoch);
+        }
         match action {
+            Action::FinishPromotion | Action::ResetReplication => self.took_over = true,
+            Action::SetReadOnly => {
+                self.took_over = false;
+                // MariaDB's read_only lets READ ONLY ADMIN accounts (root) commit; MySQL's
+                // super_read_only stops everyone.
+                if flavor == Flavor::Mariadb {
+                    self.hold_writes(creds).await;
+                }
+                let keep = self.fence.as_ref().map(|(_, id, _)| *id);
+                self.end_client_sessions(keep, &secrets).await?
+            }
             Action::EnsureAccounts => {
                 self.accounts_digest = Some(creds.accounts_digest());
                 self.converge_after_load = false;
@@ -896,6 +1032,62 @@ impl Agent {
             }
             other => tracing::info!(action = other.name(), "action applied"),
         }
+        Ok(())
+    }
+
+    /// Holds every commit of a demoted MariaDB primary for [`FENCE_HOLD`], on a session of its
+    /// own: clients still routed to it (a Service follows a label change only after a moment)
+    /// wait instead of committing, and are ended when the hold is released. Without it (the
+    /// lock could not be taken) read_only and the ended sessions still fence, except against
+    /// READ ONLY ADMIN accounts.
+    async fn hold_writes(&mut self, creds: &Credentials) {
+        let opts = creds.connection(&self.config.socket).opts();
+        let hold = async {
+            let mut c = mysql_async::Conn::new(opts).await?;
+            c.query_drop("SET SESSION lock_wait_timeout = 5").await?;
+            c.query_drop(sql::HOLD_WRITES).await?;
+            let id = c.id() as u64;
+            Ok::<_, mysql_async::Error>((c, id))
+        };
+        match tokio::time::timeout(STATEMENT_TIMEOUT, hold).await {
+            Ok(Ok((c, id))) => {
+                tracing::info!(
+                    hold_seconds = FENCE_HOLD.as_secs(),
+                    "demoted primary's writes held"
+                );
+                self.fence = Some((c, id, Instant::now() + FENCE_HOLD));
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not hold the demoted primary's writes"),
+            Err(_) => tracing::warn!("could not hold the demoted primary's writes in time"),
+        }
+    }
+
+    /// Fences a server that was writable: every client session but the operator's accounts'
+    /// is ended, so that none commits after the demotion (see `sql::fenced_sessions_query`).
+    async fn end_client_sessions(
+        &mut self,
+        keep: Option<u64>,
+        secrets: &[&str],
+    ) -> Result<(), AgentError> {
+        let conn = self.conn.as_mut().expect("connected");
+        let ids: Vec<u64> = timed(conn.query(sql::fenced_sessions_query(keep)))
+            .await
+            .map_err(|e| AgentError::Observe {
+                what: "client sessions",
+                source: Box::new(e),
+            })?;
+        for id in &ids {
+            match exec(conn, &sql::kill_session(*id), secrets).await {
+                // Ended on its own meanwhile.
+                Err(AgentError::RunStatement {
+                    code: ER_NO_SUCH_THREAD,
+                    ..
+                })
+                | Ok(()) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        tracing::info!(sessions = ids.len(), "read-only; client sessions ended");
         Ok(())
     }
 

@@ -147,6 +147,13 @@ pub struct AgentArgs {
         default_value = "/etc/bulwark/credentials"
     )]
     pub credentials_dir: PathBuf,
+    /// This pod's name: the operator's role orders name the pod they are for. Without it,
+    /// orders are refused and the role comes from the labels file alone.
+    #[arg(long, env = "BULWARK_AGENT_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// File on the data volume where accepted role orders are kept across restarts.
+    #[arg(long, env = "BULWARK_AGENT_ORDER_FILE")]
+    pub order_file: Option<PathBuf>,
     /// Host replicas replicate from (the cluster's primary Service).
     #[arg(long, env = "BULWARK_AGENT_PRIMARY_HOST")]
     pub primary_host: String,
@@ -229,6 +236,8 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
         socket: absolute(&a.socket)?,
         listen: a.listen,
         labels_file: absolute(&a.labels_file)?,
+        pod_name: a.pod_name.clone(),
+        order_file: a.order_file.as_deref().map(absolute).transpose()?,
         credentials_dir: absolute(&a.credentials_dir)?,
         source: Source {
             host: a.primary_host,
@@ -520,6 +529,8 @@ mod tests {
         assert_eq!(a.listen.to_string(), "0.0.0.0:9081");
         assert_eq!(a.listen.port(), bulwark_contract::ports::AGENT);
         assert_eq!(path(&a.labels_file), paths::LABELS_FILE);
+        assert_eq!(a.pod_name.as_deref(), Some("$(POD_NAME)"));
+        assert_eq!(a.order_file.as_deref().map(path), Some(paths::ROLE_ORDER));
         assert_eq!(path(&a.credentials_dir), paths::CREDENTIALS_DIR);
         assert_eq!(a.primary_host, "quay-primary");
         assert_eq!(a.primary_port, bulwark_contract::ports::MYSQL);

@@ -54,14 +54,17 @@ pub fn limits(handler_time: Duration) -> Limits {
     }
 }
 
-/// The agent's routes: the probes and `/status` (the operator's view of the member).
-pub fn routes<H, HF, R, RF, S, SF>(healthz: H, readyz: R, status: S) -> Router
+/// The agent's routes: the probes, `/status` (the operator's view of the member) and the
+/// operator's role orders (`POST`, signed; see `orders`).
+pub fn routes<H, HF, R, RF, S, SF, O, OF>(healthz: H, readyz: R, status: S, order: O) -> Router
 where
+    O: Fn(axum::body::Bytes) -> OF + Clone + Send + Sync + 'static,
+    OF: Future<Output = Response> + Send + 'static,
     H: Fn() -> HF + Clone + Send + Sync + 'static,
     HF: Future<Output = Response> + Send + 'static,
     R: Fn() -> RF + Clone + Send + Sync + 'static,
     RF: Future<Output = Response> + Send + 'static,
-    S: Fn() -> SF + Clone + Send + Sync + 'static,
+    S: Fn(axum::extract::RawQuery) -> SF + Clone + Send + Sync + 'static,
     SF: Future<Output = Response> + Send + 'static,
 {
     bulwark_http::get_only(
@@ -70,6 +73,12 @@ where
             .route("/readyz", get(readyz))
             .route(bulwark_contract::member::STATUS_PATH, get(status)),
         "not found; try /healthz, /readyz or /status",
+    )
+    .route(
+        bulwark_contract::order::ORDER_PATH,
+        axum::routing::post(order).layer(axum::extract::DefaultBodyLimit::max(
+            bulwark_contract::order::MAX_ORDER_BYTES,
+        )),
     )
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 pub use bulwark_contract::labels::ROLE as ROLE_LABEL;
+use bulwark_contract::order::{epoch_from_label, Standing, EPOCH_LABEL};
 pub use bulwark_contract::Role;
 
 /// Parses the labels file; lines that are not `key="value"` are skipped.
@@ -28,6 +29,23 @@ pub fn role(labels: &BTreeMap<String, String>) -> Result<Role, String> {
         }),
         None => Err(format!("role unknown: no label {ROLE_LABEL}")),
     }
+}
+
+/// The role and its epoch the labels give (`bulwark_contract::order`), or why there is none.
+pub fn standing(labels: &BTreeMap<String, String>) -> Result<Standing, String> {
+    let role = role(labels)?;
+    let value = labels.get(EPOCH_LABEL).map(String::as_str);
+    let epoch = epoch_from_label(value).ok_or_else(|| {
+        format!(
+            "role unknown: label {EPOCH_LABEL} is {:?}",
+            value
+                .unwrap_or_default()
+                .chars()
+                .take(40)
+                .collect::<String>()
+        )
+    })?;
+    Ok(Standing { role, epoch })
 }
 
 /// Undoes Go's double-quoted string syntax (`strconv.Unquote`).
@@ -118,6 +136,27 @@ mod tests {
                 _ => panic!("{text:?}: {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn epochs() {
+        let with = |epoch: &str| {
+            standing(&parse_labels(&format!(
+                "mysql.bulwark.dev/role=\"primary\"\n{epoch}"
+            )))
+        };
+        let at = |epoch| {
+            Ok(Standing {
+                role: Role::Primary,
+                epoch,
+            })
+        };
+        assert_eq!(with(""), at(0));
+        assert_eq!(with("mysql.bulwark.dev/epoch=\"4\""), at(4));
+        assert!(with("mysql.bulwark.dev/epoch=\"x\"")
+            .unwrap_err()
+            .contains("is \"x\""));
+        assert!(standing(&parse_labels("")).is_err());
     }
 
     #[test]

@@ -11,5 +11,6 @@ pub mod exporter;
 pub mod http;
 pub mod init;
 pub mod labels;
+pub mod orders;
 pub mod sql;
 pub mod topology;

@@ -17,8 +17,10 @@ pub const BACKUP_USER: &str = Account::Backup.user();
 pub const EXPORTER_USER: &str = Account::Metrics.user();
 /// Connection cap of the exporter account.
 pub const EXPORTER_MAX_CONNECTIONS: u32 = 3;
-/// Seconds between a replica's attempts to reach its source.
-pub const CONNECT_RETRY_SECONDS: u32 = 5;
+/// Seconds between a replica's attempts to reach its source: short, because after a change of
+/// primary the Service reaches the new one within a second or two, and until a replica is
+/// back the new primary's commits wait for its acknowledgement.
+pub const CONNECT_RETRY_SECONDS: u32 = 1;
 
 /// One statement; `shown` is what logs and errors may print (passwords replaced).
 pub struct Statement {
@@ -276,6 +278,40 @@ pub fn finish_promotion(flavor: Flavor) -> Vec<Statement> {
 }
 
 /// Starts both replication threads.
+pub fn restart_replication_io(flavor: Flavor) -> Vec<Statement> {
+    let w = replica_word(flavor);
+    vec![
+        Statement::plain(format!("STOP {w} IO_THREAD")),
+        Statement::plain(format!("START {w} IO_THREAD")),
+    ]
+}
+
+/// Client sessions a fenced server ends: every one but the agent's own, the server's threads
+/// and the operator's accounts (replicas' binlog dumps, backups, the exporter). MariaDB's
+/// `read_only` does not stop accounts holding READ ONLY ADMIN (root, and any `GRANT ALL ON
+/// *.*`): their open transactions must not commit on a demoted primary. `keep`: the agent's
+/// own other session (the one holding the fence).
+pub fn fenced_sessions_query(keep: Option<u64>) -> String {
+    format!(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND ID <> {} \
+         AND USER NOT IN ('system user', 'event_scheduler', 'unauthenticated user', {}, {}, {}) \
+         AND COMMAND NOT IN ('Daemon', 'Binlog Dump', 'Binlog Dump GTID', 'Killed')",
+        keep.unwrap_or(0),
+        quote(REPLICATION_USER),
+        quote(BACKUP_USER),
+        quote(EXPORTER_USER)
+    )
+}
+
+/// Holds every commit on the server, whatever the account's privileges, for as long as the
+/// session that ran it lives (a demoted MariaDB primary, until its clients have moved).
+pub const HOLD_WRITES: &str = "FLUSH TABLES WITH READ LOCK";
+
+/// Ends session `id` (its open transaction is rolled back).
+pub fn kill_session(id: u64) -> Statement {
+    Statement::plain(format!("KILL CONNECTION {id}"))
+}
+
 pub fn start_replication(flavor: Flavor) -> Vec<Statement> {
     vec![Statement::plain(format!("START {}", replica_word(flavor)))]
 }
@@ -667,7 +703,7 @@ mod tests {
             [
                 "CHANGE MASTER TO MASTER_HOST = 'harbor-primary', MASTER_PORT = 3306, \
               MASTER_USER = 'bulwark_replication', MASTER_PASSWORD = 's3cr\\'et', \
-              MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 5"
+              MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1"
             ]
         );
         assert!(!maria[0].shown.contains("s3cr") && maria[0].shown.contains("<redacted>"));
@@ -681,7 +717,7 @@ mod tests {
             [
                 "CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'harbor-primary', SOURCE_PORT = 3306, \
               SOURCE_USER = 'bulwark_replication', SOURCE_PASSWORD = 'pw', \
-              SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5"
+              SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 1"
             ]
         );
     }

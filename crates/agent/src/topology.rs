@@ -76,6 +76,16 @@ pub struct Situation<'a> {
     pub source_password_stale: bool,
     /// Replication may be started (not retried too often after it stopped on an error).
     pub start_allowed: bool,
+    /// A demoted primary's writes are held (MariaDB: a global read lock, which also stops the
+    /// accounts `read_only` does not): `Some(remaining)` while the hold lasts, `Some(ZERO)`
+    /// once it is to be released.
+    pub fence_hold: Option<Duration>,
+    /// This server was promoted from a replica by this agent: it takes over a cluster that has
+    /// replicas, so its commits wait for them at once, not only once they are connected.
+    pub took_over: bool,
+    /// The primary changed (a newer epoch) since replication last connected: the receiver
+    /// may still be attached to the former primary through the Service's old connection.
+    pub reconnect: bool,
     /// The pending logical restore.
     pub pending: &'a Pending,
     /// The restored GTID position.
@@ -115,6 +125,10 @@ pub enum Action {
     },
     /// Start replication.
     StartReplication,
+    /// Restart the receiver alone, so that it connects to the current primary.
+    RestartReplicationIo,
+    /// End the client sessions that waited on a demoted primary's hold, then release it.
+    ReleaseFence,
     /// Load the pending logical backup.
     LoadPendingRestore {
         /// Backup id.
@@ -152,6 +166,8 @@ impl Action {
             Action::SetReadOnly => "set-read-only",
             Action::ChangeSource { .. } => "change-source",
             Action::StartReplication => "start-replication",
+            Action::RestartReplicationIo => "restart-replication-io",
+            Action::ReleaseFence => "release-fence",
             Action::LoadPendingRestore { .. } => "load-pending-restore",
             Action::DiscardPendingRestore { .. } => "discard-pending-restore",
             Action::AdoptRestoredGtid { .. } => "adopt-restored-gtid",
@@ -253,6 +269,13 @@ pub fn decide(s: &Situation<'_>) -> Decision {
 }
 
 fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
+    if s.fence_hold.is_some() {
+        // Made the primary again (an aborted switchover): its writes are released first.
+        return act(
+            Action::ReleaseFence,
+            "primary again: ending the client sessions held, then releasing the hold",
+        );
+    }
     if let Some(r) = &o.replication {
         let from = format!("{}:{}", r.source_host, r.source_port);
         // Received transactions are never discarded: they may be acknowledged writes.
@@ -308,7 +331,7 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
     // from then on for good: a primary that has had its replicas never answers a commit that
     // no replica has, however long they are away. Before, nobody could take over anyway.
     let acks = s.semi_sync_acks;
-    if acks > 0 && !o.semi_sync_wait && o.semi_sync_clients >= acks {
+    if acks > 0 && !o.semi_sync_wait && (o.semi_sync_clients >= acks || s.took_over) {
         return act(
             Action::SetSemiSyncWait(true),
             format!(
@@ -361,6 +384,21 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     if !o.read_only || (o.flavor == Flavor::Mysql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
     }
+    match s.fence_hold {
+        Some(left) if !left.is_zero() => {
+            return wait(format!(
+                "demoted: writes held for {}s more while clients move to the new primary",
+                left.as_secs_f64().ceil()
+            ))
+        }
+        Some(_) => {
+            return act(
+                Action::ReleaseFence,
+                "demoted: ending the client sessions held, then releasing the hold",
+            )
+        }
+        None => {}
+    }
     if o.semi_sync_wait {
         // A promoted replica starts waiting once its own replicas are connected.
         return act(
@@ -407,6 +445,15 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
         } else {
             wait(why)
         };
+    }
+    if s.reconnect {
+        return act(
+            Action::RestartReplicationIo,
+            format!(
+                "the primary changed: reconnecting replication through {}:{}",
+                want.host, want.port
+            ),
+        );
     }
     if r.io == IoState::Connecting {
         return wait(format!(
@@ -474,6 +521,9 @@ mod tests {
         accounts: bool,
         stale: bool,
         start_allowed: bool,
+        reconnect: bool,
+        took_over: bool,
+        fence_hold: Option<Duration>,
         pending: Pending,
         restored_gtid: GtidAdoption,
         semi_sync_acks: u32,
@@ -490,6 +540,9 @@ mod tests {
             accounts: true,
             stale: false,
             start_allowed: true,
+            reconnect: false,
+            took_over: false,
+            fence_hold: None,
             pending: Pending::Nothing,
             restored_gtid: GtidAdoption::Nothing,
             semi_sync_acks: 0,
@@ -577,6 +630,16 @@ mod tests {
                     "a primary waits for acknowledgements once its replica is connected",
                     primary(),
                     with_clients(1, false, None),
+                )
+            }
+            .then(Some(SetSemiSyncWait(true)), false, "commits wait"),
+            Case {
+                semi_sync_acks: 1,
+                took_over: true,
+                ..case(
+                    "a promoted replica waits for acknowledgements before its replicas return",
+                    primary(),
+                    with_clients(0, false, None),
                 )
             }
             .then(Some(SetSemiSyncWait(true)), false, "commits wait"),
@@ -756,7 +819,7 @@ mod tests {
             case(
                 "demoted primary adopts its binlog position",
                 replica(),
-                demoted,
+                demoted.clone(),
             )
             .then(
                 Some(ChangeSource {
@@ -783,6 +846,64 @@ mod tests {
                 observed(Mariadb, true, Some(lagging)),
             )
             .then(None, false, "31s behind (at most 30s)"),
+            Case {
+                fence_hold: Some(Duration::from_millis(2500)),
+                ..case(
+                    "a fenced primary holds writes before anything else",
+                    replica(),
+                    demoted.clone(),
+                )
+            }
+            .then(None, false, "writes held for 3s more"),
+            Case {
+                fence_hold: Some(Duration::ZERO),
+                ..case(
+                    "and releases the hold once it is over",
+                    replica(),
+                    demoted.clone(),
+                )
+            }
+            .then(Some(ReleaseFence), false, "releasing the hold"),
+            Case {
+                fence_hold: Some(Duration::from_secs(4)),
+                ..case(
+                    "a fenced primary made primary again releases its hold at once",
+                    primary(),
+                    demoted.clone(),
+                )
+            }
+            .then(Some(ReleaseFence), false, "primary again"),
+            Case {
+                reconnect: true,
+                ..case(
+                    "a new primary: the receiver reconnects",
+                    replica(),
+                    observed(Mariadb, true, running()),
+                )
+            }
+            .then(
+                Some(RestartReplicationIo),
+                false,
+                "reconnecting replication through quay-primary:3306",
+            ),
+            Case {
+                reconnect: true,
+                ..case(
+                    "a new primary, replication stopped: started, not restarted",
+                    replica(),
+                    observed(Mariadb, true, Some(status(IoState::Stopped, false))),
+                )
+            }
+            .then(Some(StartReplication), false, "stopped"),
+            Case {
+                reconnect: true,
+                ..case(
+                    "a new primary, for the new primary: nothing to reconnect",
+                    primary(),
+                    observed(Mariadb, false, None),
+                )
+            }
+            .then(None, true, "primary: writable"),
             case(
                 "connecting replica waits",
                 replica(),
@@ -957,6 +1078,9 @@ mod tests {
                 accounts_current: c.accounts,
                 source_password_stale: c.stale,
                 start_allowed: c.start_allowed,
+                reconnect: c.reconnect,
+                took_over: c.took_over,
+                fence_hold: c.fence_hold,
                 pending: &c.pending,
                 restored_gtid: &c.restored_gtid,
                 max_lag: Duration::from_secs(30),

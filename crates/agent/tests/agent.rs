@@ -71,6 +71,23 @@ impl Agent {
         (status, body)
     }
 
+    /// `POST path` with `body` → (status, body).
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out[9..12].parse().unwrap();
+        let body = out.split_once("\r\n\r\n").unwrap().1.trim_end().to_string();
+        (status, body)
+    }
+
     fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -136,12 +153,23 @@ impl Labels {
     }
 
     fn set(&mut self, role: Option<&str>) {
+        self.write(role, None);
+    }
+
+    fn set_with_epoch(&mut self, role: &str, epoch: u64) {
+        self.write(Some(role), Some(epoch));
+    }
+
+    fn write(&mut self, role: Option<&str>, epoch: Option<u64>) {
         self.version += 1;
         let ts = format!("..2026_11_22_00_00_{:02}.{}", self.version, self.version);
         std::fs::create_dir(self.dir.join(&ts)).unwrap();
         let mut text = "app.kubernetes.io/name=\"quay\"\n".to_string();
         if let Some(r) = role {
             text.push_str(&format!("mysql.bulwark.dev/role=\"{r}\"\n"));
+        }
+        if let Some(e) = epoch {
+            text.push_str(&format!("mysql.bulwark.dev/epoch=\"{e}\"\n"));
         }
         text.push_str("statefulset.kubernetes.io/pod-name=\"quay-0\"");
         std::fs::write(self.dir.join(&ts).join("labels"), text).unwrap();
@@ -1129,4 +1157,196 @@ fn replica_snapshot(db: &MariaDb) -> bulwark_mysql_testkit::DbSnapshot {
         *e = e.replace(" DISABLE ON SLAVE ", " ENABLE ");
     }
     s
+}
+
+/// A switchover by the operator's signed role orders, with the labels files left stale the
+/// way a slow kubelet leaves them: the old primary is read-only, with its open client
+/// sessions ended, before the new one takes writes; nothing acknowledged is lost; a stale
+/// label does not undo an order, not even across an agent restart; forged, stale and
+/// misaddressed orders are refused.
+#[test]
+fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
+    use bulwark_contract::order::RoleOrder;
+    use bulwark_contract::Role;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let a_db = instance_server(w, "quay-0");
+    let b_db = instance_server(w, "quay-1");
+    let creds = credentials(w, "");
+    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let mut a_labels = Labels::new(w.join("podinfo-a"));
+    let mut b_labels = Labels::new(w.join("podinfo-b"));
+    a_labels.set(Some("primary"));
+    b_labels.set(Some("replica"));
+    let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
+    let (a_orders, b_orders) = (w.join("order-a"), w.join("order-b"));
+    let start = |name: &str, pod: &str, db: &MariaDb, labels: &Labels, port: &str, file: &Path| {
+        let file = file.to_str().unwrap();
+        member_agent(
+            name,
+            w,
+            db,
+            labels,
+            &creds_s,
+            port,
+            &["--pod-name", pod, "--order-file", file],
+        )
+    };
+    let a = start("a", "quay-0", &a_db, &a_labels, &b_port, &a_orders);
+    let b = start("b", "quay-1", &b_db, &b_labels, &a_port, &b_orders);
+    wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+    for id in 1..=20 {
+        a_db.sql(&format!("INSERT INTO harbor.ships VALUES ({id})"))
+            .unwrap();
+    }
+    wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
+
+    let order = |member: &str, role, epoch, key: &[u8]| {
+        RoleOrder {
+            member: member.into(),
+            role,
+            epoch,
+        }
+        .sign(key)
+    };
+    // Refused: another key, another member's order, an unreadable body, a GET.
+    for (body, status, needle) in [
+        (
+            order("quay-0", Role::Replica, 1, b"other"),
+            403,
+            "signature",
+        ),
+        (
+            order("quay-1", Role::Replica, 1, b"order-key"),
+            403,
+            "for quay-1",
+        ),
+        ("{".to_owned(), 400, "not readable"),
+    ] {
+        let (code, answer) = a.post("/role", &body);
+        assert_eq!((code, answer.contains(needle)), (status, true), "{answer}");
+    }
+    assert_eq!(a.get("/role").0, 405);
+    assert!(a_orders.metadata().is_err(), "a refused order was kept");
+
+    // A client of the old primary holds an open transaction, as root (which MariaDB's
+    // read_only does not stop).
+    let mut held = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root", "-N", "-B", "--unbuffered"])
+        .arg(format!("--socket={}", a_db.socket().display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut held_in = held.stdin.take().unwrap();
+    writeln!(
+        held_in,
+        "BEGIN; INSERT INTO harbor.ships VALUES (1000); SELECT 'open';"
+    )
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(held.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "open");
+
+    // Fence: the old primary is read-only and its client session is gone when it answers.
+    let t = Instant::now();
+    let (code, fenced) = a.post("/role", &order("quay-0", Role::Replica, 1, b"order-key"));
+    let fence_time = t.elapsed();
+    assert_eq!(code, 200, "{fenced}\n{}", a.logs());
+    let fenced = bulwark_contract::member::MemberStatus::from_line(&fenced).unwrap();
+    assert_eq!(
+        (fenced.role.as_deref(), fenced.epoch, fenced.read_only),
+        (Some("replica"), 1, true),
+        "{fenced:?}"
+    );
+    writeln!(held_in, "COMMIT;").unwrap();
+    drop(held_in);
+    let held = held.wait_with_output().unwrap();
+    assert!(
+        !held.status.success(),
+        "the open transaction committed on the fenced primary"
+    );
+    assert_eq!(
+        scalar(&a_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 1000"),
+        "0"
+    );
+    // A new root session (which read_only does not stop) waits on the hold instead of
+    // committing, and is ended when the hold is released.
+    let mut late = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", a_db.socket().display()))
+        .args(["-e", "INSERT INTO harbor.ships VALUES (2000)"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        late.try_wait().unwrap().is_none(),
+        "a root write on the fenced primary was answered"
+    );
+    let fenced_at = scalar(&a_db, "SELECT @@gtid_binlog_pos");
+
+    // Promote: the new primary has applied everything the old one logged when it answers.
+    let t = Instant::now();
+    let (code, promoted) = b.post("/role", &order("quay-1", Role::Primary, 1, b"order-key"));
+    let promote_time = t.elapsed();
+    assert_eq!(code, 200, "{promoted}\n{}", b.logs());
+    let promoted = bulwark_contract::member::MemberStatus::from_line(&promoted).unwrap();
+    assert_eq!(
+        (promoted.role.as_deref(), promoted.epoch, promoted.read_only),
+        (Some("primary"), 1, false),
+        "{promoted:?}"
+    );
+    assert!(
+        bulwark_contract::gtid::within(
+            bulwark_contract::command::Engine::MariaDb,
+            &fenced_at,
+            &promoted.gtid_executed
+        ),
+        "{fenced_at} not in {}",
+        promoted.gtid_executed
+    );
+    eprintln!("fenced in {fence_time:?}, promoted in {promote_time:?}");
+    let late = wait_for("the held root write to be ended", &[&a, &b], || {
+        late.try_wait().unwrap()
+    });
+    assert!(!late.success(), "the held root write committed");
+    assert_eq!(
+        scalar(&a_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 2000"),
+        "0"
+    );
+    assert_eq!(scalar(&b_db, "SELECT COUNT(*) FROM harbor.ships"), "20");
+    b_db.sql("INSERT INTO harbor.ships VALUES (21)").unwrap();
+    // The old primary follows the new one.
+    wait_status(&a, &[&b], "/readyz", 200, "replica: replicating");
+    wait_for(
+        "the new primary's row on the old primary",
+        &[&a, &b],
+        || (a_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "21").then_some(()),
+    );
+
+    // An older order is refused; the labels, still saying the opposite at epoch 0, change
+    // nothing, even once the old primary's agent restarts.
+    let (code, answer) = a.post("/role", &order("quay-0", Role::Primary, 0, b"order-key"));
+    assert_eq!(code, 409, "{answer}");
+    drop(a);
+    let a = start("a-again", "quay-0", &a_db, &a_labels, &b_port, &a_orders);
+    wait_status(&a, &[&b], "/readyz", 200, "replica: replicating");
+    assert_eq!(scalar(&a_db, "SELECT @@read_only"), "1");
+    assert_eq!(scalar(&b_db, "SELECT @@read_only"), "0");
+    let status = a.get("/status").1;
+    assert!(status.contains("\"epoch\":1"), "{status}");
+    // A newer label wins over an older order.
+    a_labels.set_with_epoch("replica", 2);
+    wait_for("the label's epoch", &[&a], || {
+        a.get("/status").1.contains("\"epoch\":2").then_some(())
+    });
 }

@@ -276,6 +276,35 @@ pub struct MetricsSpec {
     pub enabled: bool,
 }
 
+/// Annotation on a `MySQLCluster` asking for a planned switchover to the named member pod:
+/// `kubectl annotate mysqlcluster/quay mysql.bulwark.dev/switchover=quay-1`. Each value is
+/// taken on once (`status.lastSwitchover.request`); to ask again for the same pod, give a new
+/// value with a suffix after `@`, e.g. `quay-1@2`.
+pub const SWITCHOVER_ANNOTATION: &str = "mysql.bulwark.dev/switchover";
+
+/// A planned change of primary, asked for with [`SWITCHOVER_ANNOTATION`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchoverRecord {
+    /// The annotation value this record answers.
+    pub request: String,
+    /// The primary when it was asked for.
+    pub from: String,
+    /// The pod asked for.
+    pub to: String,
+    /// When the operator took the request on.
+    pub started: Time,
+    /// When it ended; unset while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Time>,
+    /// `Completed`, `Refused` or `Aborted`; unset while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Why it was refused or aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// A primary replaced by a replica.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -306,6 +335,13 @@ pub struct ReplicationSpec {
     #[serde(default = "default_failover_after_seconds")]
     #[schemars(range(min = 0, max = 86400))]
     pub failover_after_seconds: i64,
+
+    /// Longest a planned switchover may pause writes: once the old primary is read-only, the
+    /// chosen replica must have applied everything it wrote within this many seconds, or the
+    /// switchover is aborted and the old primary takes writes again.
+    #[serde(default = "default_switchover_timeout_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub switchover_timeout_seconds: i64,
 }
 
 impl Default for ReplicationSpec {
@@ -313,11 +349,16 @@ impl Default for ReplicationSpec {
         Self {
             semi_sync: SemiSyncSpec::default(),
             failover_after_seconds: default_failover_after_seconds(),
+            switchover_timeout_seconds: default_switchover_timeout_seconds(),
         }
     }
 }
 
 fn default_failover_after_seconds() -> i64 {
+    30
+}
+
+fn default_switchover_timeout_seconds() -> i64 {
     30
 }
 
@@ -653,6 +694,14 @@ pub struct MySQLClusterStatus {
     /// The latest automatic failover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<FailoverRecord>,
+    /// The latest planned switchover (running while `finished` is unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_switchover: Option<SwitchoverRecord>,
+    /// Raised at every change of primary; the members' roles carry it (pod label
+    /// `mysql.bulwark.dev/epoch` and the operator's orders to the agents), so that no late
+    /// label or order can undo a newer one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
     /// The latest backup of the cluster that succeeded, of any schedule or taken on demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_backup: Option<BackupRecord>,

@@ -274,6 +274,10 @@ pub struct AgentRestore {
 /// `bulwark-agent run`: the sidecar next to mysqld.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Agent {
+    /// The pod's name (role orders name the member they are for); `$(POD_NAME)` as in `Init`.
+    pub pod_name: String,
+    /// Where the last accepted role order is kept.
+    pub order_file: String,
     pub socket: String,
     pub listen: String,
     pub labels_file: String,
@@ -290,6 +294,8 @@ impl Agent {
     /// The command of the server pods' `agent` container.
     pub fn for_pod(primary_host: &str, semi_sync_acks: u32, restore: Option<Repository>) -> Agent {
         Agent {
+            pod_name: "$(POD_NAME)".to_owned(),
+            order_file: paths::ROLE_ORDER.to_owned(),
             socket: paths::SOCKET.to_owned(),
             listen: format!("0.0.0.0:{}", crate::ports::AGENT),
             labels_file: paths::LABELS_FILE.to_owned(),
@@ -309,6 +315,8 @@ impl Agent {
         let mut a = Argv::new(AGENT_PROGRAM);
         a.flag("log-format", "json")
             .arg("run")
+            .flag("pod-name", &self.pod_name)
+            .flag("order-file", &self.order_file)
             .flag("socket", &self.socket)
             .flag("listen", &self.listen)
             .flag("labels-file", &self.labels_file)

@@ -7,7 +7,10 @@ use std::fmt;
 pub const ROLE: &str = "mysql.bulwark.dev/role";
 
 /// A server's role in its cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Takes writes.
     Primary,

@@ -11,6 +11,7 @@ pub mod gtid;
 pub mod ids;
 pub mod labels;
 pub mod member;
+pub mod order;
 pub mod paths;
 pub mod ports;
 pub mod result;

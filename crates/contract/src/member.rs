@@ -6,13 +6,19 @@ use serde::{Deserialize, Serialize};
 
 /// Path of the report on the agent's port.
 pub const STATUS_PATH: &str = "/status";
+/// Query asking for a report from a pass that began after the request (`/status?fresh`).
+pub const FRESH_QUERY: &str = "fresh";
 
 /// One member's state.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {
-    /// The role the agent acts on (its pod's label), `None` while unknown.
+    /// The role the agent acts on (its pod's label or the operator's order, whichever is
+    /// newer), `None` while unknown.
     pub role: Option<String>,
+    /// The epoch of that role (`order`).
+    #[serde(default)]
+    pub epoch: u64,
     /// The agent's readiness and its reason, as `/readyz` answers.
     pub ready: bool,
     pub reason: String,
@@ -72,6 +78,7 @@ mod tests {
     fn a_report_round_trips_on_one_line() {
         let s = MemberStatus {
             role: Some("replica".into()),
+            epoch: 3,
             ready: true,
             reason: "replica: replicating from quay-primary:3306, 0s behind".into(),
             flavor: "mariadb".into(),

@@ -17,6 +17,9 @@ pub const PENDING_LOGICAL_RESTORE: &str = "/var/lib/bulwark/pending-logical-rest
 /// File on the data volume with the GTID set a physical restore ended at; the agent continues
 /// replication from it.
 pub const RESTORED_GTID: &str = "/var/lib/bulwark/restored-gtid";
+/// File on the data volume with the last role order the agent accepted (`order`): it outlives
+/// agent restarts, so a stale labels file cannot undo an order.
+pub const ROLE_ORDER: &str = "/var/lib/bulwark/role-order";
 /// Directory the server reads extra option files from (both official images include it).
 pub const CONF_DIR: &str = "/etc/mysql/conf.d";
 /// Where the rendered my.cnf ConfigMap is mounted.
@@ -76,6 +79,7 @@ mod tests {
             join(VOLUME_ROOT, "pending-logical-restore")
         );
         assert_eq!(RESTORED_GTID, join(VOLUME_ROOT, "restored-gtid"));
+        assert_eq!(ROLE_ORDER, join(VOLUME_ROOT, "role-order"));
         assert_eq!(DATADIR_SUBPATH, "mysql");
         assert_eq!(DATADIR_ON_VOLUME, join(VOLUME_ROOT, DATADIR_SUBPATH));
     }

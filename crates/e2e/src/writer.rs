@@ -43,6 +43,9 @@ pub struct Outcome {
     pub refused: usize,
     /// Seconds from the last acknowledgement before the first refusal to the first after it.
     pub refused_for: Option<f64>,
+    /// The longest time between two consecutive acknowledgements, in seconds (the writer
+    /// tries every 200 ms): how long writes paused, whether refused or held.
+    pub longest_gap: f64,
     /// The output, for messages.
     pub lines: String,
 }
@@ -54,6 +57,7 @@ pub fn finish(child: Child) -> Outcome {
     let mut o = Outcome::default();
     let mut last_ack_before: Option<f64> = None;
     let mut first_ack_after: Option<f64> = None;
+    let mut last_ack: Option<f64> = None;
     for line in lines.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let [kind, id, at] = f.as_slice() else {
@@ -63,6 +67,10 @@ pub fn finish(child: Child) -> Outcome {
         match *kind {
             "ack" => {
                 o.acked.push(id.parse().unwrap_or_default());
+                if let Some(prev) = last_ack {
+                    o.longest_gap = o.longest_gap.max(at - prev);
+                }
+                last_ack = Some(at);
                 if o.refused == 0 {
                     last_ack_before = Some(at);
                 } else if first_ack_after.is_none() {

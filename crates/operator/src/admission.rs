@@ -1,5 +1,5 @@
 //! The admission policy that narrows what the operator's RBAC grants: on pods it may change the
-//! role label only, and it writes only Secrets it labels as its own. The Helm chart installs
+//! role and epoch labels only, and it writes only Secrets it labels as its own. The Helm chart installs
 //! exactly this policy (a test compares them); the controller tests run under it.
 //!
 //! RBAC cannot express either limit: `patch` on pods covers their images and commands, and
@@ -42,10 +42,12 @@ const CHECKS: &[Check] = &[
             (object.metadata.?annotations == oldObject.metadata.?annotations && \
             object.metadata.?finalizers == oldObject.metadata.?finalizers && \
             object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && \
-            variables.labels.all(k, k == 'mysql.bulwark.dev/role' || \
+            variables.labels.all(k, k in ['mysql.bulwark.dev/role', 'mysql.bulwark.dev/epoch'] || \
             (k in variables.oldLabels && variables.oldLabels[k] == variables.labels[k])) && \
-            variables.oldLabels.all(k, k == 'mysql.bulwark.dev/role' || k in variables.labels))",
-        message: "the MySQL operator may change only the mysql.bulwark.dev/role label of a pod",
+            variables.oldLabels.all(k, k in ['mysql.bulwark.dev/role', 'mysql.bulwark.dev/epoch'] || \
+            k in variables.labels))",
+        message: "the MySQL operator may change only the mysql.bulwark.dev/role and \
+            mysql.bulwark.dev/epoch labels of a pod",
     },
     Check {
         expression: "request.resource.resource != 'secrets' || \
@@ -140,6 +142,7 @@ mod tests {
         // The CEL text spells the label keys out; they must stay those the operator writes.
         let text: String = CHECKS.iter().map(|c| c.expression).collect();
         assert!(text.contains(&format!("'{}'", names::ROLE_LABEL)));
+        assert!(text.contains(&format!("'{}'", names::EPOCH_LABEL)));
         assert!(text.contains(&format!("'{}'", names::MANAGED_BY_LABEL)));
         assert!(text.contains(&format!("'{}'", names::MANAGED_BY)));
     }

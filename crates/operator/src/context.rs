@@ -120,6 +120,12 @@ pub enum Reason {
     Failover,
     /// The primary is lost and no replica is promoted yet (the reason says why).
     PrimaryLost,
+    /// A requested switchover started or completed.
+    Switchover,
+    /// A switchover request was refused (the message says why).
+    SwitchoverRefused,
+    /// A running switchover was given up; the old primary takes writes again.
+    SwitchoverAborted,
 }
 
 impl Reason {
@@ -131,6 +137,9 @@ impl Reason {
             Reason::ClusterNotReady => "ClusterNotReady",
             Reason::Failover => "Failover",
             Reason::PrimaryLost => "PrimaryLost",
+            Reason::Switchover => "Switchover",
+            Reason::SwitchoverRefused => "SwitchoverRefused",
+            Reason::SwitchoverAborted => "SwitchoverAborted",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -156,7 +165,9 @@ impl Reason {
             | Reason::BackupsUnhealthy
             | Reason::ReconcileFailed
             | Reason::Failover
-            | Reason::PrimaryLost => EventType::Warning,
+            | Reason::PrimaryLost
+            | Reason::SwitchoverRefused
+            | Reason::SwitchoverAborted => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -171,6 +182,9 @@ impl Reason {
             Reason::BackupPruned => "Retention",
             Reason::BackupDataDeleted | Reason::BackupDataDeleteFailed => "DeleteData",
             Reason::Failover | Reason::PrimaryLost => "Failover",
+            Reason::Switchover | Reason::SwitchoverRefused | Reason::SwitchoverAborted => {
+                "Switchover"
+            }
         }
     }
 }

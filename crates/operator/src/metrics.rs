@@ -60,6 +60,7 @@ pub struct Metrics {
     last_stored: Family<ClusterLabels, Gauge<u64, AtomicU64>>,
     backups_failed: Family<ClusterLabels, Counter>,
     failovers: Family<ClusterLabels, Counter>,
+    switchovers: Family<ClusterLabels, Counter>,
     /// Clusters that have series. The families cannot be iterated, and the three "last" gauges
     /// change together: holding this lock makes a record and a forget of a cluster atomic.
     clusters: Mutex<BTreeSet<ClusterLabels>>,
@@ -77,6 +78,7 @@ impl Default for Metrics {
             last_stored: Family::default(),
             backups_failed: Family::default(),
             failovers: Family::default(),
+            switchovers: Family::default(),
             clusters: Mutex::default(),
         };
         let mut registry = Registry::default();
@@ -121,6 +123,11 @@ impl Default for Metrics {
             "bulwark_cluster_failovers",
             "Automatic failovers of the cluster since the operator started",
             m.failovers.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_switchovers",
+            "Completed planned switchovers of the cluster since the operator started",
+            m.switchovers.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -193,6 +200,14 @@ impl Metrics {
         clusters.insert(labels);
     }
 
+    /// Records a completed planned switchover of a cluster.
+    pub fn switched_over(&self, ns: &str, cluster: &str) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.switchovers.get_or_create(&labels).inc();
+        clusters.insert(labels);
+    }
+
     /// Forgets a deleted cluster's series.
     pub fn forget_cluster(&self, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
@@ -219,6 +234,7 @@ impl Metrics {
         self.last_stored.remove(labels);
         self.backups_failed.remove(labels);
         self.failovers.remove(labels);
+        self.switchovers.remove(labels);
     }
 
     /// The metrics in the OpenMetrics text format (see [`CONTENT_TYPE`]).
@@ -245,6 +261,7 @@ mod tests {
         m.backup_succeeded("shop", "orders", t, 12.5, 4096);
         m.backup_failed("shop", "orders");
         m.failed_over("shop", "orders");
+        m.switched_over("shop", "orders");
         m
     }
 
@@ -263,6 +280,7 @@ mod tests {
             "bulwark_backup_last_stored_bytes{namespace=\"shop\",cluster=\"orders\"} 4096",
             "bulwark_backups_failed_total{namespace=\"shop\",cluster=\"orders\"} 1",
             "bulwark_cluster_failovers_total{namespace=\"shop\",cluster=\"orders\"} 1",
+            "bulwark_cluster_switchovers_total{namespace=\"shop\",cluster=\"orders\"} 1",
             "# HELP bulwark_reconciles Reconciles run, by controller.",
             "# EOF",
         ] {
@@ -340,6 +358,7 @@ mod tests {
                 "bulwark_backup_last_stored_bytes gauge",
                 "bulwark_backups_failed counter",
                 "bulwark_cluster_failovers counter",
+                "bulwark_cluster_switchovers counter",
             ]
         );
         let want: BTreeSet<String> = [
@@ -353,6 +372,7 @@ mod tests {
             "bulwark_backup_last_stored_bytes{namespace,cluster}",
             "bulwark_backups_failed_total{namespace,cluster}",
             "bulwark_cluster_failovers_total{namespace,cluster}",
+            "bulwark_cluster_switchovers_total{namespace,cluster}",
         ]
         .into_iter()
         .map(String::from)

@@ -20,6 +20,8 @@ pub const MANAGED_BY: &str = "bulwark-operator";
 /// Label the operator maintains on server pods: `primary` or `replica`; the Services select by it
 /// and the agent reads it.
 pub const ROLE_LABEL: &str = bulwark_contract::labels::ROLE;
+/// Label on server pods: the epoch of their role (`bulwark_contract::order`).
+pub const EPOCH_LABEL: &str = bulwark_contract::order::EPOCH_LABEL;
 /// Role label value of the pod running the primary.
 pub const ROLE_PRIMARY: &str = Role::Primary.as_str();
 /// Role label value of the pods running replicas.

@@ -597,7 +597,7 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     let data = creds.data.clone().unwrap();
     assert_eq!(
         data.keys().collect::<Vec<_>>(),
-        ["backup", "metrics", "replication", "root"]
+        ["backup", "metrics", "orders", "replication", "root"]
     );
     assert!(data.values().all(|v| v.0.len() == 32));
     assert!(
@@ -1947,7 +1947,7 @@ async fn the_operator_may_change_only_role_labels_and_its_own_secrets() {
             .await
             .map(drop),
         "change another label",
-        "only the mysql.bulwark.dev/role label",
+        "only the mysql.bulwark.dev/role and",
     )
     .unwrap();
     let annotation = json!({"apiVersion": "v1", "kind": "Pod",
@@ -1957,7 +1957,7 @@ async fn the_operator_may_change_only_role_labels_and_its_own_secrets() {
             .await
             .map(drop),
         "annotate a pod",
-        "only the mysql.bulwark.dev/role label",
+        "only the mysql.bulwark.dev/role and",
     )
     .unwrap();
     let role = json!({"apiVersion": "v1", "kind": "Pod",

@@ -154,6 +154,7 @@ mod tests {
         MemberView {
             pod: pod.into(),
             labelled: Some(Role::Replica),
+            labelled_epoch: Some(0),
             report: Ok(report),
         }
     }
@@ -162,6 +163,7 @@ mod tests {
         MemberView {
             pod: pod.into(),
             labelled: Some(Role::Primary),
+            labelled_epoch: Some(0),
             report: Err("connection refused".into()),
         }
     }
@@ -265,6 +267,7 @@ mod tests {
                     gone("db-0"),
                     MemberView {
                         labelled: Some(Role::Replica),
+                        labelled_epoch: Some(0),
                         ..gone("db-1")
                     },
                 ],

@@ -1,10 +1,12 @@
 //! Reads each server pod's report from its agent (`GET /status` on the agent port, over the pod
-//! network): the I/O edge of the role decisions in `roles`.
+//! network) and sends it role orders (`POST /role`): the I/O edge of the role decisions in
+//! `roles`, `fencing` and `failover`.
 
 use std::time::Duration;
 
 use bulwark_contract::labels::{Role, ROLE};
-use bulwark_contract::member::{MemberStatus, STATUS_PATH};
+use bulwark_contract::member::{MemberStatus, FRESH_QUERY, STATUS_PATH};
+use bulwark_contract::order::{epoch_from_label, EPOCH_LABEL, ORDER_PATH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,6 +16,8 @@ use crate::names;
 
 /// Time to connect and to read a whole answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Time for a fresh report (the agent waits up to 3 s for a new pass).
+const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest answer read.
 const MAX_ANSWER: u64 = 64 * 1024;
 
@@ -23,22 +27,61 @@ pub async fn views(pods: &[Pod]) -> Vec<MemberView> {
         MemberView {
             pod: pod.name_any(),
             labelled: pod.labels().get(ROLE).and_then(|v| Role::from_label(v)),
+            labelled_epoch: epoch_from_label(pod.labels().get(EPOCH_LABEL).map(String::as_str)),
             report: report(pod).await,
         }
     }))
     .await
 }
 
-async fn report(pod: &Pod) -> Result<MemberStatus, String> {
+fn agent_addr(pod: &Pod) -> Result<String, String> {
     let ip = pod
         .status
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .ok_or_else(|| "the pod has no IP address yet".to_owned())?;
-    let addr = format!("{ip}:{}", names::AGENT_PORT);
-    let answer = tokio::time::timeout(TIMEOUT, get(&addr))
+    Ok(format!("{ip}:{}", names::AGENT_PORT))
+}
+
+/// Sends a signed order to `pod`'s agent. `Ok(Some(report))`: the agent acted on it and
+/// reports this; `Ok(None)`: accepted, still being carried out.
+pub async fn send_order(pod: &Pod, signed: &str) -> Result<Option<MemberStatus>, String> {
+    let addr = agent_addr(pod)?;
+    let request = format!(
+        "POST {ORDER_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{signed}",
+        signed.len()
+    );
+    // The agent answers once it has acted, or after its own wait.
+    let limit = bulwark_contract::order::ORDER_WAIT + TIMEOUT;
+    let (code, body) = tokio::time::timeout(limit, exchange(&addr, &request))
         .await
-        .map_err(|_| format!("{addr} did not answer within {TIMEOUT:?}"))??;
+        .map_err(|_| format!("{addr} did not answer the order within {limit:?}"))??;
+    match code {
+        200 => MemberStatus::from_line(&body)
+            .map(Some)
+            .map_err(|e| format!("{addr} sent an unreadable report: {e}")),
+        202 => Ok(None),
+        _ => Err(format!("{addr} answered {code}: {}", body.trim())),
+    }
+}
+
+async fn report(pod: &Pod) -> Result<MemberStatus, String> {
+    read_report(pod, STATUS_PATH.to_owned(), TIMEOUT).await
+}
+
+/// `pod`'s report from an agent pass that began after this request (not up to an interval
+/// old): what a switchover compares.
+pub async fn fresh_report(pod: &Pod) -> Result<MemberStatus, String> {
+    read_report(pod, format!("{STATUS_PATH}?{FRESH_QUERY}"), FRESH_TIMEOUT).await
+}
+
+async fn read_report(pod: &Pod, path: String, limit: Duration) -> Result<MemberStatus, String> {
+    let addr = agent_addr(pod)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n");
+    let answer = tokio::time::timeout(limit, exchange(&addr, &request))
+        .await
+        .map_err(|_| format!("{addr} did not answer within {limit:?}"))??;
     let (code, body) = answer;
     if code != 200 {
         return Err(format!("{addr} answered {code}: {}", body.trim()));
@@ -46,12 +89,11 @@ async fn report(pod: &Pod) -> Result<MemberStatus, String> {
     MemberStatus::from_line(&body).map_err(|e| format!("{addr} sent an unreadable report: {e}"))
 }
 
-/// One `GET /status`: status code and body.
-async fn get(addr: &str) -> Result<(u16, String), String> {
+/// One request: status code and body.
+async fn exchange(addr: &str, request: &str) -> Result<(u16, String), String> {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let request = format!("GET {STATUS_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await

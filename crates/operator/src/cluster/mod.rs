@@ -5,9 +5,11 @@ pub mod bootstrap;
 pub mod build;
 pub mod config;
 pub mod failover;
+pub mod fencing;
 pub mod members;
 pub mod primary;
 pub mod roles;
+pub mod switchover;
 pub mod validate;
 
 use std::sync::Arc;
@@ -61,9 +63,14 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     let settled = primary::settle(&ctx, &cluster, &ns).await?;
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
     let ready = report(&cluster, &ctx, &ns, &applied, &settled).await?;
-    if settled.promoted.is_some() {
-        // The status names the new primary; the next pass moves the labels.
+    if settled.changed {
+        // The status names the new primary; the next pass moves the members (the status
+        // write wakes the controller too).
         return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if settled.switching.is_some() {
+        // Writes are paused until the new primary takes them: look again soon.
+        return Ok(Action::requeue(Duration::from_millis(500)));
     }
     if settled.withheld.is_some() || settled.lost_since.is_some() {
         // No pod event announces that a member's data can now be compared, or that a lost
@@ -167,19 +174,18 @@ async fn apply_children(
     let secret_name = names::credentials_secret(&name);
     let existing = apply::get_opt(&secrets, &secret_name).await?;
     let generate = || Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
-    if let Some(s) = build::credentials_secret(cluster, validated, existing.as_ref(), generate) {
-        // Only written when a password is missing: an apply would otherwise rewrite the values
-        // it read, racing with anyone rotating them.
-        let complete = existing.as_ref().is_some_and(|e| {
-            let have = e.data.clone().unwrap_or_default();
-            s.data
-                .iter()
-                .flatten()
-                .all(|(k, _)| have.get(k).is_some_and(|v| !v.0.is_empty()))
-        });
-        if !complete {
-            apply::apply(&secrets, &secret_name, &s, CLUSTER_MANAGER).await?;
-        }
+    let s = build::credentials_secret(cluster, validated, existing.as_ref(), generate);
+    // Only written when a value is missing: an apply would otherwise rewrite the values it
+    // read, racing with anyone rotating them.
+    let complete = existing.as_ref().is_some_and(|e| {
+        let have = e.data.clone().unwrap_or_default();
+        s.data
+            .iter()
+            .flatten()
+            .all(|(k, _)| have.get(k).is_some_and(|v| !v.0.is_empty()))
+    });
+    if !complete {
+        apply::apply(&secrets, &secret_name, &s, CLUSTER_MANAGER).await?;
     }
 
     let cm = build::config_map(cluster, validated);
@@ -343,12 +349,19 @@ async fn report(
 ) -> Result<bool> {
     let primary = settled.primary.as_str();
     let pods = settled.pods.as_slice();
-    let not_primary = match &settled.promoted {
-        Some((from, to, reason)) => Some((
+    let not_primary = match (&settled.promoted, &settled.switching) {
+        (Some((from, to, reason)), _) => Some((
             "FailingOver",
             format!("promoting {to} in place of {from}: {reason}"),
         )),
-        None => settled
+        (None, Some((from, to))) => Some((
+            "SwitchingOver",
+            match &settled.withheld {
+                Some(w) => format!("switching over from {from} to {to}: {w}"),
+                None => format!("switching over from {from} to {to}"),
+            },
+        )),
+        (None, None) => settled
             .waiting
             .clone()
             .map(|w| ("PrimaryLost", w))
@@ -420,6 +433,8 @@ async fn report(
         "primarySince": primary_since,
         "primaryLostSince": settled.lost_since,
         "lastFailover": last_failover,
+        "lastSwitchover": settled.switchover.clone().or(st.last_switchover.clone()),
+        "epoch": settled.epoch,
     });
     write_status(cluster, ctx, ns, &desired, Some(extra)).await?;
     Ok(ready_cond.status == Status::True)

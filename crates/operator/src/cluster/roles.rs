@@ -15,6 +15,8 @@ pub struct MemberView {
     pub pod: String,
     /// The role label the pod carries now.
     pub labelled: Option<Role>,
+    /// Its epoch label (0 when absent; `None` when unreadable).
+    pub labelled_epoch: Option<u64>,
     /// Its agent's report, or why there is none.
     pub report: Result<MemberStatus, String>,
 }
@@ -28,11 +30,12 @@ pub enum PrimaryLabel {
     Withhold(String),
 }
 
-/// Decides for `candidate`. `had_primary`: a primary of the cluster has been ready
+/// Decides for `candidate` at `epoch`. `had_primary`: a primary of the cluster has been ready
 /// (`status.primarySince`); a new cluster's first primary holds no data to compare.
 pub fn primary_label(
     engine: Engine,
     candidate: &str,
+    epoch: u64,
     had_primary: bool,
     members: &[MemberView],
 ) -> PrimaryLabel {
@@ -40,7 +43,7 @@ pub fn primary_label(
         return PrimaryLabel::Withhold(format!("pod {candidate} does not exist"));
     };
     // Labelled before, by this check or as the first primary; its agent has acted on it.
-    if me.labelled == Some(Role::Primary) || !had_primary {
+    if (me.labelled == Some(Role::Primary) && me.labelled_epoch == Some(epoch)) || !had_primary {
         return PrimaryLabel::Assign;
     }
     let mine = match &me.report {
@@ -79,6 +82,7 @@ fn shown(gtid: &str) -> &str {
 pub(super) fn sample_report(gtid: &str) -> MemberStatus {
     MemberStatus {
         role: None,
+        epoch: 0,
         ready: false,
         reason: "role unknown".into(),
         flavor: "mariadb".into(),
@@ -108,6 +112,7 @@ mod tests {
         MemberView {
             pod: pod.into(),
             labelled,
+            labelled_epoch: Some(0),
             report,
         }
     }
@@ -196,7 +201,7 @@ mod tests {
             ),
         ];
         for (name, had_primary, members, want) in cases {
-            let got = primary_label(Engine::MariaDb, "db-0", had_primary, &members);
+            let got = primary_label(Engine::MariaDb, "db-0", 0, had_primary, &members);
             match (want, &got) {
                 (Ok(()), Assign) => {}
                 (Err(needle), Withhold(reason)) if reason.contains(needle) => {}
@@ -213,7 +218,7 @@ mod tests {
             member("db-1", None, report(&format!("{uuid}:1-8:10"))),
         ];
         assert_eq!(
-            primary_label(Engine::MySql, "db-0", true, &members),
+            primary_label(Engine::MySql, "db-0", 0, true, &members),
             PrimaryLabel::Assign
         );
         let behind = vec![
@@ -221,7 +226,7 @@ mod tests {
             member("db-1", None, report(&format!("{uuid}:1-9"))),
         ];
         assert!(matches!(
-            primary_label(Engine::MySql, "db-0", true, &behind),
+            primary_label(Engine::MySql, "db-0", 0, true, &behind),
             PrimaryLabel::Withhold(_)
         ));
     }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bulwark_api::cluster::Engine;
 use bulwark_api::MySQLCluster;
 use bulwark_contract::command;
+use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::{paths, Account};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -101,7 +102,7 @@ fn pod_template(
     let spec = &cluster.spec;
     let name = cluster_name(cluster);
     let mut init_containers = vec![init_container(cluster, images)];
-    let mut volumes = volumes(validated, config_map_name);
+    let mut volumes = volumes(cluster, validated, config_map_name);
     if let Some((source, access)) = restore {
         init_containers.push(restore_container(source, access, images));
         volumes.extend(access.volumes.iter().cloned());
@@ -185,7 +186,7 @@ fn spread_over_nodes(cluster: &str) -> Affinity {
 
 /// The pod's volumes (the data volume comes from the claim template; a restore adds its
 /// storage's).
-fn volumes(validated: &Validated, config_map_name: &str) -> Vec<Volume> {
+fn volumes(cluster: &MySQLCluster, validated: &Validated, config_map_name: &str) -> Vec<Volume> {
     vec![
         Volume {
             name: "config".to_owned(),
@@ -198,7 +199,7 @@ fn volumes(validated: &Validated, config_map_name: &str) -> Vec<Volume> {
         empty_dir("conf"),
         empty_dir("run"),
         empty_dir("tmp"),
-        credentials_volume(validated),
+        credentials_volume(cluster, validated),
         Volume {
             name: "podinfo".to_owned(),
             downward_api: Some(DownwardAPIVolumeSource {
@@ -325,6 +326,7 @@ fn agent_container(
             limits: Some(BTreeMap::from([("memory".to_owned(), quantity("256Mi"))])),
             ..ResourceRequirements::default()
         }),
+        env: Some(vec![pod_name_env()]),
         volume_mounts: Some(mounts),
         ..command_container("agent", &images.agent, argv)
     }
@@ -401,8 +403,10 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// The projected volume of password files: `<account>` → the Secret key that holds it.
-fn credentials_volume(validated: &Validated) -> Volume {
+/// The projected volume of password files, `<account>` → the Secret key that holds it, and
+/// the order key from the generated Secret.
+fn credentials_volume(cluster: &MySQLCluster, validated: &Validated) -> Volume {
+    let generated = names::credentials_secret(cluster_name(cluster));
     let mut by_secret: BTreeMap<&str, Vec<KeyToPath>> = BTreeMap::new();
     for account in Account::ALL {
         let src = validated.credentials.source(account);
@@ -412,6 +416,11 @@ fn credentials_volume(validated: &Validated) -> Volume {
             mode: Some(0o400),
         });
     }
+    by_secret.entry(&generated).or_default().push(KeyToPath {
+        key: ORDER_KEY.to_owned(),
+        path: ORDER_KEY.to_owned(),
+        mode: Some(0o400),
+    });
     Volume {
         name: "credentials".to_owned(),
         projected: Some(ProjectedVolumeSource {

@@ -1,0 +1,160 @@
+//! A planned switchover on the real node, under a steady writer: asked for with the
+//! `mysql.bulwark.dev/switchover` annotation, the old primary is made read-only before the
+//! chosen replica takes writes, the pause is measured, every acknowledged row is on the new
+//! primary, and the old primary replicates from it. A request naming no member is refused
+//! with the cause in the status and an event.
+
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
+    Namespace,
+};
+
+fn switchover_record(n: &str) -> serde_json::Value {
+    get_json(n, "mysqlcluster/tide")
+        .map(|c| c["status"]["lastSwitchover"].clone())
+        .unwrap_or_default()
+}
+
+/// Waits until the last switchover answers `request` with a result; returns the record.
+fn finished(n: &str, request: &str) -> serde_json::Value {
+    wait_for(
+        n,
+        &format!("the switchover request {request} to end"),
+        Duration::from_secs(90),
+        || {
+            let r = switchover_record(n);
+            (r["request"] == request && r["result"].is_string())
+                .then(|| r.clone())
+                .ok_or_else(|| r.to_string())
+        },
+    )
+}
+
+#[test]
+fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row() {
+    operator();
+    let ns = Namespace::create("e2e-switchover");
+    let n = ns.0.as_str();
+    apply(
+        n,
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: tide}\n\
+         spec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}}\n",
+    );
+    wait_ready(n, "tide", 3, "the cluster to become Ready");
+    let password = secret_value(n, "tide-credentials", "root");
+    writer::create_table(n, "tide-0", &password, "tide-primary");
+
+    let child = writer::start(n, "tide-2", &password, "tide-primary", 40);
+    std::thread::sleep(Duration::from_secs(8));
+    let asked = Instant::now();
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        n,
+        "mysqlcluster/tide",
+        "mysql.bulwark.dev/switchover=tide-1",
+    ]);
+    let record = finished(n, "tide-1");
+    eprintln!(
+        "switchover ended {:.1}s after it was asked for: {record}",
+        asked.elapsed().as_secs_f64()
+    );
+    assert_eq!(record["result"], "Completed", "{record}");
+    assert_eq!(
+        (&record["from"], &record["to"]),
+        (&"tide-0".into(), &"tide-1".into())
+    );
+    let cluster = get_json(n, "mysqlcluster/tide").expect("cluster");
+    assert_eq!(cluster["status"]["currentPrimary"], "tide-1");
+    let epoch = cluster["status"]["epoch"].as_u64().expect("an epoch");
+    assert!(epoch >= 1, "{}", cluster["status"]);
+    for (pod, role) in [("tide-0", "replica"), ("tide-1", "primary")] {
+        let labels = get_json(n, &format!("pod/{pod}")).expect("pod")["metadata"]["labels"].clone();
+        assert_eq!(labels["mysql.bulwark.dev/role"], role, "{pod}: {labels}");
+        assert_eq!(
+            labels["mysql.bulwark.dev/epoch"],
+            epoch.to_string(),
+            "{pod}: {labels}"
+        );
+    }
+
+    let outcome = writer::finish(child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    eprintln!(
+        "switchover write pause: longest gap between acknowledged writes {:.2}s (writer tries \
+         every 0.2s), {} attempts refused",
+        outcome.longest_gap, outcome.refused
+    );
+    let stored = sql(
+        n,
+        "tide-1",
+        &password,
+        "tide-primary",
+        "SELECT id FROM ledger.acks",
+    )
+    .unwrap_or_else(|e| {
+        dump(n);
+        panic!("{e}")
+    });
+    let lost = outcome.lost(&stored);
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    eprintln!("{} acknowledged rows, none lost", outcome.acked.len());
+
+    // The old primary is read-only and replicates every row from the new one.
+    let total = stored.lines().count().to_string();
+    wait_for(
+        n,
+        "every row on the old primary",
+        Duration::from_secs(60),
+        || {
+            sql(
+                n,
+                "tide-0",
+                &password,
+                "localhost",
+                // MariaDB reads @@read_only as 0 next to an aggregate: a subquery keeps them apart.
+                "SELECT (SELECT COUNT(*) FROM ledger.acks), @@read_only",
+            )
+            .and_then(|out| {
+                let f: Vec<&str> = out.split_whitespace().collect();
+                (f == [total.as_str(), "1"]).then_some(()).ok_or(out)
+            })
+        },
+    );
+    wait_ready(n, "tide", 3, "the cluster Ready after the switchover");
+
+    // A request naming no member is refused, with the cause.
+    kubectl_ok(&[
+        "annotate",
+        "--overwrite",
+        "-n",
+        n,
+        "mysqlcluster/tide",
+        "mysql.bulwark.dev/switchover=tide-7",
+    ]);
+    let refused = finished(n, "tide-7");
+    assert_eq!(refused["result"], "Refused", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not a member")),
+        "{refused}"
+    );
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        n,
+        "--field-selector",
+        "reason=SwitchoverRefused",
+        "-o",
+        "name",
+    ]);
+    assert!(!events.trim().is_empty(), "no SwitchoverRefused event");
+    assert_eq!(
+        get_json(n, "mysqlcluster/tide").expect("cluster")["status"]["currentPrimary"],
+        "tide-1"
+    );
+}

@@ -1,0 +1,221 @@
+//! The order in which a pass moves the members to the status' primary and epoch, so that two
+//! members are never writable at once: every other member is made a replica first (its labels,
+//! and a signed order to its agent, whose answer says whether it is read-only now); the primary
+//! is given its role only once no other member that reports is writable and the former primary
+//! of a switchover has confirmed it is read-only. The data comparison before a promotion is
+//! `roles`'. Pure.
+
+use bulwark_contract::order::Standing;
+use bulwark_contract::Role;
+
+use super::roles::MemberView;
+
+/// One member to move: its labels set to `standing`, and, when its agent reports, an order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub pod: String,
+    pub standing: Standing,
+    /// Set the pod's labels.
+    pub label: bool,
+    /// Send the order to its agent.
+    pub order: bool,
+    /// The member's role changes (or it is writable): a demotion that must come before the
+    /// primary's promotion. Otherwise only its epoch moves (a replica told of a new primary),
+    /// which comes after.
+    pub fence: bool,
+}
+
+fn step(m: &MemberView, role: Role, epoch: u64) -> Option<Step> {
+    let standing = Standing { role, epoch };
+    let label = m.labelled != Some(role) || m.labelled_epoch != Some(epoch);
+    let order = m
+        .report
+        .as_ref()
+        .is_ok_and(|r| r.epoch < epoch || r.role.as_deref() != Some(role.as_str()));
+    let fence = m.labelled != Some(role)
+        || m.report.as_ref().is_ok_and(|r| {
+            r.role.as_deref() != Some(role.as_str()) || (role == Role::Replica && !r.read_only)
+        });
+    (label || order).then(|| Step {
+        pod: m.pod.clone(),
+        standing,
+        label,
+        order,
+        fence,
+    })
+}
+
+/// Every member but `primary` that is not a replica at `epoch` in its labels or by its agent's
+/// report; writable members first.
+pub fn demotions(primary: &str, epoch: u64, members: &[MemberView]) -> Vec<Step> {
+    let mut others: Vec<&MemberView> = members.iter().filter(|m| m.pod != primary).collect();
+    others.sort_by_key(|m| m.report.as_ref().map_or(true, |r| r.read_only));
+    others
+        .into_iter()
+        .filter_map(|m| step(m, Role::Replica, epoch))
+        .collect()
+}
+
+/// The primary's step, if its labels or its agent are not at `(primary, epoch)` yet.
+pub fn promotion(primary: &str, epoch: u64, members: &[MemberView]) -> Option<Step> {
+    members
+        .iter()
+        .find(|m| m.pod == primary)
+        .and_then(|m| step(m, Role::Primary, epoch))
+}
+
+/// Whether `primary` may take writes at `epoch`: no other reporting member is writable, and
+/// `confirm` (the primary a running switchover replaces) reports read-only at `epoch`.
+pub fn fenced(
+    primary: &str,
+    epoch: u64,
+    members: &[MemberView],
+    confirm: Option<&str>,
+) -> Result<(), String> {
+    for m in members.iter().filter(|m| m.pod != primary) {
+        if let Ok(r) = &m.report {
+            if !r.read_only {
+                return Err(format!(
+                    "{} is still writable; {primary} takes writes only once it is read-only",
+                    m.pod
+                ));
+            }
+        }
+    }
+    let Some(old) = confirm.filter(|old| *old != primary) else {
+        return Ok(());
+    };
+    match members.iter().find(|m| m.pod == old).map(|m| &m.report) {
+        Some(Ok(r)) if r.epoch >= epoch && r.read_only => Ok(()),
+        Some(Ok(_)) => Err(format!(
+            "waiting for {old} to confirm it is read-only at epoch {epoch}"
+        )),
+        Some(Err(why)) => Err(format!(
+            "waiting for {old} to confirm it is read-only: {why}"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::roles::sample_report;
+
+    fn member(
+        pod: &str,
+        label: Option<(Role, u64)>,
+        report: Option<(Role, u64, bool)>,
+    ) -> MemberView {
+        MemberView {
+            pod: pod.into(),
+            labelled: label.map(|l| l.0),
+            labelled_epoch: label.map(|l| l.1),
+            report: match report {
+                Some((role, epoch, read_only)) => {
+                    let mut r = sample_report("0-1-5");
+                    r.role = Some(role.as_str().into());
+                    r.epoch = epoch;
+                    r.read_only = read_only;
+                    Ok(r)
+                }
+                None => Err("no answer".into()),
+            },
+        }
+    }
+
+    fn at(role: Role, epoch: u64) -> Standing {
+        Standing { role, epoch }
+    }
+
+    #[test]
+    fn a_switchover_demotes_the_old_primary_first_and_promotes_once_it_is_read_only() {
+        use Role::{Primary, Replica};
+        // Epoch 3 names quay-1; quay-0 still writable, quay-2 a replica at epoch 2.
+        let before = [
+            member("quay-0", Some((Primary, 2)), Some((Primary, 2, false))),
+            member("quay-1", Some((Replica, 2)), Some((Replica, 2, true))),
+            member("quay-2", Some((Replica, 2)), Some((Replica, 2, true))),
+        ];
+        let d = demotions("quay-1", 3, &before);
+        assert_eq!(
+            d.iter()
+                .map(|s| (s.pod.as_str(), s.standing, s.label, s.order))
+                .collect::<Vec<_>>(),
+            [
+                ("quay-0", at(Replica, 3), true, true),
+                ("quay-2", at(Replica, 3), true, true),
+            ]
+        );
+        let waiting = fenced("quay-1", 3, &before, Some("quay-0")).unwrap_err();
+        assert!(waiting.contains("quay-0 is still writable"), "{waiting}");
+        // quay-0 answered its order: read-only at epoch 3.
+        let after = [
+            member("quay-0", Some((Replica, 3)), Some((Replica, 3, true))),
+            member("quay-1", Some((Replica, 2)), Some((Replica, 2, true))),
+            member("quay-2", Some((Replica, 3)), Some((Replica, 3, true))),
+        ];
+        assert_eq!(fenced("quay-1", 3, &after, Some("quay-0")), Ok(()));
+        assert_eq!(
+            promotion("quay-1", 3, &after),
+            Some(Step {
+                pod: "quay-1".into(),
+                standing: at(Primary, 3),
+                label: true,
+                order: true,
+                fence: true
+            })
+        );
+        assert!(demotions("quay-1", 3, &after).is_empty());
+    }
+
+    #[test]
+    fn a_silent_former_primary_blocks_a_switchover_but_not_a_failover() {
+        use Role::Replica;
+        let members = [
+            member("quay-0", Some((Replica, 3)), None),
+            member("quay-1", Some((Replica, 2)), Some((Replica, 2, true))),
+        ];
+        let waiting = fenced("quay-1", 3, &members, Some("quay-0")).unwrap_err();
+        assert!(
+            waiting.contains("confirm it is read-only: no answer"),
+            "{waiting}"
+        );
+        // A failover decided quay-0 is lost: nobody to confirm.
+        assert_eq!(fenced("quay-1", 3, &members, None), Ok(()));
+        // Its labels are set already and its agent does not answer: nothing to do.
+        assert!(demotions("quay-1", 3, &members).is_empty());
+        // An answer at an older epoch is no confirmation.
+        let stale = [
+            member("quay-0", Some((Replica, 3)), Some((Replica, 2, true))),
+            member("quay-1", Some((Replica, 2)), Some((Replica, 2, true))),
+        ];
+        assert!(fenced("quay-1", 3, &stale, Some("quay-0"))
+            .unwrap_err()
+            .contains("at epoch 3"));
+    }
+
+    #[test]
+    fn a_settled_cluster_needs_no_step() {
+        use Role::{Primary, Replica};
+        let members = [
+            member("quay-0", Some((Primary, 0)), Some((Primary, 0, false))),
+            member("quay-1", Some((Replica, 0)), Some((Replica, 0, true))),
+            member("quay-2", None, None),
+        ];
+        assert_eq!(promotion("quay-0", 0, &members), None);
+        // Only the unlabelled pod gets its labels; its agent does not answer yet.
+        assert_eq!(
+            demotions("quay-0", 0, &members),
+            [Step {
+                pod: "quay-2".into(),
+                standing: at(Replica, 0),
+                label: true,
+                order: false,
+                fence: true
+            }]
+        );
+        // A new pod's label without an epoch is epoch 0 (`members` reads it so).
+        assert_eq!(fenced("quay-0", 0, &members, None), Ok(()));
+    }
+}

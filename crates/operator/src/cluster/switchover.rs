@@ -1,0 +1,241 @@
+//! Planned switchovers as pure decisions: whether a request (the `mysql.bulwark.dev/switchover`
+//! annotation) is taken on or refused, and whether a running switchover has completed or must
+//! be aborted because the chosen replica did not catch up with the fenced primary in time. The
+//! moves themselves are the epoch's (`fencing`, `roles`): a switchover only raises the epoch
+//! with the new primary in the status.
+
+use std::time::Duration;
+
+use bulwark_api::cluster::SwitchoverRecord;
+
+use super::roles::MemberView;
+
+/// Results recorded in `status.lastSwitchover.result`.
+pub const COMPLETED: &str = "Completed";
+pub const REFUSED: &str = "Refused";
+pub const ABORTED: &str = "Aborted";
+
+/// What to do about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// No new request, or one that must wait.
+    Nothing,
+    /// Make `to` the primary.
+    Start { request: String, to: String },
+    /// Refused, for `message`.
+    Refuse {
+        request: String,
+        to: String,
+        message: String,
+    },
+}
+
+/// The pod a request names: the annotation's value up to an optional `@suffix`.
+pub fn target(value: &str) -> &str {
+    value.split('@').next().unwrap_or_default().trim()
+}
+
+/// Decides on the annotation's `value`. `handled`: the request of the last switchover; `busy`:
+/// why no switchover can start now (a failover, a running switchover, a primary not yet
+/// settled), in which case the request waits; `members`: the cluster's member pods (by spec).
+pub fn evaluate(
+    value: Option<&str>,
+    handled: Option<&str>,
+    primary: &str,
+    busy: bool,
+    member_pods: &[String],
+    views: &[MemberView],
+    max_lag: Duration,
+) -> Request {
+    let Some(value) = value.filter(|v| Some(*v) != handled) else {
+        return Request::Nothing;
+    };
+    if busy {
+        return Request::Nothing;
+    }
+    let to = target(value);
+    let refuse = |message: String| Request::Refuse {
+        request: value.to_owned(),
+        to: to.to_owned(),
+        message,
+    };
+    if to == primary {
+        return refuse(format!("{to} is already the primary"));
+    }
+    if !member_pods.iter().any(|p| p == to) {
+        return refuse(format!(
+            "{to:?} is not a member of the cluster ({})",
+            member_pods.join(", ")
+        ));
+    }
+    let report = match views.iter().find(|m| m.pod == to).map(|m| &m.report) {
+        Some(Ok(r)) => r,
+        Some(Err(why)) => return refuse(format!("{to} does not report: {why}")),
+        None => return refuse(format!("pod {to} does not exist")),
+    };
+    let healthy = report.replication.as_ref().is_some_and(|r| {
+        r.io == "running" && r.sql_running && r.lag_seconds.is_some_and(|l| l <= max_lag.as_secs())
+    });
+    if !healthy || !report.ready {
+        return refuse(format!(
+            "{to} is not a replica in step with the primary: {}",
+            report.reason
+        ));
+    }
+    Request::Start {
+        request: value.to_owned(),
+        to: to.to_owned(),
+    }
+}
+
+/// The state of a running switchover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Still under way.
+    Running,
+    /// `to` reports primary, writable, at the epoch.
+    Completed,
+    /// `to` did not take over within the time: the old primary is given writes back.
+    Aborted(String),
+}
+
+/// Where `running` (started `elapsed` ago, epoch `epoch`) stands.
+pub fn progress(
+    running: &SwitchoverRecord,
+    epoch: u64,
+    views: &[MemberView],
+    elapsed: Duration,
+    timeout: Duration,
+) -> Progress {
+    let to = views
+        .iter()
+        .find(|m| m.pod == running.to)
+        .and_then(|m| m.report.as_ref().ok());
+    let promoted = to.is_some_and(|r| r.role.as_deref() == Some("primary") && r.epoch >= epoch);
+    if promoted && to.is_some_and(|r| !r.read_only) {
+        return Progress::Completed;
+    }
+    if !promoted && elapsed >= timeout {
+        return Progress::Aborted(format!(
+            "{} did not take over within {}s; {} takes writes again",
+            running.to,
+            timeout.as_secs(),
+            running.from
+        ));
+    }
+    Progress::Running
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::roles::sample_report;
+    use bulwark_contract::member::MemberReplication;
+    use bulwark_contract::Role;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn view(pod: &str, role: Role, epoch: u64, read_only: bool, lag: Option<u64>) -> MemberView {
+        let mut r = sample_report("0-1-9");
+        r.role = Some(role.as_str().into());
+        r.epoch = epoch;
+        r.read_only = read_only;
+        r.ready = true;
+        r.reason = "replica: replicating".into();
+        r.replication = lag.map(|l| MemberReplication {
+            source_host: "quay-primary".into(),
+            source_port: 3306,
+            io: "running".into(),
+            sql_running: true,
+            relay_applied: true,
+            sql_caught_up: true,
+            io_errno: 0,
+            sql_errno: 0,
+            lag_seconds: Some(l),
+        });
+        MemberView {
+            pod: pod.into(),
+            labelled: Some(role),
+            labelled_epoch: Some(epoch),
+            report: Ok(r),
+        }
+    }
+
+    #[test]
+    fn requests() {
+        let pods: Vec<String> = ["quay-0", "quay-1", "quay-2"].map(String::from).to_vec();
+        let views = vec![
+            view("quay-0", Role::Primary, 4, false, None),
+            view("quay-1", Role::Replica, 4, true, Some(0)),
+            view("quay-2", Role::Replica, 4, true, Some(90)),
+        ];
+        let lag = Duration::from_secs(10);
+        let eval = |value: Option<&str>, handled: Option<&str>, busy: bool| {
+            evaluate(value, handled, "quay-0", busy, &pods, &views, lag)
+        };
+        let refused = |r: Request| match r {
+            Request::Refuse { message, .. } => message,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(eval(None, None, false), Request::Nothing);
+        assert_eq!(
+            eval(Some("quay-1"), Some("quay-1"), false),
+            Request::Nothing
+        );
+        assert_eq!(eval(Some("quay-1"), None, true), Request::Nothing);
+        assert_eq!(
+            eval(Some("quay-1@2"), Some("quay-1"), false),
+            Request::Start {
+                request: "quay-1@2".into(),
+                to: "quay-1".into()
+            }
+        );
+        assert!(refused(eval(Some("quay-0"), None, false)).contains("already the primary"));
+        assert!(refused(eval(Some("quay-9"), None, false))
+            .contains("\"quay-9\" is not a member of the cluster (quay-0, quay-1, quay-2)"));
+        assert!(refused(eval(Some("quay-2"), None, false)).contains("not a replica in step"));
+    }
+
+    #[test]
+    fn a_running_switchover_completes_or_is_aborted_in_time() {
+        let record = SwitchoverRecord {
+            request: "quay-1".into(),
+            from: "quay-0".into(),
+            to: "quay-1".into(),
+            started: Time(chrono::Utc::now()),
+            finished: None,
+            result: None,
+            message: None,
+        };
+        let timeout = Duration::from_secs(30);
+        let fenced_old = view("quay-0", Role::Replica, 5, true, None);
+        let waiting = [
+            fenced_old.clone(),
+            view("quay-1", Role::Replica, 4, true, Some(3)),
+        ];
+        let done = [
+            fenced_old.clone(),
+            view("quay-1", Role::Primary, 5, false, None),
+        ];
+        let s = Duration::from_secs;
+        assert_eq!(
+            progress(&record, 5, &waiting, s(2), timeout),
+            Progress::Running
+        );
+        assert_eq!(
+            progress(&record, 5, &done, s(2), timeout),
+            Progress::Completed
+        );
+        // Late but promoted: completed, not aborted.
+        assert_eq!(
+            progress(&record, 5, &done, s(40), timeout),
+            Progress::Completed
+        );
+        match progress(&record, 5, &waiting, s(30), timeout) {
+            Progress::Aborted(m) => assert_eq!(
+                m,
+                "quay-1 did not take over within 30s; quay-0 takes writes again"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
