@@ -20,6 +20,7 @@ use bulwark_contract::member::{MemberReplication, MemberStatus};
 use bulwark_contract::Account;
 
 use crate::bootstrap;
+use crate::fence::Fence;
 use crate::http::{self, Response};
 use crate::labels::{self, Role};
 use crate::orders::Orders;
@@ -552,8 +553,10 @@ struct Agent {
     acted: bool,
     /// This agent promoted its server from a replica.
     took_over: bool,
-    /// The session holding a demoted primary's writes, its id, and until when.
-    fence: Option<(mysql_async::Conn, u64, Instant)>,
+    /// A demoted primary's hold on writes, while it runs.
+    fence: Option<Fence>,
+    /// Where this pass replicates from: the primary an order names, else `--primary-host`.
+    source: Source,
     /// What the last pass observed, `None` when it could not.
     last_observed: Option<Observed>,
     /// The last failed action and its error, so a failure repeated every pass is logged once.
@@ -567,6 +570,7 @@ struct Agent {
 impl Agent {
     fn new(config: AgentConfig, orders: Arc<Orders>) -> Self {
         Agent {
+            source: config.source.clone(),
             orders,
             io_epoch: None,
             epoch: 0,
@@ -625,10 +629,22 @@ impl Agent {
     async fn pass(&mut self) -> Decision {
         let role = self.read_role();
         self.last_observed = None;
+        if self.fence.as_ref().is_some_and(|f| f.remaining().is_none()) {
+            self.fence = None;
+        }
         self.acted = false;
         if let Ok(r) = &role {
             self.epoch = r.epoch;
         }
+        // An order that names the primary wins over the Service while it is the role's.
+        let named = self.orders.source().filter(|(epoch, _)| {
+            role.as_ref()
+                .is_ok_and(|r| r.epoch == *epoch && r.role == Role::Replica)
+        });
+        self.source = Source {
+            host: named.map_or_else(|| self.config.source.host.clone(), |(_, host)| host),
+            port: self.config.source.port,
+        };
         match self.try_pass(role.map(|r| r.role)).await {
             Ok(d) => d,
             Err(e) => {
@@ -672,10 +688,11 @@ impl Agent {
             }
             None => false,
         };
+        let source = self.source.clone();
         let mut decision = topology::decide(&Situation {
             role,
             observed: &observed,
-            source: &self.config.source,
+            source: &source,
             accounts_current: self.accounts_digest == Some(creds.accounts_digest())
                 && !self.converge_after_load,
             source_password_stale: stale,
@@ -683,10 +700,7 @@ impl Agent {
             // Unknown after an agent restart: the receiver may predate the current primary.
             reconnect: self.io_epoch.is_none_or(|e| e < self.epoch),
             took_over: self.took_over,
-            fence_hold: self
-                .fence
-                .as_ref()
-                .map(|(_, _, until)| until.saturating_duration_since(Instant::now())),
+            fence_hold: self.fence.as_ref().and_then(Fence::remaining),
             pending: &pending,
             restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,
@@ -914,18 +928,14 @@ impl Agent {
             Action::SetReadOnly => sql::set_read_only(flavor),
             Action::RestartReplicationIo => sql::restart_replication_io(flavor),
             Action::ReleaseFence => {
-                let keep = self.fence.as_ref().map(|(_, id, _)| *id);
-                self.end_client_sessions(keep, &[]).await?;
-                if let Some((mut conn, _, _)) = self.fence.take() {
-                    let _ = timed(conn.query_drop("UNLOCK TABLES")).await;
-                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
+                if let Some(fence) = self.fence.take() {
+                    fence.release().await;
                 }
-                tracing::info!("demoted primary's hold on writes released");
                 return Ok(());
             }
             Action::ChangeSource { adopt_gtid_pos } => sql::change_source(
                 flavor,
-                &self.config.source,
+                &self.source,
                 &creds.replication,
                 adopt_gtid_pos.as_deref(),
             ),
@@ -994,7 +1004,7 @@ impl Agent {
                 if flavor == Flavor::Mariadb {
                     self.hold_writes(creds).await;
                 }
-                let keep = self.fence.as_ref().map(|(_, id, _)| *id);
+                let keep = self.fence.as_ref().map(|f| f.session);
                 self.end_client_sessions(keep, &secrets).await?
             }
             Action::EnsureAccounts => {
@@ -1011,8 +1021,8 @@ impl Agent {
                 // A fresh configuration starts at once, not after the restart pause.
                 self.last_start = None;
                 tracing::info!(
-                    host = %self.config.source.host,
-                    port = self.config.source.port,
+                    host = %self.source.host,
+                    port = self.source.port,
                     adopted_gtid_pos = adopt_gtid_pos.as_deref().unwrap_or(""),
                     "replication source changed"
                 );
@@ -1035,28 +1045,19 @@ impl Agent {
         Ok(())
     }
 
-    /// Holds every commit of a demoted MariaDB primary for [`FENCE_HOLD`], on a session of its
-    /// own: clients still routed to it (a Service follows a label change only after a moment)
-    /// wait instead of committing, and are ended when the hold is released. Without it (the
-    /// lock could not be taken) read_only and the ended sessions still fence, except against
-    /// READ ONLY ADMIN accounts.
+    /// Holds every commit of a demoted MariaDB primary for [`FENCE_HOLD`] (`fence`). Without
+    /// it (the lock could not be taken) read_only and the ended sessions still fence, except
+    /// against READ ONLY ADMIN accounts.
     async fn hold_writes(&mut self, creds: &Credentials) {
         let opts = creds.connection(&self.config.socket).opts();
-        let hold = async {
-            let mut c = mysql_async::Conn::new(opts).await?;
-            c.query_drop("SET SESSION lock_wait_timeout = 5").await?;
-            c.query_drop(sql::HOLD_WRITES).await?;
-            let id = c.id() as u64;
-            Ok::<_, mysql_async::Error>((c, id))
-        };
-        match tokio::time::timeout(STATEMENT_TIMEOUT, hold).await {
-            Ok(Ok((c, id))) => {
-                tracing::info!(
-                    hold_seconds = FENCE_HOLD.as_secs(),
-                    "demoted primary's writes held"
-                );
-                self.fence = Some((c, id, Instant::now() + FENCE_HOLD));
-            }
+        let agent_session = self.conn.as_ref().map_or(0, |c| u64::from(c.id()));
+        match tokio::time::timeout(
+            STATEMENT_TIMEOUT,
+            Fence::hold(opts, agent_session, FENCE_HOLD),
+        )
+        .await
+        {
+            Ok(Ok(fence)) => self.fence = Some(fence),
             Ok(Err(e)) => tracing::warn!(error = %e, "could not hold the demoted primary's writes"),
             Err(_) => tracing::warn!("could not hold the demoted primary's writes in time"),
         }

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod bootstrap;
 pub mod cli;
 pub mod exporter;
+pub mod fence;
 pub mod http;
 pub mod init;
 pub mod labels;

@@ -190,6 +190,13 @@ impl Orders {
         }
     }
 
+    /// The primary a replica order names to replicate from, with the order's epoch.
+    pub fn source(&self) -> Option<(u64, String)> {
+        let kept = self.lock();
+        let o = kept.order.as_ref()?;
+        Some((o.epoch, o.source.clone()?))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -268,6 +275,7 @@ mod tests {
             member: member.into(),
             role,
             epoch,
+            source: None,
         }
         .sign(b"k")
     }

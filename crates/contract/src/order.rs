@@ -56,6 +56,10 @@ pub struct RoleOrder {
     pub member: String,
     pub role: Role,
     pub epoch: u64,
+    /// For a replica: the host of the primary to replicate from (its pod's own address, which
+    /// is right at once, where the primary Service follows a change only after a moment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// The wire form: the order and its HMAC-SHA256 under the order key, hex.
@@ -64,6 +68,8 @@ struct Signed {
     member: String,
     role: Role,
     epoch: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
     mac: String,
 }
 
@@ -80,8 +86,11 @@ impl RoleOrder {
     /// What the signature covers: every field, unambiguously.
     fn signed_text(&self) -> String {
         format!(
-            "bulwark-role-order\n{}\n{}\n{}",
-            self.member, self.role, self.epoch
+            "bulwark-role-order\n{}\n{}\n{}\n{}",
+            self.member,
+            self.role,
+            self.epoch,
+            self.source.as_deref().unwrap_or("")
         )
     }
 
@@ -92,6 +101,7 @@ impl RoleOrder {
             member: self.member.clone(),
             role: self.role,
             epoch: self.epoch,
+            source: self.source.clone(),
             mac,
         })
         .unwrap_or_default()
@@ -105,6 +115,7 @@ impl RoleOrder {
             member: signed.member,
             role: signed.role,
             epoch: signed.epoch,
+            source: signed.source,
         };
         let want = hmac_sha256(key, order.signed_text().as_bytes());
         if !constant_time_eq(hex(&want).as_bytes(), signed.mac.as_bytes()) {
@@ -183,8 +194,9 @@ mod tests {
     fn orders_verify_only_under_their_key_and_unchanged() {
         let order = RoleOrder {
             member: "quay-1".into(),
-            role: Role::Primary,
+            role: Role::Replica,
             epoch: 7,
+            source: Some("quay-0.quay-headless".into()),
         };
         let line = order.sign(b"key one");
         assert!(!line.contains('\n'));
@@ -195,8 +207,9 @@ mod tests {
         );
         for (from, to) in [
             ("\"quay-1\"", "\"quay-2\""),
-            ("\"primary\"", "\"replica\""),
+            ("\"replica\"", "\"primary\""),
             (":7,", ":8,"),
+            ("quay-0.quay", "quay-2.quay"),
         ] {
             let forged = line.replace(from, to);
             assert_ne!(forged, line, "{from}");

@@ -157,4 +157,56 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
         get_json(n, "mysqlcluster/tide").expect("cluster")["status"]["currentPrimary"],
         "tide-1"
     );
+
+    // A scale-down that would remove the primary (now tide-2) hands it over first.
+    kubectl_ok(&[
+        "annotate",
+        "--overwrite",
+        "-n",
+        n,
+        "mysqlcluster/tide",
+        "mysql.bulwark.dev/switchover=tide-2",
+    ]);
+    assert_eq!(finished(n, "tide-2")["result"], "Completed");
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        n,
+        "mysqlcluster/tide",
+        "--type=merge",
+        "-p",
+        "{\"spec\":{\"replicas\":2}}",
+    ]);
+    let handed = wait_for(
+        n,
+        "the primary handed over before the scale-down",
+        Duration::from_secs(90),
+        || {
+            let c = get_json(n, "mysqlcluster/tide").unwrap_or_default();
+            let r = &c["status"]["lastSwitchover"];
+            let primary = c["status"]["currentPrimary"].as_str().unwrap_or_default();
+            (r["from"] == "tide-2" && r["result"] == "Completed" && primary != "tide-2")
+                .then(|| primary.to_owned())
+                .ok_or_else(|| c["status"].to_string())
+        },
+    );
+    wait_ready(n, "tide", 2, "the cluster Ready with 2 members");
+    wait_for(
+        n,
+        "pod tide-2 removed",
+        Duration::from_secs(60),
+        || match get_json(n, "pod/tide-2") {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        },
+    );
+    let rows = sql(
+        n,
+        &handed,
+        &password,
+        "tide-primary",
+        "SELECT COUNT(*) FROM ledger.acks",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows.trim(), total, "rows on {handed} after the scale-down");
 }

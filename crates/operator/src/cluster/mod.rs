@@ -72,7 +72,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // Writes are paused until the new primary takes them: look again soon.
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    if settled.withheld.is_some() || settled.lost_since.is_some() {
+    if settled.withheld.is_some()
+        || settled.lost_since.is_some()
+        || settled.scale_down_blocked.is_some()
+    {
         // No pod event announces that a member's data can now be compared, or that a lost
         // primary has been gone long enough.
         return Ok(Action::requeue(Duration::from_secs(5)));
@@ -213,7 +216,25 @@ async fn apply_children(
         Some(set) => RestoreSource::recorded(set),
         None => RestoreSource::from_spec(cluster, refs),
     };
-    let set = build::stateful_set(cluster, validated, &cm_name, &images, restore.as_ref());
+    let mut set = build::stateful_set(cluster, validated, &cm_name, &images, restore.as_ref());
+    // Neither the primary nor the one a running switchover replaces (it must confirm it is
+    // read-only) is removed by a scale-down.
+    let primary = primary::current_primary(cluster);
+    let replacing = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.last_switchover.as_ref())
+        .filter(|s| s.finished.is_none())
+        .map(|s| s.from.clone());
+    let kept = [Some(primary), replacing]
+        .into_iter()
+        .flatten()
+        .fold(cluster.spec.replicas, |n, pod| {
+            switchover::members_kept(n, names::pod_ordinal(&name, &pod))
+        });
+    if let Some(spec) = set.spec.as_mut() {
+        spec.replicas = Some(kept);
+    }
     let stateful_set = apply::apply(&sets, &name, &set, CLUSTER_MANAGER).await?;
 
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
@@ -365,7 +386,13 @@ async fn report(
             .waiting
             .clone()
             .map(|w| ("PrimaryLost", w))
-            .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w))),
+            .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w)))
+            .or_else(|| {
+                settled
+                    .scale_down_blocked
+                    .clone()
+                    .map(|w| ("ScaleDownWaiting", w))
+            }),
     };
     let (ready, desired) = observe(
         cluster.spec.replicas,

@@ -55,6 +55,8 @@ pub struct Settled {
     pub switching: Option<(String, String)>,
     /// The status changed the primary or the epoch in this pass; the members move in the next.
     pub changed: bool,
+    /// A scale-down would remove the primary and no member can take over yet.
+    pub scale_down_blocked: Option<String>,
 }
 
 /// Settles the primary of `cluster` for this pass.
@@ -157,18 +159,48 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
         let member_pods: Vec<String> = (0..cluster.spec.replicas)
             .map(|i| names::pod(&name, i))
             .collect();
-        let request = switchover::evaluate(
-            cluster
-                .annotations()
-                .get(SWITCHOVER_ANNOTATION)
-                .map(String::as_str),
-            status.last_switchover.as_ref().map(|s| s.request.as_str()),
+        let annotation = cluster
+            .annotations()
+            .get(SWITCHOVER_ANNOTATION)
+            .map(String::as_str);
+        let handled = status.last_switchover.as_ref().map(|s| s.request.as_str());
+        let mut request = switchover::evaluate(
+            annotation,
+            handled,
             &primary,
             busy,
             &member_pods,
             &views,
             SWITCHOVER_MAX_LAG,
         );
+        // A scale-down that would remove the primary hands it over first.
+        let removed =
+            names::pod_ordinal(&name, &primary).is_some_and(|o| o >= cluster.spec.replicas);
+        if removed && !busy && !matches!(request, Request::Start { .. }) {
+            let ordinal = |p: &str| names::pod_ordinal(&name, p);
+            let target = switchover::scale_down_target(
+                ordinal,
+                cluster.spec.replicas,
+                &views,
+                SWITCHOVER_MAX_LAG,
+            );
+            match target {
+                Some(to) => {
+                    request = Request::Start {
+                        // Whatever the annotation asks now is answered by this switchover.
+                        request: annotation.or(handled).unwrap_or_default().to_owned(),
+                        to,
+                    }
+                }
+                None => {
+                    settled.scale_down_blocked = Some(format!(
+                        "the scale-down to {} members waits: no replica that stays is in step \
+                         to take over from {primary}",
+                        cluster.spec.replicas
+                    ))
+                }
+            }
+        }
         match request {
             Request::Nothing => {}
             Request::Refuse {
@@ -215,6 +247,10 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
     }
 
     let key = order_key(ctx, ns, &name).await;
+    let order_keys = Orders {
+        key: key.as_deref(),
+        primary_host: names::pod_host(&name, &primary),
+    };
     // Members whose role changes go first; replicas only told of the new epoch go after the
     // promotion, so that they reconnect once the new primary is there.
     let (demotions, epoch_only): (Vec<Step>, Vec<Step>) =
@@ -222,7 +258,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
             .into_iter()
             .partition(|s| s.fence);
     for step in &demotions {
-        move_member(&api, ns, &pods, &mut views, step, key.as_deref()).await?;
+        move_member(&api, ns, &pods, &mut views, step, &order_keys).await?;
     }
     let confirm = settled
         .switching
@@ -254,7 +290,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
-                move_member(&api, ns, &pods, &mut views, &step, key.as_deref()).await?;
+                move_member(&api, ns, &pods, &mut views, &step, &order_keys).await?;
             }
         }
         PrimaryLabel::Withhold(reason) => {
@@ -263,7 +299,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
         }
     }
     for step in &epoch_only {
-        move_member(&api, ns, &pods, &mut views, step, key.as_deref()).await?;
+        move_member(&api, ns, &pods, &mut views, step, &order_keys).await?;
     }
     settled.pods = pods;
     Ok(settled)
@@ -304,13 +340,20 @@ async fn order_key(ctx: &Context, ns: &str, cluster: &str) -> Option<Vec<u8>> {
 /// Carries out one step: a demotion's labels first (the pod leaves the primary Service at
 /// once), then its order; a promotion's order first (the server takes writes), then its labels.
 /// An order's answer replaces the member's report for the rest of the pass.
+/// What role orders need: the signing key (`None`: orders are not sent) and, for replicas, the
+/// primary's own address to replicate from.
+struct Orders<'a> {
+    key: Option<&'a [u8]>,
+    primary_host: String,
+}
+
 async fn move_member(
     api: &Api<Pod>,
     ns: &str,
     pods: &[Pod],
     views: &mut [MemberView],
     step: &Step,
-    key: Option<&[u8]>,
+    orders: &Orders<'_>,
 ) -> Result<()> {
     let promoting = step.standing.role == bulwark_contract::Role::Primary;
     if step.label && !promoting {
@@ -318,13 +361,14 @@ async fn move_member(
     }
     if let (true, Some(key), Some(pod)) = (
         step.order,
-        key,
+        orders.key,
         pods.iter().find(|p| p.name_any() == step.pod),
     ) {
         let signed = RoleOrder {
             member: step.pod.clone(),
             role: step.standing.role,
             epoch: step.standing.epoch,
+            source: (!promoting).then(|| orders.primary_host.clone()),
         }
         .sign(key);
         match members::send_order(pod, &signed).await {
@@ -373,13 +417,14 @@ async fn label(api: &Api<Pod>, ns: &str, step: &Step) -> Result<()> {
     Ok(())
 }
 
-/// The pod that should run the primary: the one in the status, else ordinal 0.
-fn current_primary(cluster: &MySQLCluster) -> String {
+/// The pod that should run the primary: the one in the status, else ordinal 0. A primary
+/// beyond the spec's members stays until a switchover hands it over (`members_kept`).
+pub fn current_primary(cluster: &MySQLCluster) -> String {
     let name = cluster.name_any();
     cluster
         .status
         .as_ref()
         .and_then(|s| s.current_primary.clone())
-        .filter(|p| names::pod_ordinal(&name, p).is_some_and(|o| o < cluster.spec.replicas))
+        .filter(|p| names::pod_ordinal(&name, p).is_some())
         .unwrap_or_else(|| names::pod(&name, 0))
 }

@@ -88,6 +88,35 @@ pub fn evaluate(
     }
 }
 
+/// Members the StatefulSet keeps: the spec's, but never fewer than the primary needs to stay
+/// (a scale-down that would remove the primary waits for a switchover first).
+pub fn members_kept(spec_replicas: i32, primary_ordinal: Option<i32>) -> i32 {
+    primary_ordinal.map_or(spec_replicas, |o| spec_replicas.max(o + 1))
+}
+
+/// The member a scale-down to `replicas` hands the primary to: a ready replica that stays,
+/// replicating and within `max_lag`, the least behind (then the lowest ordinal); `None` when
+/// none is.
+pub fn scale_down_target(
+    ordinal: impl Fn(&str) -> Option<i32>,
+    replicas: i32,
+    views: &[MemberView],
+    max_lag: Duration,
+) -> Option<String> {
+    views
+        .iter()
+        .filter(|m| ordinal(&m.pod).is_some_and(|o| o < replicas))
+        .filter_map(|m| {
+            let r = m.report.as_ref().ok().filter(|r| r.ready)?;
+            let rep = r.replication.as_ref()?;
+            let lag = rep.lag_seconds?;
+            (rep.io == "running" && rep.sql_running && lag <= max_lag.as_secs())
+                .then(|| (lag, ordinal(&m.pod), m.pod.clone()))
+        })
+        .min()
+        .map(|(_, _, pod)| pod)
+}
+
 /// The state of a running switchover.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
@@ -193,6 +222,32 @@ mod tests {
         assert!(refused(eval(Some("quay-9"), None, false))
             .contains("\"quay-9\" is not a member of the cluster (quay-0, quay-1, quay-2)"));
         assert!(refused(eval(Some("quay-2"), None, false)).contains("not a replica in step"));
+    }
+
+    #[test]
+    fn a_scale_down_keeps_the_primary_until_it_is_handed_over() {
+        assert_eq!(members_kept(2, Some(2)), 3);
+        assert_eq!(members_kept(2, Some(1)), 2);
+        assert_eq!(members_kept(5, None), 5);
+        let views = vec![
+            view("quay-0", Role::Replica, 4, true, Some(3)),
+            view("quay-1", Role::Replica, 4, true, Some(0)),
+            view("quay-2", Role::Primary, 4, false, None),
+            view("quay-3", Role::Replica, 4, true, Some(0)),
+        ];
+        let ordinal = |p: &str| p.strip_prefix("quay-")?.parse().ok();
+        let lag = Duration::from_secs(10);
+        assert_eq!(
+            scale_down_target(ordinal, 2, &views, lag).as_deref(),
+            Some("quay-1")
+        );
+        assert_eq!(
+            scale_down_target(ordinal, 1, &views, lag).as_deref(),
+            Some("quay-0")
+        );
+        let mut far = views.clone();
+        far[0] = view("quay-0", Role::Replica, 4, true, Some(60));
+        assert_eq!(scale_down_target(ordinal, 1, &far, lag), None);
     }
 
     #[test]

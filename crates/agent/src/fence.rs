@@ -1,0 +1,124 @@
+//! A demoted MariaDB primary's hold on writes. MariaDB's `read_only` lets accounts with READ
+//! ONLY ADMIN (root, any `GRANT ALL ON *.*`) commit, and a Service follows a label change only
+//! after a moment, so clients can still reach the old primary. For a while after the demotion
+//! a session of the agent's own holds the global read lock, which stops every commit whatever
+//! the account, and ends every client session (those waiting on the lock included) every
+//! fraction of a second: a client still routed here fails at once and retries, reaching the
+//! new primary once the Service does, instead of committing here or hanging.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+
+use crate::sql;
+
+/// Time between two rounds of ended sessions.
+const ROUND: Duration = Duration::from_millis(200);
+/// `KILL` of a session that no longer exists.
+const ER_NO_SUCH_THREAD: u16 = 1094;
+
+/// A running hold.
+pub struct Fence {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    until: Instant,
+    /// The session holding the lock.
+    pub session: u64,
+}
+
+impl Fence {
+    /// Takes the lock on a new session and holds it for `hold`, sparing the agent's own
+    /// session `agent_session`.
+    pub async fn hold(
+        opts: mysql_async::Opts,
+        agent_session: u64,
+        hold: Duration,
+    ) -> Result<Fence, mysql_async::Error> {
+        let mut conn = mysql_async::Conn::new(opts).await?;
+        conn.query_drop("SET SESSION lock_wait_timeout = 5").await?;
+        conn.query_drop(sql::HOLD_WRITES).await?;
+        let session = u64::from(conn.id());
+        let until = Instant::now() + hold;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(guard(conn, agent_session, until, stopped));
+        tracing::info!(
+            hold_seconds = hold.as_secs(),
+            "demoted primary's writes held"
+        );
+        Ok(Fence {
+            stop: Some(stop),
+            task,
+            until,
+            session,
+        })
+    }
+
+    /// Time the hold has left; zero once over but not yet released; `None` once released.
+    pub fn remaining(&self) -> Option<Duration> {
+        (!self.task.is_finished()).then(|| self.until.saturating_duration_since(Instant::now()))
+    }
+
+    /// Ends the held sessions and releases the lock now.
+    pub async fn release(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(5), &mut self.task)
+            .await
+            .is_err()
+        {
+            // Dropping the session releases the lock on the server too.
+            self.task.abort();
+        }
+    }
+}
+
+async fn guard(
+    mut conn: mysql_async::Conn,
+    agent_session: u64,
+    until: Instant,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut ended = 0;
+    loop {
+        ended += end_sessions(&mut conn, agent_session).await;
+        if Instant::now() >= until {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ROUND) => {}
+            _ = &mut stopped => break,
+        }
+    }
+    ended += end_sessions(&mut conn, agent_session).await;
+    let _ = conn.query_drop("UNLOCK TABLES").await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
+    tracing::info!(
+        sessions_ended = ended,
+        "demoted primary's hold on writes released"
+    );
+}
+
+/// Ends every client session but the agent's and the operator's accounts' (see
+/// `sql::fenced_sessions_query`); returns how many.
+async fn end_sessions(conn: &mut mysql_async::Conn, agent_session: u64) -> usize {
+    let ids: Vec<u64> = match conn
+        .query(sql::fenced_sessions_query(Some(agent_session)))
+        .await
+    {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the sessions to end");
+            return 0;
+        }
+    };
+    let mut ended = 0;
+    for id in ids {
+        match conn.query_drop(sql::kill_session(id).sql.as_str()).await {
+            Ok(()) => ended += 1,
+            Err(mysql_async::Error::Server(e)) if e.code == ER_NO_SUCH_THREAD => {}
+            Err(e) => tracing::warn!(session = id, error = %e, "cannot end a session"),
+        }
+    }
+    ended
+}
