@@ -101,6 +101,29 @@ impl Outcome {
             .collect()
     }
 
+    /// Reads the rows through `host` from `pod` and fails (with the namespace dumped) if an
+    /// acknowledged one is missing; returns the ids stored, one per line.
+    pub fn assert_none_lost(
+        &self,
+        namespace: &str,
+        pod: &str,
+        password: &str,
+        host: &str,
+    ) -> String {
+        let stored = crate::sql(namespace, pod, password, host, "SELECT id FROM ledger.acks")
+            .unwrap_or_else(|e| {
+                crate::dump(namespace);
+                panic!("{e}")
+            });
+        let lost = self.lost(&stored);
+        if !lost.is_empty() {
+            crate::dump(namespace);
+            panic!("acknowledged rows lost: {lost:?}");
+        }
+        eprintln!("{} acknowledged rows, none lost", self.acked.len());
+        stored
+    }
+
     /// Writes resumed after the refusals (or none were refused).
     pub fn resumed(&self) -> bool {
         self.refused == 0 || self.refused_for.is_some()

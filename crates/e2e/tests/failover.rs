@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
+    apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
     Namespace,
 };
 
@@ -103,23 +103,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
             outcome.refused
         );
     }
-    let stored = sql(
-        n,
-        &new_primary,
-        &password,
-        "surge-primary",
-        "SELECT id FROM ledger.acks",
-    )
-    .unwrap_or_else(|e| {
-        dump(n);
-        panic!("{e}")
-    });
-    let lost_rows = outcome.lost(&stored);
-    assert!(
-        lost_rows.is_empty(),
-        "acknowledged rows lost: {lost_rows:?}"
-    );
-    eprintln!("{} acknowledged rows, none lost", outcome.acked.len());
+    let stored = outcome.assert_none_lost(n, &new_primary, &password, "surge-primary");
 
     // The node takes pods again: the old primary's pod returns as a replica, with every row.
     drop(cordon);

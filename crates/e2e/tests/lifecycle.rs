@@ -65,19 +65,7 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         );
     }
     // Every acknowledged row is on the primary.
-    let stored = sql(
-        n,
-        "tide-1",
-        &password,
-        "tide-primary",
-        "SELECT id FROM ledger.acks",
-    )
-    .unwrap_or_else(|e| {
-        dump(n);
-        panic!("{e}")
-    });
-    let lost = outcome.lost(&stored);
-    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    outcome.assert_none_lost(n, "tide-1", &password, "tide-primary");
 }
 
 /// The primary's volume is replaced (its claim deleted with its pod): the new pod 0 comes up

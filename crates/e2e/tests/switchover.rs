@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
+    apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
     Namespace,
 };
 
@@ -87,20 +87,7 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
          every 0.2s), {} attempts refused",
         outcome.longest_gap, outcome.refused
     );
-    let stored = sql(
-        n,
-        "tide-1",
-        &password,
-        "tide-primary",
-        "SELECT id FROM ledger.acks",
-    )
-    .unwrap_or_else(|e| {
-        dump(n);
-        panic!("{e}")
-    });
-    let lost = outcome.lost(&stored);
-    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
-    eprintln!("{} acknowledged rows, none lost", outcome.acked.len());
+    let stored = outcome.assert_none_lost(n, "tide-1", &password, "tide-primary");
 
     // The old primary is read-only and replicates every row from the new one.
     let total = stored.lines().count().to_string();
