@@ -36,16 +36,20 @@ fn mariadb_position(s: &str) -> Option<BTreeMap<u32, (u32, u64)>> {
 }
 
 /// Sequence numbers only grow within a domain (gtid_strict_mode), so a position is within
-/// another when no domain of it is further along.
+/// another when no domain of it is further along; at the same sequence number, only when it is
+/// the same server's transaction (two servers' transactions at one number have diverged). A
+/// position cannot show a divergence further back.
 fn mariadb_within(logged: &str, restored: &str) -> bool {
     let (Some(logged), Some(restored)) = (mariadb_position(logged), mariadb_position(restored))
     else {
         return false;
     };
-    logged.iter().all(|(domain, (_, seq))| {
+    logged.iter().all(|(domain, (server, seq))| {
         restored
             .get(domain)
-            .is_some_and(|(_, restored_seq)| seq <= restored_seq)
+            .is_some_and(|(restored_server, restored_seq)| {
+                seq < restored_seq || (seq == restored_seq && server == restored_server)
+            })
     })
 }
 
@@ -133,6 +137,9 @@ mod tests {
             ("1-2-3", "0-1-500,1-2-3", true),
             ("0-1-500", "", false),
             ("garbage", "0-1-500", false),
+            // The same number from another server: a transaction the other does not have.
+            ("0-100-500", "0-101-500", false),
+            ("0-100-499", "0-101-500", true),
         ];
         for (logged, restored, want) in cases {
             assert_eq!(

@@ -196,4 +196,59 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rows.trim(), total, "rows on {handed} after the scale-down");
+
+    // A transaction written on the replica itself (root passes read_only), then one on the
+    // primary: the replica's replication stops, and the cluster says which member holds what
+    // the primary lacks.
+    let replica = if handed == "tide-0" {
+        "tide-1"
+    } else {
+        "tide-0"
+    };
+    sql(
+        n,
+        replica,
+        &password,
+        "localhost",
+        "INSERT INTO ledger.acks VALUES (1000000)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    sql(
+        n,
+        &handed,
+        &password,
+        "tide-primary",
+        "INSERT INTO ledger.acks VALUES (1000001)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let needle = format!("{replica} has transactions {handed} lacks");
+    let message = wait_for(
+        n,
+        "the cluster to name the replica with transactions the primary lacks",
+        Duration::from_secs(90),
+        || {
+            let c = get_json(n, "mysqlcluster/tide").unwrap_or_default();
+            let ready = c["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+                .unwrap_or_default();
+            let message = ready["message"].as_str().unwrap_or_default().to_owned();
+            message
+                .contains(&needle)
+                .then_some(message.clone())
+                .ok_or(message)
+        },
+    );
+    eprintln!("Ready: {message}");
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        n,
+        "--field-selector",
+        "reason=ReplicationBroken",
+        "-o",
+        "name",
+    ]);
+    assert!(!events.trim().is_empty(), "no ReplicationBroken event");
 }

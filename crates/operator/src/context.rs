@@ -126,6 +126,9 @@ pub enum Reason {
     SwitchoverRefused,
     /// A running switchover was given up; the old primary takes writes again.
     SwitchoverAborted,
+    /// A member's replication stopped on an error (an old primary with transactions the
+    /// primary lacks among them).
+    ReplicationBroken,
 }
 
 impl Reason {
@@ -140,6 +143,7 @@ impl Reason {
             Reason::Switchover => "Switchover",
             Reason::SwitchoverRefused => "SwitchoverRefused",
             Reason::SwitchoverAborted => "SwitchoverAborted",
+            Reason::ReplicationBroken => "ReplicationBroken",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -167,7 +171,8 @@ impl Reason {
             | Reason::Failover
             | Reason::PrimaryLost
             | Reason::SwitchoverRefused
-            | Reason::SwitchoverAborted => EventType::Warning,
+            | Reason::SwitchoverAborted
+            | Reason::ReplicationBroken => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -175,7 +180,7 @@ impl Reason {
     fn action(self) -> &'static str {
         match self {
             Reason::InvalidSpec | Reason::SpecValid | Reason::ReconcileFailed => "Reconcile",
-            Reason::ClusterReady | Reason::ClusterNotReady => "Observe",
+            Reason::ClusterReady | Reason::ClusterNotReady | Reason::ReplicationBroken => "Observe",
             Reason::BackupsHealthy | Reason::BackupsUnhealthy => "Backup",
             Reason::BackupStarted | Reason::BackupSucceeded | Reason::BackupFailed => "Backup",
             Reason::BackupScheduled | Reason::ScheduleSkipped => "Schedule",

@@ -394,7 +394,7 @@ async fn report(
                     .map(|w| ("ScaleDownWaiting", w))
             }),
     };
-    let (ready, desired) = observe(
+    let (ready, mut desired) = observe(
         cluster.spec.replicas,
         &applied.stateful_set,
         primary,
@@ -402,6 +402,17 @@ async fn report(
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
     );
     let previous = previous_conditions(cluster);
+    if !settled.broken.is_empty() {
+        let broken = settled.broken.join("; ");
+        let known = previous
+            .iter()
+            .any(|c| c.type_ == condition::READY && c.message.contains(&broken));
+        if !known {
+            ctx.event(cluster, Reason::ReplicationBroken, broken.clone())
+                .await;
+        }
+        desired[0].message = format!("{}; {broken}", desired[0].message);
+    }
     let ready_cond = &desired[0];
     if conditions::flipped(ready_cond, &previous) {
         let reason = if ready_cond.status == Status::True {

@@ -57,6 +57,8 @@ pub struct Settled {
     pub changed: bool,
     /// A scale-down would remove the primary and no member can take over yet.
     pub scale_down_blocked: Option<String>,
+    /// Members whose replication stopped on an error, one line each (`roles::broken_members`).
+    pub broken: Vec<String>,
 }
 
 /// Settles the primary of `cluster` for this pass.
@@ -301,6 +303,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
     for step in &epoch_only {
         move_member(&api, ns, &pods, &mut views, step, &order_keys).await?;
     }
+    settled.broken = roles::broken_members(engine, &primary, &views);
     settled.pods = pods;
     Ok(settled)
 }

@@ -69,6 +69,46 @@ pub fn primary_label(
     PrimaryLabel::Assign
 }
 
+/// Members whose replication stopped on an error, each on one line for the status; one holding
+/// transactions the primary lacks (an old primary that committed after it was cut off) is
+/// named so: it stays out of the Services (its agent is not ready) and is never made primary
+/// over the one that has the cluster's later writes.
+pub fn broken_members(engine: Engine, primary: &str, members: &[MemberView]) -> Vec<String> {
+    let primary_gtid = members
+        .iter()
+        .find(|m| m.pod == primary)
+        .and_then(|m| m.report.as_ref().ok())
+        .map(|r| r.gtid_executed.as_str());
+    members
+        .iter()
+        .filter(|m| m.pod != primary)
+        .filter_map(|m| {
+            let r = m.report.as_ref().ok().filter(|r| !r.ready)?;
+            let rep = r.replication.as_ref()?;
+            let errno = if rep.io_errno != 0 {
+                rep.io_errno
+            } else {
+                rep.sql_errno
+            };
+            if errno == 0 {
+                return None;
+            }
+            Some(match primary_gtid {
+                Some(p) if !gtid::within(engine, &r.gtid_executed, p) => format!(
+                    "{} has transactions {primary} lacks ({} has {}, {primary} has {}): its \
+                     replication stopped with error {errno}; rebuild it from {primary} (delete \
+                     its claim and pod)",
+                    m.pod,
+                    m.pod,
+                    shown(&r.gtid_executed),
+                    shown(p)
+                ),
+                _ => format!("{}: replication stopped with error {errno}", m.pod),
+            })
+        })
+        .collect()
+}
+
 fn shown(gtid: &str) -> &str {
     if gtid.is_empty() {
         "none"
@@ -99,6 +139,45 @@ pub(super) fn sample_report(gtid: &str) -> MemberStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bulwark_contract::member::MemberReplication;
+
+    #[test]
+    fn members_whose_replication_broke_are_named_with_what_they_have_extra() {
+        let replicating = |io_errno: u32, sql_errno: u32| MemberReplication {
+            source_host: "db-1.db-headless".into(),
+            source_port: 3306,
+            io: if io_errno == 0 {
+                "running"
+            } else {
+                "connecting"
+            }
+            .into(),
+            sql_running: sql_errno == 0,
+            relay_applied: true,
+            sql_caught_up: true,
+            io_errno,
+            sql_errno,
+            lag_seconds: None,
+        };
+        let view = |pod: &str, gtid: &str, ready: bool, rep: Option<MemberReplication>| {
+            let mut r = sample_report(gtid);
+            r.ready = ready;
+            r.replication = rep;
+            member(pod, Some(Role::Replica), Ok(r))
+        };
+        let members = vec![
+            view("db-1", "0-101-90", true, None),
+            // The old primary: its own later transactions, refused by the new primary.
+            view("db-0", "0-100-95", false, Some(replicating(1236, 0))),
+            view("db-2", "0-101-80", false, Some(replicating(0, 1062))),
+            view("db-3", "0-101-90", true, Some(replicating(0, 0))),
+            member("db-4", Some(Role::Replica), Err("no answer".into())),
+        ];
+        let broken = broken_members(Engine::MariaDb, "db-1", &members);
+        assert_eq!(broken.len(), 2, "{broken:?}");
+        assert!(broken[0].starts_with("db-0 has transactions db-1 lacks (db-0 has 0-100-95, db-1 has 0-101-90): its replication stopped with error 1236"), "{}", broken[0]);
+        assert_eq!(broken[1], "db-2: replication stopped with error 1062");
+    }
 
     fn report(gtid: &str) -> Result<MemberStatus, String> {
         Ok(sample_report(gtid))
