@@ -47,8 +47,6 @@ const RESTORE_RETRY: Duration = Duration::from_secs(30);
 const CHANGE_RETRY: Duration = Duration::from_secs(60);
 /// MySQL/MariaDB "access denied" (the replication password is wrong).
 const ER_ACCESS_DENIED: u32 = 1045;
-/// `KILL` of a session that no longer exists.
-const ER_NO_SUCH_THREAD: u16 = 1094;
 /// Syntax errors quote the statement, which may hold a password.
 const ER_PARSE_ERROR: u16 = 1064;
 
@@ -1005,7 +1003,7 @@ impl Agent {
                     self.hold_writes(creds).await;
                 }
                 let keep = self.fence.as_ref().map(|f| f.session);
-                self.end_client_sessions(keep, &secrets).await?
+                self.end_client_sessions(keep).await?
             }
             Action::EnsureAccounts => {
                 self.accounts_digest = Some(creds.accounts_digest());
@@ -1064,31 +1062,16 @@ impl Agent {
     }
 
     /// Fences a server that was writable: every client session but the operator's accounts'
-    /// is ended, so that none commits after the demotion (see `sql::fenced_sessions_query`).
-    async fn end_client_sessions(
-        &mut self,
-        keep: Option<u64>,
-        secrets: &[&str],
-    ) -> Result<(), AgentError> {
+    /// and the hold's is ended, so that none commits after the demotion.
+    async fn end_client_sessions(&mut self, keep: Option<u64>) -> Result<(), AgentError> {
         let conn = self.conn.as_mut().expect("connected");
-        let ids: Vec<u64> = timed(conn.query(sql::fenced_sessions_query(keep)))
+        let ended = timed(crate::fence::end_client_sessions(conn, keep))
             .await
             .map_err(|e| AgentError::Observe {
                 what: "client sessions",
                 source: Box::new(e),
             })?;
-        for id in &ids {
-            match exec(conn, &sql::kill_session(*id), secrets).await {
-                // Ended on its own meanwhile.
-                Err(AgentError::RunStatement {
-                    code: ER_NO_SUCH_THREAD,
-                    ..
-                })
-                | Ok(()) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        tracing::info!(sessions = ids.len(), "read-only; client sessions ended");
+        tracing::info!(sessions = ended, "read-only; client sessions ended");
         Ok(())
     }
 

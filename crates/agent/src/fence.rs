@@ -99,26 +99,31 @@ async fn guard(
     );
 }
 
-/// Ends every client session but the agent's and the operator's accounts' (see
-/// `sql::fenced_sessions_query`); returns how many.
-async fn end_sessions(conn: &mut mysql_async::Conn, agent_session: u64) -> usize {
-    let ids: Vec<u64> = match conn
-        .query(sql::fenced_sessions_query(Some(agent_session)))
-        .await
-    {
-        Ok(ids) => ids,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the sessions to end");
-            return 0;
-        }
-    };
+/// Ends, from `conn`, every client session but `conn`'s, `keep` and the operator's accounts'
+/// (see `sql::fenced_sessions_query`); returns how many. Sessions that ended meanwhile are
+/// skipped.
+pub async fn end_client_sessions(
+    conn: &mut mysql_async::Conn,
+    keep: Option<u64>,
+) -> Result<usize, mysql_async::Error> {
+    let ids: Vec<u64> = conn.query(sql::fenced_sessions_query(keep)).await?;
     let mut ended = 0;
     for id in ids {
         match conn.query_drop(sql::kill_session(id).sql.as_str()).await {
             Ok(()) => ended += 1,
             Err(mysql_async::Error::Server(e)) if e.code == ER_NO_SUCH_THREAD => {}
-            Err(e) => tracing::warn!(session = id, error = %e, "cannot end a session"),
+            Err(e) => return Err(e),
         }
     }
-    ended
+    Ok(ended)
+}
+
+/// One round of the hold: failures are logged, the hold goes on.
+async fn end_sessions(conn: &mut mysql_async::Conn, agent_session: u64) -> usize {
+    end_client_sessions(conn, Some(agent_session))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot end the client sessions");
+            0
+        })
 }
