@@ -248,9 +248,11 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
         }
     }
 
-    let key = order_key(ctx, ns, &name).await;
-    let order_keys = Orders {
-        key: key.as_deref(),
+    let mut order_keys = Orders {
+        ctx,
+        ns,
+        cluster: &name,
+        key: None,
         primary_host: names::pod_host(&name, &primary),
     };
     // Members whose role changes go first; replicas only told of the new epoch go after the
@@ -260,7 +262,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
             .into_iter()
             .partition(|s| s.fence);
     for step in &demotions {
-        move_member(&api, ns, &pods, &mut views, step, &order_keys).await?;
+        move_member(&api, ns, &pods, &mut views, step, &mut order_keys).await?;
     }
     let confirm = settled
         .switching
@@ -292,7 +294,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
-                move_member(&api, ns, &pods, &mut views, &step, &order_keys).await?;
+                move_member(&api, ns, &pods, &mut views, &step, &mut order_keys).await?;
             }
         }
         PrimaryLabel::Withhold(reason) => {
@@ -301,7 +303,7 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
         }
     }
     for step in &epoch_only {
-        move_member(&api, ns, &pods, &mut views, step, &order_keys).await?;
+        move_member(&api, ns, &pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
     settled.pods = pods;
@@ -340,40 +342,50 @@ async fn order_key(ctx: &Context, ns: &str, cluster: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// Carries out one step: a demotion's labels first (the pod leaves the primary Service at
-/// once), then its order; a promotion's order first (the server takes writes), then its labels.
-/// An order's answer replaces the member's report for the rest of the pass.
-/// What role orders need: the signing key (`None`: orders are not sent) and, for replicas, the
-/// primary's own address to replicate from.
+/// What role orders need: the signing key, read from the generated Secret once a pass needs
+/// it (`Some(None)`: unreadable, orders are not sent) and, for replicas, the primary's own
+/// address to replicate from.
 struct Orders<'a> {
-    key: Option<&'a [u8]>,
+    ctx: &'a Context,
+    ns: &'a str,
+    cluster: &'a str,
+    key: Option<Option<Vec<u8>>>,
     primary_host: String,
 }
 
+impl Orders<'_> {
+    async fn key(&mut self) -> Option<Vec<u8>> {
+        if self.key.is_none() {
+            self.key = Some(order_key(self.ctx, self.ns, self.cluster).await);
+        }
+        self.key.clone().flatten()
+    }
+}
+
+/// Carries out one step: a demotion's labels first (the pod leaves the primary Service at
+/// once), then its order; a promotion's order first (the server takes writes), then its labels.
+/// An order's answer replaces the member's report for the rest of the pass.
 async fn move_member(
     api: &Api<Pod>,
     ns: &str,
     pods: &[Pod],
     views: &mut [MemberView],
     step: &Step,
-    orders: &Orders<'_>,
+    orders: &mut Orders<'_>,
 ) -> Result<()> {
     let promoting = step.standing.role == bulwark_contract::Role::Primary;
     if step.label && !promoting {
         label(api, ns, step).await?;
     }
-    if let (true, Some(key), Some(pod)) = (
-        step.order,
-        orders.key,
-        pods.iter().find(|p| p.name_any() == step.pod),
-    ) {
+    let key = if step.order { orders.key().await } else { None };
+    if let (Some(key), Some(pod)) = (key, pods.iter().find(|p| p.name_any() == step.pod)) {
         let signed = RoleOrder {
             member: step.pod.clone(),
             role: step.standing.role,
             epoch: step.standing.epoch,
             source: (!promoting).then(|| orders.primary_host.clone()),
         }
-        .sign(key);
+        .sign(&key);
         match members::send_order(pod, &signed).await {
             Ok(answer) => {
                 tracing::info!(namespace = ns, pod = %step.pod, role = %step.standing.role, epoch = step.standing.epoch, acted = answer.is_some(), "role order sent");
