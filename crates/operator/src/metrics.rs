@@ -186,25 +186,24 @@ impl Metrics {
 
     /// Records a failed backup of a cluster.
     pub fn backup_failed(&self, ns: &str, cluster: &str) {
-        let labels = ClusterLabels::new(ns, cluster);
-        let mut clusters = self.clusters();
-        self.backups_failed.get_or_create(&labels).inc();
-        clusters.insert(labels);
+        self.count(&self.backups_failed, ns, cluster);
     }
 
     /// Records an automatic failover of a cluster.
     pub fn failed_over(&self, ns: &str, cluster: &str) {
-        let labels = ClusterLabels::new(ns, cluster);
-        let mut clusters = self.clusters();
-        self.failovers.get_or_create(&labels).inc();
-        clusters.insert(labels);
+        self.count(&self.failovers, ns, cluster);
     }
 
     /// Records a completed planned switchover of a cluster.
     pub fn switched_over(&self, ns: &str, cluster: &str) {
+        self.count(&self.switchovers, ns, cluster);
+    }
+
+    /// Adds one to a cluster's counter in `family`, remembering the cluster's series.
+    fn count(&self, family: &Family<ClusterLabels, Counter>, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
         let mut clusters = self.clusters();
-        self.switchovers.get_or_create(&labels).inc();
+        family.get_or_create(&labels).inc();
         clusters.insert(labels);
     }
 
