@@ -107,7 +107,7 @@ ClusterRole and the namespaced Roles against it. */}}
   verbs: ["list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["list", "watch", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]

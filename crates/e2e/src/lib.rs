@@ -322,6 +322,9 @@ impl Drop for Namespace {
     }
 }
 
+/// Longest a statement of [`sql`] may take.
+pub const SQL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A SQL statement run with the `mariadb` client inside `pod`'s `mysqld` container, against
 /// `host` (a Service name) as root; the output lines.
 pub fn sql(
@@ -332,7 +335,9 @@ pub fn sql(
     statement: &str,
 ) -> Result<String, String> {
     // The password travels in the exec request's environment of the client; a failure names
-    // the statement and the error, never the command line that carries it.
+    // the statement and the error, never the command line that carries it. A statement that
+    // hangs (a commit waiting for an acknowledgement that never comes) fails after a minute
+    // instead of holding the test run.
     let out = run(kubectl(&[
         "exec",
         "-n",
@@ -341,6 +346,8 @@ pub fn sql(
         "-c",
         "mysqld",
         "--",
+        "timeout",
+        &SQL_TIMEOUT.as_secs().to_string(),
         "env",
         &format!("MYSQL_PWD={password}"),
         "mariadb",
@@ -355,6 +362,10 @@ pub fn sql(
     ]));
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else if out.status.code() == Some(124) {
+        Err(format!(
+            "{statement} (through {host} from {pod}): no answer within {SQL_TIMEOUT:?}"
+        ))
     } else {
         Err(format!(
             "{statement} (through {host} from {pod}): {}",

@@ -8,6 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The MariaDB server image the node holds (tests/node/lib.sh `MARIADB_IMAGE`); never pulled.
+pub const MARIADB_IMAGE: &str = "docker.io/library/mariadb:10.11";
+
 /// The node's network namespace (`BULWARK_NODE_NETNS`, exported by `node.sh env`).
 pub fn netns() -> String {
     std::env::var("BULWARK_NODE_NETNS").unwrap_or_else(|_| "bulwark-node".to_owned())

@@ -1,6 +1,7 @@
-//! A steady writer for failure tests: run in a server pod (so that it outlives another pod),
-//! one INSERT every 200 ms through a Service, each acknowledged id printed with its time; and
-//! what its output says about acknowledged rows and refused writes.
+//! A steady writer for failure tests: run in a server pod (so that it outlives another pod) or
+//! in a client pod of its own (so that it outlives them all), one INSERT every 200 ms through a
+//! Service, each acknowledged id printed with its time; and what its output says about
+//! acknowledged rows and refused writes.
 
 use std::process::{Child, Stdio};
 
@@ -18,6 +19,45 @@ pub fn create_table(namespace: &str, pod: &str, password: &str, host: &str) {
 
 /// Starts the writer in `pod` for `seconds`: ids 1, 2, ... into `ledger.acks` through `host`.
 pub fn start(namespace: &str, pod: &str, password: &str, host: &str, seconds: u32) -> Child {
+    start_in(namespace, pod, "mysqld", password, host, seconds)
+}
+
+/// The client pod's name.
+const CLIENT_POD: &str = "writer";
+
+/// Starts the writer as [`start`] does, in a client pod of its own (the server image, running
+/// nothing but the writer), so that no server pod's restart stops it.
+pub fn start_in_client(namespace: &str, password: &str, host: &str, seconds: u32) -> Child {
+    crate::apply(
+        namespace,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT_POD}}}\nspec:\n  \
+             securityContext: {{runAsNonRoot: true, runAsUser: 999, seccompProfile: {{type: RuntimeDefault}}}}\n  \
+             containers:\n  - name: client\n    image: {image}\n    imagePullPolicy: Never\n    \
+             command: [sleep, infinity]\n    \
+             securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}\n",
+            image = crate::node::MARIADB_IMAGE,
+        ),
+    );
+    crate::kubectl_ok(&[
+        "wait",
+        "-n",
+        namespace,
+        "--for=condition=Ready",
+        "--timeout=120s",
+        &format!("pod/{CLIENT_POD}"),
+    ]);
+    start_in(namespace, CLIENT_POD, "client", password, host, seconds)
+}
+
+fn start_in(
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    password: &str,
+    host: &str,
+    seconds: u32,
+) -> Child {
     let script = format!(
         "end=$(( $(date +%s) + {seconds} )); i=0; while [ $(date +%s) -lt $end ]; do i=$((i+1)); \
          if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h {host} -u root \
@@ -26,7 +66,7 @@ pub fn start(namespace: &str, pod: &str, password: &str, host: &str, seconds: u3
          sleep 0.2; done"
     );
     crate::kubectl(&[
-        "exec", "-n", namespace, pod, "-c", "mysqld", "--", "sh", "-c", &script,
+        "exec", "-n", namespace, pod, "-c", container, "--", "sh", "-c", &script,
     ])
     .stdout(Stdio::piped())
     .stderr(Stdio::null())
@@ -48,6 +88,13 @@ pub struct Outcome {
     pub longest_gap: f64,
     /// The output, for messages.
     pub lines: String,
+}
+
+/// Stops the writer now and reads its output: a write whose acknowledgement had not reached
+/// this side is not counted as acknowledged.
+pub fn stop(mut child: Child) -> Outcome {
+    let _ = child.kill();
+    finish(child)
 }
 
 /// Waits for the writer to end and reads its output.

@@ -1,7 +1,8 @@
 //! A cluster's life on the real node: the primary's pod deleted under a steady writer (no
 //! acknowledged row lost; how long writes were refused is printed), the primary's volume
-//! replaced (the empty server is not made primary), and scaling 3 → 5 → 3 and a configuration
-//! change rolling the pods back to Ready.
+//! replaced (the empty server is not made primary), scaling 3 → 5 → 3, and a configuration
+//! change under a steady writer: replicas restarted first, the primary handed over, then the
+//! old primary restarted; no acknowledged row lost (the write pause is printed).
 
 use std::time::{Duration, Instant};
 
@@ -156,7 +157,7 @@ fn a_primary_whose_volume_was_replaced_is_not_made_primary() {
 }
 
 #[test]
-fn scaling_and_a_config_change_roll_the_pods_back_to_ready() {
+fn scaling_up_and_down_brings_the_pods_back_to_ready() {
     operator();
     let ns = Namespace::create("e2e-scale");
     let n = ns.0.as_str();
@@ -170,20 +171,94 @@ fn scaling_and_a_config_change_roll_the_pods_back_to_ready() {
     apply(n, &cluster("reef", 3, ""));
     wait_ready(n, "reef", 3, "back to 3 instances Ready");
     eprintln!("5 → 3 in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over() {
+    operator();
+    let ns = Namespace::create("e2e-rollout");
+    let n = ns.0.as_str();
+    apply(n, &cluster("wave", 3, ""));
+    wait_ready(n, "wave", 3, "3 instances Ready");
+    let password = secret_value(n, "wave-credentials", "root");
+    writer::create_table(n, "wave-0", &password, "wave-primary");
+    let uid = |pod: &str| {
+        get_json(n, &format!("pod/{pod}")).expect("pod")["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let before: Vec<String> = ["wave-0", "wave-1", "wave-2"].map(uid).to_vec();
+
+    let child = writer::start_in_client(n, &password, "wave-primary", 240);
+    std::thread::sleep(Duration::from_secs(5));
     let started = Instant::now();
     apply(
         n,
-        &cluster("reef", 3, ", mysqldConfig: {max_connections: \"123\"}"),
+        &cluster("wave", 3, ", mysqldConfig: {max_connections: \"123\"}"),
     );
-    wait_ready(n, "reef", 3, "the configuration rolled out");
-    eprintln!(
-        "config rolled out in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    let password = secret_value(n, "reef-credentials", "root");
-    for pod in ["reef-0", "reef-1", "reef-2"] {
+    wait_ready(n, "wave", 3, "the configuration rolled out");
+    let took = started.elapsed().as_secs_f64();
+    let outcome = writer::stop(child);
+
+    // Every pod was replaced and runs the new configuration.
+    for (pod, old) in ["wave-0", "wave-1", "wave-2"].iter().zip(&before) {
+        assert_ne!(&uid(pod), old, "{pod} was not restarted");
         let v = sql(n, pod, &password, "127.0.0.1", "SELECT @@max_connections")
             .unwrap_or_else(|e| panic!("{pod}: {e}"));
         assert_eq!(v.trim(), "123", "{pod}");
     }
+    // The primary was handed over before its pod restarted: the switchover ended before the
+    // old primary's new pod was created, and that pod came last.
+    let c = get_json(n, "mysqlcluster/wave").expect("cluster");
+    let record = &c["status"]["lastSwitchover"];
+    assert_eq!(record["from"], "wave-0", "{record}");
+    assert_eq!(record["result"], "Completed", "{record}");
+    assert_eq!(
+        c["status"]["currentPrimary"], record["to"],
+        "{}",
+        c["status"]
+    );
+    let created = |pod: &str| {
+        get_json(n, &format!("pod/{pod}")).expect("pod")["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let finished = record["finished"].as_str().unwrap_or_default().to_owned();
+    let old_primary = created("wave-0");
+    assert!(
+        old_primary >= finished,
+        "wave-0 recreated at {old_primary}, switchover finished at {finished}"
+    );
+    for pod in ["wave-1", "wave-2"] {
+        assert!(
+            created(pod) <= finished,
+            "{pod} restarted after the hand-over: {record}"
+        );
+    }
+    // Events of one reason on one object are aggregated: one is enough to see them recorded.
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        n,
+        "--field-selector",
+        "reason=RollingRestart",
+        "-o",
+        "name",
+    ]);
+    assert!(!events.trim().is_empty(), "no RollingRestart event");
+
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    eprintln!(
+        "configuration rolled out in {took:.1}s; write pause: longest gap between acknowledged \
+         writes {:.2}s (writer tries every 0.2s), {} attempts refused",
+        outcome.longest_gap, outcome.refused
+    );
+    let primary = c["status"]["currentPrimary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    outcome.assert_none_lost(n, &primary, &password, "wave-primary");
 }

@@ -1,9 +1,11 @@
 //! The admission policy that narrows what the operator's RBAC grants: on pods it may change the
-//! role and epoch labels only, and it writes only Secrets it labels as its own. The Helm chart installs
+//! role and epoch labels only and delete only server pods (a rolling change restarts them), and
+//! it writes only Secrets it labels as its own. The Helm chart installs
 //! exactly this policy (a test compares them); the controller tests run under it.
 //!
-//! RBAC cannot express either limit: `patch` on pods covers their images and commands, and
-//! `create`/`patch` on secrets cannot be restricted to names that are only known at run time.
+//! RBAC cannot express these limits: `patch` on pods covers their images and commands, `delete`
+//! covers every pod of a namespace, and `create`/`patch` on secrets cannot be restricted to
+//! names that are only known at run time.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
@@ -34,11 +36,12 @@ struct Check {
 
 const CHECKS: &[Check] = &[
     Check {
-        expression: "request.resource.resource != 'pods' || object.spec == oldObject.spec",
+        expression: "request.resource.resource != 'pods' || request.operation == 'DELETE' || \
+            object.spec == oldObject.spec",
         message: "the MySQL operator may not change a pod's spec",
     },
     Check {
-        expression: "request.resource.resource != 'pods' || \
+        expression: "request.resource.resource != 'pods' || request.operation == 'DELETE' || \
             (object.metadata.?annotations == oldObject.metadata.?annotations && \
             object.metadata.?finalizers == oldObject.metadata.?finalizers && \
             object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && \
@@ -48,6 +51,12 @@ const CHECKS: &[Check] = &[
             k in variables.labels))",
         message: "the MySQL operator may change only the mysql.bulwark.dev/role and \
             mysql.bulwark.dev/epoch labels of a pod",
+    },
+    Check {
+        expression: "request.resource.resource != 'pods' || request.operation != 'DELETE' || \
+            (variables.oldLabels[?'app.kubernetes.io/managed-by'] == optional.of('bulwark-operator') && \
+            variables.oldLabels[?'app.kubernetes.io/component'] == optional.of('database'))",
+        message: "the MySQL operator may delete only the server pods of its clusters",
     },
     Check {
         expression: "request.resource.resource != 'secrets' || \
@@ -79,7 +88,7 @@ pub fn policy(
         failure_policy: Some("Fail".to_owned()),
         match_constraints: Some(MatchResources {
             resource_rules: Some(vec![
-                rule("pods", &["UPDATE"]),
+                rule("pods", &["UPDATE", "DELETE"]),
                 rule("secrets", &["CREATE", "UPDATE"]),
             ]),
             ..MatchResources::default()

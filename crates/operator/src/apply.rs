@@ -8,7 +8,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::error::{is_not_found, Error, Result};
+use crate::error::{is_conflict, is_not_found, Error, Result};
 
 /// Field manager of the cluster controller (children and cluster status).
 pub const CLUSTER_MANAGER: &str = "bulwark-cluster";
@@ -104,6 +104,26 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     delete_with(api, name, kube::api::DeleteParams::foreground()).await
+}
+
+/// Deletes the object named `name` only while it is the one with `uid` (a recreated one is
+/// left alone); gone counts as deleted.
+pub async fn delete_uid<K>(api: &Api<K>, name: &str, uid: &str) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let dp = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::background()
+    };
+    match delete_with(api, name, dp).await {
+        // A failed precondition: the pod was already replaced.
+        Err(Error::Delete { source, .. }) if is_conflict(&source) => Ok(()),
+        other => other,
+    }
 }
 
 async fn delete_with<K>(api: &Api<K>, name: &str, dp: kube::api::DeleteParams) -> Result<()>

@@ -129,6 +129,8 @@ pub enum Reason {
     /// A member's replication stopped on an error (an old primary with transactions the
     /// primary lacks among them).
     ReplicationBroken,
+    /// A member was restarted to run the current spec (a rolling change).
+    RollingRestart,
 }
 
 impl Reason {
@@ -144,6 +146,7 @@ impl Reason {
             Reason::SwitchoverRefused => "SwitchoverRefused",
             Reason::SwitchoverAborted => "SwitchoverAborted",
             Reason::ReplicationBroken => "ReplicationBroken",
+            Reason::RollingRestart => "RollingRestart",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -190,6 +193,7 @@ impl Reason {
             Reason::Switchover | Reason::SwitchoverRefused | Reason::SwitchoverAborted => {
                 "Switchover"
             }
+            Reason::RollingRestart => "Rollout",
         }
     }
 }

@@ -54,11 +54,12 @@ const RULES: &[Rule] = &[
         resources: &["services"],
         verbs: &["list", "watch", "create", "patch"],
     },
-    // Server pods: role labels, readiness; backup Job pods: termination messages.
+    // Server pods: role labels, readiness, restarts of a rolling change (the admission policy
+    // limits deletes to server pods); backup Job pods: termination messages.
     Rule {
         group: "",
         resources: &["pods"],
-        verbs: &["list", "watch", "patch"],
+        verbs: &["list", "watch", "patch", "delete"],
     },
     // Progress lines of running backups.
     Rule {

@@ -1881,8 +1881,8 @@ async fn the_operators_identity_is_refused_what_the_chart_does_not_grant() {
     ns.delete().await.expect("delete namespace");
 }
 
-/// The admission policy narrows RBAC's pod patch to the role label and its secret writes to
-/// Secrets the operator labels as its own.
+/// The admission policy narrows RBAC's pod patch to the role label, its pod deletes to server
+/// pods and its secret writes to Secrets the operator labels as its own.
 #[tokio::test]
 async fn the_operator_may_change_only_role_labels_and_its_own_secrets() {
     let shared = bulwark_testenv::shared().await.expect("control plane");
@@ -1968,6 +1968,24 @@ async fn the_operator_may_change_only_role_labels_and_its_own_secrets() {
     let pod = admin_pods.get("db-0").await.expect("pod");
     assert_eq!(pod.labels()["app"], "db");
     assert_eq!(pod.labels()["mysql.bulwark.dev/role"], "primary");
+
+    // Deletes (a rolling change restarts server pods) reach only the clusters' server pods.
+    refused(
+        pods.delete("db-0", &Default::default()).await.map(drop),
+        "delete a user's pod",
+        "may delete only the server pods",
+    )
+    .unwrap();
+    apply_yaml(
+        &admin_pods,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: quay-0, labels: {app.kubernetes.io/managed-by: \
+         bulwark-operator, app.kubernetes.io/component: database}}\n\
+         spec: {containers: [{name: mysqld, image: registry.test/mariadb:11.4}]}\n",
+    )
+    .await;
+    pods.delete("quay-0", &Default::default())
+        .await
+        .expect("a server pod may be deleted");
 
     let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), n);
     apply_yaml(

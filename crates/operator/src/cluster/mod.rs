@@ -9,6 +9,7 @@ pub mod fencing;
 pub mod members;
 pub mod primary;
 pub mod roles;
+pub mod rollout;
 pub mod switchover;
 pub mod validate;
 
@@ -60,7 +61,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         }
     };
     let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
-    let settled = primary::settle(&ctx, &cluster, &ns).await?;
+    let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set).await?;
+    if !settled.changed && settled.switching.is_none() {
+        if let rollout::Step::Restart(pod) = &settled.rollout {
+            restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
+        }
+    }
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
     let ready = report(&cluster, &ctx, &ns, &applied, &settled).await?;
     if settled.changed {
@@ -75,9 +81,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     if settled.withheld.is_some()
         || settled.lost_since.is_some()
         || settled.scale_down_blocked.is_some()
+        || settled.rollout != rollout::Step::Done
+        || !settled.unready.is_empty()
     {
-        // No pod event announces that a member's data can now be compared, or that a lost
-        // primary has been gone long enough.
+        // No pod event announces that a member's data can now be compared, that a lost
+        // primary has been gone long enough, that a restarted replica has caught up, or that a
+        // member whose agent is not ready (its pod's condition may not say so yet) is again.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     Ok(if ready {
@@ -247,6 +256,34 @@ async fn apply_children(
     })
 }
 
+/// Restarts `pod` for a rolling change: deleted (only the pod this pass saw, by uid), the
+/// StatefulSet recreates it from the current spec.
+async fn restart_member(
+    cluster: &MySQLCluster,
+    ctx: &Context,
+    ns: &str,
+    pod: &str,
+    pods: &[Pod],
+) -> Result<()> {
+    let Some(uid) = pods
+        .iter()
+        .find(|p| p.name_any() == pod)
+        .and_then(|p| p.uid())
+    else {
+        return Ok(());
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    apply::delete_uid(&api, pod, &uid).await?;
+    tracing::info!(namespace = ns, cluster = %cluster.name_any(), pod, "member restarted for the rollout");
+    ctx.event(
+        cluster,
+        Reason::RollingRestart,
+        format!("restarting {pod} to run the current spec"),
+    )
+    .await;
+    Ok(())
+}
+
 /// Deletes ConfigMaps of earlier configurations once the rollout no longer needs them.
 async fn collect_config_maps(
     ctx: &Context,
@@ -255,9 +292,11 @@ async fn collect_config_maps(
     applied: &Applied,
 ) -> Result<()> {
     let status = applied.stateful_set.status.clone().unwrap_or_default();
+    // Under the OnDelete strategy the controller never moves `currentRevision`: every pod
+    // counted as updated is what says the old configurations are unused.
     let rolled_out = status.observed_generation >= applied.stateful_set.metadata.generation
         && status.update_revision.is_some()
-        && status.update_revision == status.current_revision;
+        && status.updated_replicas == Some(status.replicas);
     if !rolled_out {
         return Ok(());
     }
@@ -281,6 +320,13 @@ fn previous_conditions(
         .unwrap_or_default()
 }
 
+/// A pod counts as ready when its Ready condition says so and its agent, if it answered in this
+/// pass, does not say otherwise: the condition follows the agent's readiness only after the
+/// probe's period (a member demoted or held in this pass is not ready yet by its report).
+fn serving(pod: &Pod, unready: &[String]) -> bool {
+    is_ready(pod) && !unready.iter().any(|u| *u == pod.name_any())
+}
+
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -294,11 +340,14 @@ pub fn observe(
     set: &StatefulSet,
     primary: &str,
     pods: &[Pod],
+    unready: &[String],
     not_primary: Option<(&'static str, &str)>,
 ) -> (i32, [Desired; 3]) {
     let st = set.status.clone().unwrap_or_default();
-    let ready = st.ready_replicas.unwrap_or(0);
-    let primary_ready = pods.iter().any(|p| p.name_any() == primary && is_ready(p));
+    let ready = i32::try_from(pods.iter().filter(|p| serving(p, unready)).count()).unwrap_or(0);
+    let primary_ready = pods
+        .iter()
+        .any(|p| p.name_any() == primary && serving(p, unready));
     let ready_cond = if let Some((reason, message)) = not_primary {
         Desired::new(
             condition::READY,
@@ -399,8 +448,14 @@ async fn report(
         &applied.stateful_set,
         primary,
         pods,
+        &settled.unready,
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
     );
+    if let Some(step) = settled.rollout.progress() {
+        if desired[1].reason == "RollingOut" {
+            desired[1].message = format!("{}; {step}", desired[1].message);
+        }
+    }
     let previous = previous_conditions(cluster);
     if !settled.broken.is_empty() {
         let broken = settled.broken.join("; ");
@@ -438,8 +493,10 @@ async fn report(
     }
     // Set once, when a primary is first ready, and carried in every later write.
     let st = cluster.status.clone().unwrap_or_default();
-    let primary_ready =
-        not_primary.is_none() && pods.iter().any(|p| p.name_any() == primary && is_ready(p));
+    let primary_ready = not_primary.is_none()
+        && pods
+            .iter()
+            .any(|p| p.name_any() == primary && serving(p, &settled.unready));
     let primary_since = st
         .primary_since
         .clone()

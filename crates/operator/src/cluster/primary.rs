@@ -11,6 +11,7 @@ use bulwark_api::cluster::{SwitchoverRecord, SWITCHOVER_ANNOTATION};
 use bulwark_api::MySQLCluster;
 use bulwark_contract::order::{RoleOrder, ORDER_KEY};
 use chrono::Utc;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::Api;
@@ -20,6 +21,7 @@ use super::failover::{self, Failover};
 use super::fencing::{self, Step};
 use super::members;
 use super::roles::{self, MemberView, PrimaryLabel};
+use super::rollout;
 use super::switchover::{self, Progress, Request};
 use crate::apply::{self, ROLE_MANAGER};
 use crate::context::{Context, Reason};
@@ -59,10 +61,19 @@ pub struct Settled {
     pub scale_down_blocked: Option<String>,
     /// Members whose replication stopped on an error, one line each (`roles::broken_members`).
     pub broken: Vec<String>,
+    /// The next step of a rolling change of the pods (`rollout`).
+    pub rollout: rollout::Step,
+    /// Members whose agent reported not ready in this pass (after any order it was sent).
+    pub unready: Vec<String>,
 }
 
-/// Settles the primary of `cluster` for this pass.
-pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<Settled> {
+/// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied.
+pub async fn settle(
+    ctx: &Context,
+    cluster: &MySQLCluster,
+    ns: &str,
+    set: &StatefulSet,
+) -> Result<Settled> {
     let name = cluster.name_any();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let pods = apply::list(
@@ -158,6 +169,33 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
                 })
         });
         let busy = !had_primary || settled.lost_since.is_some() || !settled_primary;
+        let busy_reason = if !had_primary {
+            Some("the cluster has had no primary yet")
+        } else if settled.lost_since.is_some() {
+            Some("the primary is lost")
+        } else if !settled_primary {
+            Some("the primary has not taken writes at the current epoch yet")
+        } else {
+            None
+        };
+        let step = rollout::pods_of(&name, set, &pods).map_or(rollout::Step::Done, |members| {
+            rollout::next(
+                cluster.spec.replicas,
+                &primary,
+                &members,
+                &views,
+                busy_reason,
+                SWITCHOVER_MAX_LAG,
+            )
+        });
+        // While a lost primary may be replaced, every replica's report counts: none restarts.
+        settled.rollout = match step {
+            rollout::Step::Done => rollout::Step::Done,
+            _ if settled.lost_since.is_some() => {
+                rollout::Step::Wait("the primary is lost".to_owned())
+            }
+            step => step,
+        };
         let member_pods: Vec<String> = (0..cluster.spec.replicas)
             .map(|i| names::pod(&name, i))
             .collect();
@@ -180,9 +218,8 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
             names::pod_ordinal(&name, &primary).is_some_and(|o| o >= cluster.spec.replicas);
         if removed && !busy && !matches!(request, Request::Start { .. }) {
             let ordinal = |p: &str| names::pod_ordinal(&name, p);
-            let target = switchover::scale_down_target(
-                ordinal,
-                cluster.spec.replicas,
+            let target = switchover::handover_target(
+                |p| ordinal(p).is_some_and(|o| o < cluster.spec.replicas),
                 &views,
                 SWITCHOVER_MAX_LAG,
             );
@@ -202,6 +239,14 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
                     ))
                 }
             }
+        }
+        // A rolling change whose replicas are all updated hands the primary to one of them.
+        if let (rollout::Step::HandOver(to), Request::Nothing) = (&settled.rollout, &request) {
+            tracing::info!(namespace = ns, cluster = %name, to = %to, "rollout hands the primary over");
+            request = Request::Start {
+                request: annotation.or(handled).unwrap_or_default().to_owned(),
+                to: to.clone(),
+            };
         }
         match request {
             Request::Nothing => {}
@@ -306,6 +351,11 @@ pub async fn settle(ctx: &Context, cluster: &MySQLCluster, ns: &str) -> Result<S
         move_member(&api, ns, &pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
+    settled.unready = views
+        .iter()
+        .filter(|v| v.report.as_ref().is_ok_and(|r| !r.ready))
+        .map(|v| v.pod.clone())
+        .collect();
     settled.pods = pods;
     Ok(settled)
 }

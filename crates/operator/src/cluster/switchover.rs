@@ -94,24 +94,23 @@ pub fn members_kept(spec_replicas: i32, primary_ordinal: Option<i32>) -> i32 {
     primary_ordinal.map_or(spec_replicas, |o| spec_replicas.max(o + 1))
 }
 
-/// The member a scale-down to `replicas` hands the primary to: a ready replica that stays,
-/// replicating and within `max_lag`, the least behind (then the lowest ordinal); `None` when
-/// none is.
-pub fn scale_down_target(
-    ordinal: impl Fn(&str) -> Option<i32>,
-    replicas: i32,
+/// The member a hand-over (a scale-down, a rollout) gives the primary to: a ready replica
+/// that `eligible` accepts, replicating and within `max_lag`, the least behind (then the lowest
+/// ordinal: names of one cluster differ only in it, so shorter sorts first); `None` when none is.
+pub fn handover_target(
+    eligible: impl Fn(&str) -> bool,
     views: &[MemberView],
     max_lag: Duration,
 ) -> Option<String> {
     views
         .iter()
-        .filter(|m| ordinal(&m.pod).is_some_and(|o| o < replicas))
+        .filter(|m| eligible(&m.pod))
         .filter_map(|m| {
             let r = m.report.as_ref().ok().filter(|r| r.ready)?;
             let rep = r.replication.as_ref()?;
             let lag = rep.lag_seconds?;
             (rep.io == "running" && rep.sql_running && lag <= max_lag.as_secs())
-                .then(|| (lag, ordinal(&m.pod), m.pod.clone()))
+                .then(|| (lag, m.pod.len(), m.pod.clone()))
         })
         .min()
         .map(|(_, _, pod)| pod)
@@ -238,16 +237,19 @@ mod tests {
         let ordinal = |p: &str| p.strip_prefix("quay-")?.parse().ok();
         let lag = Duration::from_secs(10);
         assert_eq!(
-            scale_down_target(ordinal, 2, &views, lag).as_deref(),
+            handover_target(|p| ordinal(p).is_some_and(|o: i32| o < 2), &views, lag).as_deref(),
             Some("quay-1")
         );
         assert_eq!(
-            scale_down_target(ordinal, 1, &views, lag).as_deref(),
+            handover_target(|p| ordinal(p).is_some_and(|o: i32| o < 1), &views, lag).as_deref(),
             Some("quay-0")
         );
         let mut far = views.clone();
         far[0] = view("quay-0", Role::Replica, 4, true, Some(60));
-        assert_eq!(scale_down_target(ordinal, 1, &far, lag), None);
+        assert_eq!(
+            handover_target(|p| ordinal(p).is_some_and(|o: i32| o < 1), &far, lag),
+            None
+        );
     }
 
     #[test]

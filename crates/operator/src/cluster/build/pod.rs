@@ -14,8 +14,8 @@ use bulwark_contract::command;
 use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::{paths, Account};
 use k8s_openapi::api::apps::v1::{
-    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
-    StatefulSetSpec, StatefulSetUpdateStrategy,
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
@@ -65,12 +65,11 @@ pub fn stateful_set(
                 ..LabelSelector::default()
             },
             pod_management_policy: Some("Parallel".to_owned()),
+            // The operator restarts the pods itself, replicas first and the primary only after
+            // a switchover (`cluster::rollout`).
             update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".to_owned()),
-                rolling_update: Some(RollingUpdateStatefulSetStrategy {
-                    partition: Some(0),
-                    ..RollingUpdateStatefulSetStrategy::default()
-                }),
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
             }),
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {

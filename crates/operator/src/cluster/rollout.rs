@@ -1,0 +1,296 @@
+//! Rolling changes of the server pods (image, configuration, resources) one member at a time,
+//! in the order a primary needs: the StatefulSet's `OnDelete` strategy leaves every pod alone,
+//! and this plan says which one the operator restarts next. Replicas go first (highest ordinal
+//! first, each only once every member is ready again), then the primary is handed to an
+//! updated replica by a switchover, then the old primary restarts as a replica. A change that
+//! makes pods fail stops at the first replica: the primary keeps running the old spec. Pure.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::ResourceExt;
+
+use super::roles::MemberView;
+use super::switchover;
+use crate::names;
+
+/// The label the StatefulSet controller gives each pod: the revision it was created from.
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// One server pod as the rollout sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub name: String,
+    pub ordinal: i32,
+    /// It runs the StatefulSet's update revision.
+    pub updated: bool,
+    /// Its Ready condition (the agent's readiness: a replica replicating within the lag limit,
+    /// a writable primary).
+    pub ready: bool,
+    /// It is being deleted.
+    pub terminating: bool,
+}
+
+/// The server pods of cluster `cluster` as the rollout sees them against `set`'s update
+/// revision; `None` while the StatefulSet controller has not taken the latest spec in.
+pub fn pods_of(
+    cluster: &str,
+    set: &StatefulSet,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+) -> Option<Vec<Pod>> {
+    let status = set.status.as_ref()?;
+    if status.observed_generation < set.metadata.generation {
+        return None;
+    }
+    let revision = status.update_revision.as_deref()?;
+    Some(
+        pods.iter()
+            .filter_map(|p| {
+                let name = p.name_any();
+                Some(Pod {
+                    ordinal: names::pod_ordinal(cluster, &name)?,
+                    updated: p.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision),
+                    ready: super::is_ready(p),
+                    terminating: p.metadata.deletion_timestamp.is_some(),
+                    name,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The next step of a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Step {
+    /// Every member runs the update revision (or the revision is not known yet).
+    #[default]
+    Done,
+    /// Nothing may be restarted now, for the reason given.
+    Wait(String),
+    /// Delete this pod: the StatefulSet recreates it from the update revision.
+    Restart(String),
+    /// Every replica is updated: switch over to this one, then restart the old primary.
+    HandOver(String),
+}
+
+/// Decides the next step. `members`: the spec's member count; `pods`: the server pods that
+/// exist; `views`: the members' reports (for the hand-over's lag); `busy`: why the primary must
+/// not move now (a failover, a switchover running), if it must not.
+pub fn next(
+    members: i32,
+    primary: &str,
+    pods: &[Pod],
+    views: &[MemberView],
+    busy: Option<&str>,
+    max_lag: Duration,
+) -> Step {
+    let outdated: Vec<&Pod> = pods.iter().filter(|p| !p.updated).collect();
+    if outdated.is_empty() {
+        return Step::Done;
+    }
+    if let Some(p) = pods.iter().find(|p| p.terminating) {
+        return Step::Wait(format!("{} is restarting", p.name));
+    }
+    if let Some(missing) = (0..members).find(|o| !pods.iter().any(|p| p.ordinal == *o)) {
+        return Step::Wait(format!("member {missing} has no pod yet"));
+    }
+    let highest = |filter: &dyn Fn(&Pod) -> bool| {
+        outdated
+            .iter()
+            .filter(|p| p.name != primary && filter(p))
+            .max_by_key(|p| p.ordinal)
+            .map(|p| p.name.clone())
+    };
+    // An outdated replica that is not ready serves nothing, and may be failing precisely
+    // because of the spec being replaced: it goes first.
+    if let Some(pod) = highest(&|p| !p.ready) {
+        return Step::Restart(pod);
+    }
+    if let Some(p) = pods.iter().find(|p| !p.ready) {
+        return Step::Wait(format!("{} is not ready", p.name));
+    }
+    if let Some(pod) = highest(&|_| true) {
+        return Step::Restart(pod);
+    }
+    // Only the primary is left.
+    if pods.len() == 1 {
+        // Nobody to hand writes to: a single server restarts in place.
+        return Step::Restart(primary.to_owned());
+    }
+    if let Some(why) = busy {
+        return Step::Wait(format!("the primary is not handed over now: {why}"));
+    }
+    let updated = |pod: &str| pods.iter().any(|p| p.name == pod && p.updated);
+    match switchover::handover_target(updated, views, max_lag) {
+        Some(to) => Step::HandOver(to),
+        None => Step::Wait(format!(
+            "no updated replica is in step to take over from {primary}"
+        )),
+    }
+}
+
+impl Step {
+    /// What the Progressing condition adds while the rollout runs.
+    pub fn progress(&self) -> Option<String> {
+        match self {
+            Step::Done => None,
+            Step::Wait(why) => Some(format!("rolling out: {why}")),
+            Step::Restart(pod) => Some(format!("rolling out: restarting {pod}")),
+            Step::HandOver(to) => Some(format!("rolling out: handing the primary over to {to}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::roles::sample_report;
+    use bulwark_contract::member::MemberReplication;
+    use bulwark_contract::Role;
+
+    /// `spec`: one letter a pod, `o` outdated / `u` updated, uppercase when ready, `x` (or
+    /// `X`) terminating, `-` no pod.
+    fn pods(spec: &str) -> Vec<Pod> {
+        spec.chars()
+            .enumerate()
+            .filter(|(_, c)| *c != '-')
+            .map(|(i, c)| Pod {
+                name: format!("reef-{i}"),
+                ordinal: i32::try_from(i).unwrap(),
+                updated: c.eq_ignore_ascii_case(&'u'),
+                ready: c.is_ascii_uppercase(),
+                terminating: c.eq_ignore_ascii_case(&'x'),
+            })
+            .collect()
+    }
+
+    fn views(lags: &[(&str, Option<u64>)]) -> Vec<MemberView> {
+        lags.iter()
+            .map(|(pod, lag)| {
+                let mut r = sample_report("0-1-9");
+                r.ready = true;
+                r.role = Some(if lag.is_some() { "replica" } else { "primary" }.into());
+                r.replication = lag.map(|l| MemberReplication {
+                    source_host: "reef-primary".into(),
+                    source_port: 3306,
+                    io: "running".into(),
+                    sql_running: true,
+                    relay_applied: true,
+                    sql_caught_up: true,
+                    io_errno: 0,
+                    sql_errno: 0,
+                    lag_seconds: Some(l),
+                });
+                MemberView {
+                    pod: (*pod).into(),
+                    labelled: Some(Role::Replica),
+                    labelled_epoch: Some(1),
+                    report: Ok(r),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replicas_first_highest_ordinal_first_then_a_hand_over_then_the_old_primary() {
+        let in_step = views(&[("reef-0", None), ("reef-1", Some(0)), ("reef-2", Some(3))]);
+        let lag = Duration::from_secs(10);
+        let step = |members: i32, primary: &str, spec: &str, busy: Option<&str>| {
+            next(members, primary, &pods(spec), &in_step, busy, lag)
+        };
+        use Step::*;
+        let cases: &[(i32, &str, &str, Option<&str>, Step)] = &[
+            (3, "reef-0", "UUU", None, Done),
+            (3, "reef-0", "OOO", None, Restart("reef-2".into())),
+            // One at a time: the restarted replica must be ready (caught up) first.
+            (3, "reef-0", "OOu", None, Wait("reef-2 is not ready".into())),
+            (
+                3,
+                "reef-0",
+                "OOx",
+                None,
+                Wait("reef-2 is restarting".into()),
+            ),
+            (
+                3,
+                "reef-0",
+                "OO-",
+                None,
+                Wait("member 2 has no pod yet".into()),
+            ),
+            (3, "reef-0", "OOU", None, Restart("reef-1".into())),
+            // The primary is never restarted in place while replicas exist: handed over to
+            // the updated replica least behind.
+            (3, "reef-0", "OUU", None, HandOver("reef-1".into())),
+            (
+                3,
+                "reef-0",
+                "OUU",
+                Some("a failover is under way"),
+                Wait("the primary is not handed over now: a failover is under way".into()),
+            ),
+            // After the hand-over the old primary is an outdated replica.
+            (3, "reef-1", "OUU", None, Restart("reef-0".into())),
+            // A primary elsewhere: the replicas around it first.
+            (3, "reef-2", "OOO", None, Restart("reef-1".into())),
+            // An outdated replica that is failing is replaced even while others are not
+            // ready (it may fail because of the spec being replaced).
+            (3, "reef-0", "OoU", None, Restart("reef-1".into())),
+            (3, "reef-0", "oOU", None, Wait("reef-0 is not ready".into())),
+            // A new replica that fails on the new spec stops the rollout there.
+            (3, "reef-0", "OOu", None, Wait("reef-2 is not ready".into())),
+            // A single server restarts in place.
+            (1, "reef-0", "O", None, Restart("reef-0".into())),
+            (1, "reef-0", "U", None, Done),
+        ];
+        for (members, primary, spec, busy, want) in cases {
+            assert_eq!(
+                &step(*members, primary, spec, *busy),
+                want,
+                "{members} members, primary {primary}, pods {spec}, busy {busy:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_hand_over_to_a_replica_out_of_step() {
+        let behind = views(&[("reef-0", None), ("reef-1", Some(60)), ("reef-2", Some(45))]);
+        assert_eq!(
+            next(
+                3,
+                "reef-0",
+                &pods("OUU"),
+                &behind,
+                None,
+                Duration::from_secs(10)
+            ),
+            Step::Wait("no updated replica is in step to take over from reef-0".into())
+        );
+        // Only updated replicas take over: an outdated one in step is not chosen.
+        let mixed = views(&[("reef-0", None), ("reef-1", Some(0)), ("reef-2", Some(2))]);
+        assert_eq!(
+            next(
+                3,
+                "reef-2",
+                &pods("UOU"),
+                &mixed,
+                None,
+                Duration::from_secs(10)
+            ),
+            Step::Restart("reef-1".into())
+        );
+    }
+
+    #[test]
+    fn progress_messages_name_the_step() {
+        assert_eq!(Step::Done.progress(), None);
+        assert_eq!(
+            Step::HandOver("reef-1".into()).progress().unwrap(),
+            "rolling out: handing the primary over to reef-1"
+        );
+        assert_eq!(
+            Step::Wait("reef-2 is not ready".into()).progress().unwrap(),
+            "rolling out: reef-2 is not ready"
+        );
+    }
+}
