@@ -51,6 +51,7 @@ pub(crate) fn handler(
                 Ok((epoch, _)) => epoch,
                 Err(r) => return refused(&r),
             };
+            let accepted = std::time::Instant::now();
             wake.notify_one();
             let deadline = tokio::time::Instant::now() + ORDER_WAIT;
             loop {
@@ -60,6 +61,14 @@ pub(crate) fn handler(
                         let mut m = m.clone();
                         m.age_ms = u64::try_from(r.at.elapsed().as_millis()).unwrap_or(u64::MAX);
                         return Response::new(200, m.to_line());
+                    }
+                    if r.member.is_none() && r.started >= accepted {
+                        // The server is down: the order is kept and acted on once it is up;
+                        // waiting longer would only hold the operator's pass.
+                        return Response::new(
+                            202,
+                            format!("order kept, the server is down: {}", r.reason),
+                        );
                     }
                 }
                 if !matches!(

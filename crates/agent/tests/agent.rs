@@ -1171,7 +1171,7 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let a_db = instance_server(w, "quay-0");
-    let b_db = instance_server(w, "quay-1");
+    let mut b_db = instance_server(w, "quay-1");
     let creds = credentials(w, "");
     std::fs::write(creds.join("orders"), "order-key\n").unwrap();
     let creds_s = creds.to_str().unwrap().to_owned();
@@ -1348,4 +1348,29 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
     wait_for("the label's epoch", &[&a], || {
         a.get("/status").1.contains("\"epoch\":2").then_some(())
     });
+
+    // The primary's server crashes and another member takes over: its demotion reaches the
+    // agent while the server is down, is answered at once (not after the order wait), and is
+    // what the server follows when it comes back, though its labels still say primary.
+    b_labels.set_with_epoch("primary", 2);
+    wait_for("the primary's label epoch", &[&b], || {
+        b.get("/status").1.contains("\"epoch\":2").then_some(())
+    });
+    b_db.kill9();
+    wait_status(&b, &[&a], "/status", 503, "no observation");
+    let t = Instant::now();
+    let (code, answer) = b.post("/role", &order("quay-1", Role::Replica, 3, b"order-key"));
+    let answered = t.elapsed();
+    assert_eq!(code, 202, "{answer}\n{}", b.logs());
+    assert!(answer.contains("the server is down"), "{answer}");
+    assert!(
+        answered < bulwark_contract::order::ORDER_WAIT - Duration::from_secs(2),
+        "answered after {answered:?}"
+    );
+    b_db.restart().unwrap();
+    wait_for("the returned server to follow its order", &[&b], || {
+        let status = b.get("/status").1;
+        (status.contains("\"epoch\":3") && status.contains("\"role\":\"replica\"")).then_some(())
+    });
+    assert_eq!(scalar(&b_db, "SELECT @@read_only"), "1");
 }

@@ -5,16 +5,25 @@
 
 use std::process::{Child, Stdio};
 
-/// Creates `ledger.acks`, the writer's table, through `host` from `pod`.
+/// Creates `ledger.acks`, the writer's table, through `host` from `pod`: retried while the
+/// Service does not route yet (kube-proxy follows a new endpoint a moment after the pod's
+/// readiness).
 pub fn create_table(namespace: &str, pod: &str, password: &str, host: &str) {
-    crate::sql(
+    crate::wait_for(
         namespace,
-        pod,
-        password,
-        host,
-        "CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+        &format!("the writer's table created through {host}"),
+        std::time::Duration::from_secs(60),
+        || {
+            crate::sql(
+                namespace,
+                pod,
+                password,
+                host,
+                "CREATE DATABASE IF NOT EXISTS ledger; \
+                 CREATE TABLE IF NOT EXISTS ledger.acks (id INT PRIMARY KEY)",
+            )
+        },
+    );
 }
 
 /// Starts the writer in `pod` for `seconds`: ids 1, 2, ... into `ledger.acks` through `host`.

@@ -10,7 +10,7 @@ use bulwark_contract::Role;
 
 use super::roles::MemberView;
 
-/// One member to move: its labels set to `standing`, and, when its agent reports, an order.
+/// One member to move: its labels set to `standing`, and an order to its agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub pod: String,
@@ -28,10 +28,11 @@ pub struct Step {
 fn step(m: &MemberView, role: Role, epoch: u64) -> Option<Step> {
     let standing = Standing { role, epoch };
     let label = m.labelled != Some(role) || m.labelled_epoch != Some(epoch);
-    let order = m
-        .report
-        .as_ref()
-        .is_ok_and(|r| r.epoch < epoch || r.role.as_deref() != Some(role.as_str()));
+    // A member that gives no report may still have its agent running while its server is
+    // down: the order is kept there and acted on before the server can take writes again.
+    let order = m.report.as_ref().map_or(true, |r| {
+        r.epoch < epoch || r.role.as_deref() != Some(role.as_str())
+    });
     let fence = m.labelled != Some(role)
         || m.report.as_ref().is_ok_and(|r| {
             r.role.as_deref() != Some(role.as_str()) || (role == Role::Replica && !r.read_only)
@@ -183,8 +184,18 @@ mod tests {
         );
         // A failover decided quay-0 is lost: nobody to confirm.
         assert_eq!(fenced("quay-1", 3, &members, None), Ok(()));
-        // Its labels are set already and its agent does not answer: nothing to do.
-        assert!(demotions("quay-1", 3, &members).is_empty());
+        // Its labels are set already; its server does not answer, but its agent may still run
+        // and keep the order for when the server is back (a crashed mysqld restarting).
+        assert_eq!(
+            demotions("quay-1", 3, &members),
+            [Step {
+                pod: "quay-0".into(),
+                standing: at(Replica, 3),
+                label: false,
+                order: true,
+                fence: false
+            }]
+        );
         // An answer at an older epoch is no confirmation.
         let stale = [
             member("quay-0", Some((Replica, 3)), Some((Replica, 2, true))),
@@ -204,14 +215,15 @@ mod tests {
             member("quay-2", None, None),
         ];
         assert_eq!(promotion("quay-0", 0, &members), None);
-        // Only the unlabelled pod gets its labels; its agent does not answer yet.
+        // Only the unlabelled pod gets its labels, and its role in an order in case its agent
+        // runs already.
         assert_eq!(
             demotions("quay-0", 0, &members),
             [Step {
                 pod: "quay-2".into(),
                 standing: at(Replica, 0),
                 label: true,
-                order: false,
+                order: true,
                 fence: true
             }]
         );

@@ -344,7 +344,12 @@ pub fn observe(
     not_primary: Option<(&'static str, &str)>,
 ) -> (i32, [Desired; 3]) {
     let st = set.status.clone().unwrap_or_default();
-    let ready = i32::try_from(pods.iter().filter(|p| serving(p, unready)).count()).unwrap_or(0);
+    // The StatefulSet's count trails the pods' conditions, which trail the agents' reports.
+    let serving_pods = i32::try_from(pods.iter().filter(|p| serving(p, unready)).count());
+    let ready = st
+        .ready_replicas
+        .unwrap_or(0)
+        .min(serving_pods.unwrap_or(0));
     let primary_ready = pods
         .iter()
         .any(|p| p.name_any() == primary && serving(p, unready));

@@ -1,0 +1,213 @@
+//! A primary whose mysqld keeps crashing while its pod, and its agent, stay: under a steady
+//! writer (in a client pod of its own) the primary's server is killed over and over from the
+//! host, so that it is down for longer than the failover time; a replica is promoted, writes
+//! resume through the primary Service, and every acknowledged row is on the new primary. The
+//! old primary's agent was given its demotion while its server was down, so once the killing
+//! stops its server comes back read-only: a replica of the new primary, or, when it had logged
+//! a commit that no replica acknowledged before it died, named in the status as holding
+//! transactions the primary lacks. Never writable.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::{
+    apply, get_json, operator, secret_value, sql, wait_for, wait_ready, writer, Namespace,
+};
+
+/// Host PIDs of the `mariadbd` processes of the pod with `uid` (the node's processes share the
+/// host's PID namespace; a pod's cgroup path names its uid).
+fn servers_of(uid: &str) -> Vec<i32> {
+    let underscored = uid.replace('-', "_");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            comm.trim() == "mariadbd" && (cgroup.contains(uid) || cgroup.contains(&underscored))
+        })
+        .collect()
+}
+
+/// Kills the pod's server whenever it runs, until `stop`; returns how many times it did.
+fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut kills = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for pid in servers_of(&uid) {
+                let killed = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                kills += usize::from(killed);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        kills
+    })
+}
+
+fn status(n: &str) -> serde_json::Value {
+    get_json(n, "mysqlcluster/ember")
+        .map(|c| c["status"].clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() {
+    operator();
+    let ns = Namespace::create("e2e-crash");
+    let n = ns.0.as_str();
+    apply(
+        n,
+        "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: ember}\n\
+         spec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}, \
+         replication: {failoverAfterSeconds: 10}}\n",
+    );
+    wait_ready(n, "ember", 3, "the cluster to become Ready");
+    let password = secret_value(n, "ember-credentials", "root");
+    writer::create_table(n, "ember-0", &password, "ember-primary");
+    let uid = get_json(n, "pod/ember-0").expect("pod")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    assert!(
+        !servers_of(&uid).is_empty(),
+        "no mariadbd of pod {uid} seen from the host"
+    );
+
+    let child = writer::start_in_client(n, &password, "ember-primary", 300);
+    std::thread::sleep(Duration::from_secs(8));
+    let stop = Arc::new(AtomicBool::new(false));
+    let killing = keep_killing(uid.clone(), stop.clone());
+    let crashed = Instant::now();
+    let new_primary = wait_for(
+        n,
+        "a replica promoted",
+        Duration::from_secs(120),
+        || match status(n)["currentPrimary"].as_str() {
+            Some(p) if p != "ember-0" => Ok(p.to_owned()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    eprintln!(
+        "{new_primary} promoted {:.1}s after the primary's server first crashed",
+        crashed.elapsed().as_secs_f64()
+    );
+    let record = status(n)["lastFailover"].clone();
+    assert_eq!(record["from"], "ember-0", "{record}");
+    wait_for(
+        n,
+        "the new primary to take writes",
+        Duration::from_secs(60),
+        || {
+            sql(
+                n,
+                &new_primary,
+                &password,
+                "ember-primary",
+                "SELECT @@hostname, @@read_only",
+            )
+            .and_then(|out| {
+                let f: Vec<&str> = out.split_whitespace().collect();
+                (f == [new_primary.as_str(), "0"]).then_some(()).ok_or(out)
+            })
+        },
+    );
+    // The demotion reaches the old primary's agent while its server is still down (and kept
+    // killed): it is what keeps the server read-only when it returns, whatever the labels file
+    // the kubelet refreshes later says.
+    let epoch = status(n)["epoch"].as_u64().expect("an epoch");
+    let accepted =
+        format!("\"message\":\"role order accepted\",\"role\":\"replica\",\"epoch\":{epoch}");
+    wait_for(
+        n,
+        "the old primary's agent to accept its demotion",
+        Duration::from_secs(30),
+        || {
+            let logs = bulwark_e2e::try_kubectl(&["logs", "-n", n, "ember-0", "-c", "agent"])?;
+            logs.contains(&accepted)
+                .then_some(())
+                .ok_or_else(|| format!("no {accepted} in the agent's log"))
+        },
+    );
+    // A few more seconds down, then the server may come back (after the kubelet's back-off).
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let kills = killing.join().expect("killer");
+    eprintln!("the old primary's server was killed {kills} times");
+    assert_eq!(
+        get_json(n, "pod/ember-0").expect("pod")["metadata"]["uid"],
+        uid.as_str(),
+        "the pod itself was replaced"
+    );
+
+    // The old primary's server returns read-only: a replica with every row, or named as
+    // holding a commit that nobody acknowledged.
+    let needle = format!("ember-0 has transactions {new_primary} lacks");
+    let rejoined = wait_for(
+        n,
+        "the old primary back as a replica, or named as diverged",
+        Duration::from_secs(300),
+        || {
+            let st = status(n);
+            let ready = st["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+                .unwrap_or_default();
+            let message = ready["message"].as_str().unwrap_or_default();
+            if message.contains(&needle) {
+                return Ok(false);
+            }
+            (ready["status"] == "True" && st["readyReplicas"] == 3)
+                .then_some(true)
+                .ok_or_else(|| message.to_owned())
+        },
+    );
+    let read_only = sql(n, "ember-0", &password, "localhost", "SELECT @@read_only")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read_only.trim(), "1", "the old primary is writable");
+    let outcome = writer::stop(child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    eprintln!(
+        "writes paused {:.1}s at most (writer tries every 0.2s), {} attempts refused",
+        outcome.longest_gap, outcome.refused
+    );
+    outcome.assert_none_lost(n, &new_primary, &password, "ember-primary");
+    if rejoined {
+        wait_ready(
+            n,
+            "ember",
+            3,
+            "the cluster Ready with the old primary as a replica",
+        );
+        // The stopped writer's shell may still commit one row: compare the two servers.
+        let count = |pod: &str| {
+            sql(
+                n,
+                pod,
+                &password,
+                "localhost",
+                "SELECT COUNT(*) FROM ledger.acks",
+            )
+            .map(|out| out.trim().to_owned())
+        };
+        wait_for(
+            n,
+            "every row of the new primary on the old one",
+            Duration::from_secs(60),
+            || {
+                let (theirs, ours) = (count(&new_primary)?, count("ember-0")?);
+                (theirs == ours)
+                    .then_some(())
+                    .ok_or(format!("{new_primary} {theirs}, ember-0 {ours}"))
+            },
+        );
+        eprintln!("the old primary rejoined as a replica with every row");
+    } else {
+        eprintln!("the old primary holds a commit nobody acknowledged; it is named in the status");
+    }
+}
