@@ -162,6 +162,32 @@ pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
     });
 }
 
+/// Waits until the status of cluster `name` names a primary other than `old`; returns it.
+pub fn wait_promoted(n: &str, name: &str, old: &str) -> String {
+    wait_for(n, "a replica promoted", Duration::from_secs(120), || {
+        let c = get_json(n, &format!("mysqlcluster/{name}")).unwrap_or_default();
+        match c["status"]["currentPrimary"].as_str() {
+            Some(p) if p != old => Ok(p.to_owned()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+}
+
+/// Waits until writes through `service` reach `pod`'s server, writable.
+pub fn wait_takes_writes(n: &str, pod: &str, password: &str, service: &str) {
+    wait_for(
+        n,
+        &format!("{pod} to take writes through {service}"),
+        Duration::from_secs(120),
+        || {
+            sql(n, pod, password, service, "SELECT @@hostname, @@read_only").and_then(|out| {
+                let f: Vec<&str> = out.split_whitespace().collect();
+                (f == [pod, "0"]).then_some(()).ok_or(out)
+            })
+        },
+    );
+}
+
 /// Takes a backup of `cluster` to `storage` with `method` as MySQLBackup `name`, waits for
 /// it to succeed, and checks what every successful backup reports (stored and plaintext
 /// sizes, the GTID set); its status. The time from apply to `Succeeded` is printed.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, get_json, operator, secret_value, sql, wait_for, wait_ready, writer, Namespace,
+    apply, get_json, operator, secret_value, sql, wait_for, wait_promoted, wait_ready,
+    wait_takes_writes, writer, Namespace,
 };
 
 /// Host PIDs of the `mariadbd` processes of the pod with `uid` (the node's processes share the
@@ -84,39 +85,14 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     let stop = Arc::new(AtomicBool::new(false));
     let killing = keep_killing(uid.clone(), stop.clone());
     let crashed = Instant::now();
-    let new_primary = wait_for(
-        n,
-        "a replica promoted",
-        Duration::from_secs(120),
-        || match status(n)["currentPrimary"].as_str() {
-            Some(p) if p != "ember-0" => Ok(p.to_owned()),
-            other => Err(format!("{other:?}")),
-        },
-    );
+    let new_primary = wait_promoted(n, "ember", "ember-0");
     eprintln!(
         "{new_primary} promoted {:.1}s after the primary's server first crashed",
         crashed.elapsed().as_secs_f64()
     );
     let record = status(n)["lastFailover"].clone();
     assert_eq!(record["from"], "ember-0", "{record}");
-    wait_for(
-        n,
-        "the new primary to take writes",
-        Duration::from_secs(60),
-        || {
-            sql(
-                n,
-                &new_primary,
-                &password,
-                "ember-primary",
-                "SELECT @@hostname, @@read_only",
-            )
-            .and_then(|out| {
-                let f: Vec<&str> = out.split_whitespace().collect();
-                (f == [new_primary.as_str(), "0"]).then_some(()).ok_or(out)
-            })
-        },
-    );
+    wait_takes_writes(n, &new_primary, &password, "ember-primary");
     // The demotion reaches the old primary's agent while its server is still down (and kept
     // killed): it is what keeps the server read-only when it returns, whatever the labels file
     // the kubelet refreshes later says.

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
-    Namespace,
+    apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_promoted, wait_ready,
+    wait_takes_writes, writer, Namespace,
 };
 
 /// Cordons the node for its lifetime.
@@ -55,16 +55,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     let cordon = Cordoned::node();
     let lost = Instant::now();
     kubectl_ok(&["delete", "pod", "-n", n, "surge-0", "--wait=false"]);
-    let new_primary =
-        wait_for(
-            n,
-            "a replica promoted",
-            Duration::from_secs(120),
-            || match status_field(n, "currentPrimary").as_str() {
-                Some(p) if p != "surge-0" => Ok(p.to_owned()),
-                other => Err(format!("{other:?}")),
-            },
-        );
+    let new_primary = wait_promoted(n, "surge", "surge-0");
     eprintln!(
         "{new_primary} promoted {:.1}s after the primary's pod was deleted",
         lost.elapsed().as_secs_f64()
@@ -72,24 +63,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     let record = status_field(n, "lastFailover");
     assert_eq!(record["from"], "surge-0", "{record}");
     assert_eq!(record["to"], new_primary.as_str(), "{record}");
-    wait_for(
-        n,
-        "the new primary to take writes",
-        Duration::from_secs(120),
-        || {
-            sql(
-                n,
-                &new_primary,
-                &password,
-                "surge-primary",
-                "SELECT @@hostname, @@read_only",
-            )
-            .and_then(|out| {
-                let f: Vec<&str> = out.split_whitespace().collect();
-                (f == [new_primary.as_str(), "0"]).then_some(()).ok_or(out)
-            })
-        },
-    );
+    wait_takes_writes(n, &new_primary, &password, "surge-primary");
     eprintln!(
         "writes through surge-primary land on {new_primary} {:.1}s after the pod was deleted",
         lost.elapsed().as_secs_f64()

@@ -136,6 +136,41 @@ pub(super) fn sample_report(gtid: &str) -> MemberStatus {
     }
 }
 
+/// A ready member's view, `lag`: a replica that many seconds behind (`None`: no replication),
+/// for the tests of the decisions on reports.
+#[cfg(test)]
+pub(super) fn sample_view(
+    pod: &str,
+    role: Role,
+    epoch: u64,
+    read_only: bool,
+    lag: Option<u64>,
+) -> MemberView {
+    let mut r = sample_report("0-1-9");
+    r.role = Some(role.as_str().into());
+    r.epoch = epoch;
+    r.read_only = read_only;
+    r.ready = true;
+    r.reason = "replica: replicating".into();
+    r.replication = lag.map(|l| bulwark_contract::member::MemberReplication {
+        source_host: "quay-primary".into(),
+        source_port: 3306,
+        io: "running".into(),
+        sql_running: true,
+        relay_applied: true,
+        sql_caught_up: true,
+        io_errno: 0,
+        sql_errno: 0,
+        lag_seconds: Some(l),
+    });
+    MemberView {
+        pod: pod.into(),
+        labelled: Some(role),
+        labelled_epoch: Some(epoch),
+        report: Ok(r),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

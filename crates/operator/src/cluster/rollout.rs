@@ -144,8 +144,7 @@ impl Step {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::roles::sample_report;
-    use bulwark_contract::member::MemberReplication;
+    use crate::cluster::roles::sample_view;
     use bulwark_contract::Role;
 
     /// `spec`: one letter a pod, `o` outdated / `u` updated, uppercase when ready, `x` (or
@@ -164,29 +163,16 @@ mod tests {
             .collect()
     }
 
+    /// Ready members, `None` the primary, `Some(lag)` a replica that far behind.
     fn views(lags: &[(&str, Option<u64>)]) -> Vec<MemberView> {
         lags.iter()
             .map(|(pod, lag)| {
-                let mut r = sample_report("0-1-9");
-                r.ready = true;
-                r.role = Some(if lag.is_some() { "replica" } else { "primary" }.into());
-                r.replication = lag.map(|l| MemberReplication {
-                    source_host: "reef-primary".into(),
-                    source_port: 3306,
-                    io: "running".into(),
-                    sql_running: true,
-                    relay_applied: true,
-                    sql_caught_up: true,
-                    io_errno: 0,
-                    sql_errno: 0,
-                    lag_seconds: Some(l),
-                });
-                MemberView {
-                    pod: (*pod).into(),
-                    labelled: Some(Role::Replica),
-                    labelled_epoch: Some(1),
-                    report: Ok(r),
-                }
+                let role = if lag.is_some() {
+                    Role::Replica
+                } else {
+                    Role::Primary
+                };
+                sample_view(pod, role, 1, lag.is_some(), *lag)
             })
             .collect()
     }

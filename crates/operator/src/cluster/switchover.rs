@@ -157,36 +157,9 @@ pub fn progress(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::roles::sample_report;
-    use bulwark_contract::member::MemberReplication;
+    use crate::cluster::roles::sample_view as view;
     use bulwark_contract::Role;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn view(pod: &str, role: Role, epoch: u64, read_only: bool, lag: Option<u64>) -> MemberView {
-        let mut r = sample_report("0-1-9");
-        r.role = Some(role.as_str().into());
-        r.epoch = epoch;
-        r.read_only = read_only;
-        r.ready = true;
-        r.reason = "replica: replicating".into();
-        r.replication = lag.map(|l| MemberReplication {
-            source_host: "quay-primary".into(),
-            source_port: 3306,
-            io: "running".into(),
-            sql_running: true,
-            relay_applied: true,
-            sql_caught_up: true,
-            io_errno: 0,
-            sql_errno: 0,
-            lag_seconds: Some(l),
-        });
-        MemberView {
-            pod: pod.into(),
-            labelled: Some(role),
-            labelled_epoch: Some(epoch),
-            report: Ok(r),
-        }
-    }
 
     #[test]
     fn requests() {
