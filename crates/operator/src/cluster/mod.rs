@@ -61,7 +61,8 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         }
     };
     let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
-    let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set).await?;
+    let read = backup_sources(&ctx, &ns, &name).await?;
+    let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set, &read).await?;
     if !settled.changed && settled.switching.is_none() {
         if let rollout::Step::Restart(pod) = &settled.rollout {
             restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
@@ -254,6 +255,20 @@ async fn apply_children(
         stateful_set,
         config_map: cm_name,
     })
+}
+
+/// The members that running backups of cluster `name` read from.
+async fn backup_sources(ctx: &Context, ns: &str, name: &str) -> Result<Vec<String>> {
+    let backups: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
+    let running = apply::list(&backups, "").await?.into_iter().filter(|b| {
+        b.spec.cluster_ref.name == name
+            && b.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(bulwark_api::backup::BackupPhase::Running))
+    });
+    Ok(running
+        .filter_map(|b| b.status.and_then(|s| s.source_pod))
+        .collect())
 }
 
 /// Restarts `pod` for a rolling change: deleted (only the pod this pass saw, by uid), the

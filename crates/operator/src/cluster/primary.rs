@@ -67,12 +67,14 @@ pub struct Settled {
     pub unready: Vec<String>,
 }
 
-/// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied.
+/// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
+/// the members running backups read from.
 pub async fn settle(
     ctx: &Context,
     cluster: &MySQLCluster,
     ns: &str,
     set: &StatefulSet,
+    read: &[String],
 ) -> Result<Settled> {
     let name = cluster.name_any();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -185,6 +187,7 @@ pub async fn settle(
                 &members,
                 &views,
                 busy_reason,
+                read,
                 SWITCHOVER_MAX_LAG,
             )
         });

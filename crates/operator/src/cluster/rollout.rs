@@ -3,7 +3,8 @@
 //! and this plan says which one the operator restarts next. Replicas go first (highest ordinal
 //! first, each only once every member is ready again), then the primary is handed to an
 //! updated replica by a switchover, then the old primary restarts as a replica. A change that
-//! makes pods fail stops at the first replica: the primary keeps running the old spec. Pure.
+//! makes pods fail stops at the first replica: the primary keeps running the old spec. A member
+//! a running backup reads from is not restarted until the backup ends. Pure.
 
 use std::time::Duration;
 
@@ -75,13 +76,15 @@ pub enum Step {
 
 /// Decides the next step. `members`: the spec's member count; `pods`: the server pods that
 /// exist; `views`: the members' reports (for the hand-over's lag); `busy`: why the primary must
-/// not move now (a failover, a switchover running), if it must not.
+/// not move now (a failover, a switchover running), if it must not; `read`: members a running
+/// backup reads from (restarting one would fail the backup).
 pub fn next(
     members: i32,
     primary: &str,
     pods: &[Pod],
     views: &[MemberView],
     busy: Option<&str>,
+    read: &[String],
     max_lag: Duration,
 ) -> Step {
     let outdated: Vec<&Pod> = pods.iter().filter(|p| !p.updated).collect();
@@ -99,23 +102,29 @@ pub fn next(
             .iter()
             .filter(|p| p.name != primary && filter(p))
             .max_by_key(|p| p.ordinal)
-            .map(|p| p.name.clone())
+            .map(|p| match read.iter().find(|r| **r == p.name) {
+                Some(pod) => Step::Wait(format!("a backup is reading from {pod}")),
+                None => Step::Restart(p.name.clone()),
+            })
     };
     // An outdated replica that is not ready serves nothing, and may be failing precisely
     // because of the spec being replaced: it goes first.
-    if let Some(pod) = highest(&|p| !p.ready) {
-        return Step::Restart(pod);
+    if let Some(step) = highest(&|p| !p.ready) {
+        return step;
     }
     if let Some(p) = pods.iter().find(|p| !p.ready) {
         return Step::Wait(format!("{} is not ready", p.name));
     }
-    if let Some(pod) = highest(&|_| true) {
-        return Step::Restart(pod);
+    if let Some(step) = highest(&|_| true) {
+        return step;
     }
     // Only the primary is left.
     if pods.len() == 1 {
-        // Nobody to hand writes to: a single server restarts in place.
-        return Step::Restart(primary.to_owned());
+        // Nobody to hand writes to: a single server restarts in place, once no backup reads it.
+        return match read.iter().find(|r| *r == primary) {
+            Some(pod) => Step::Wait(format!("a backup is reading from {pod}")),
+            None => Step::Restart(primary.to_owned()),
+        };
     }
     if let Some(why) = busy {
         return Step::Wait(format!("the primary is not handed over now: {why}"));
@@ -182,7 +191,7 @@ mod tests {
         let in_step = views(&[("reef-0", None), ("reef-1", Some(0)), ("reef-2", Some(3))]);
         let lag = Duration::from_secs(10);
         let step = |members: i32, primary: &str, spec: &str, busy: Option<&str>| {
-            next(members, primary, &pods(spec), &in_step, busy, lag)
+            next(members, primary, &pods(spec), &in_step, busy, &[], lag)
         };
         use Step::*;
         let cases: &[(i32, &str, &str, Option<&str>, Step)] = &[
@@ -248,6 +257,7 @@ mod tests {
                 &pods("OUU"),
                 &behind,
                 None,
+                &[],
                 Duration::from_secs(10)
             ),
             Step::Wait("no updated replica is in step to take over from reef-0".into())
@@ -261,9 +271,39 @@ mod tests {
                 &pods("UOU"),
                 &mixed,
                 None,
+                &[],
                 Duration::from_secs(10)
             ),
             Step::Restart("reef-1".into())
+        );
+    }
+
+    #[test]
+    fn a_member_a_backup_reads_from_is_not_restarted() {
+        let in_step = views(&[("reef-0", None), ("reef-1", Some(0)), ("reef-2", Some(0))]);
+        let lag = Duration::from_secs(10);
+        let reading = ["reef-2".to_owned()];
+        assert_eq!(
+            next(3, "reef-0", &pods("OOO"), &in_step, None, &reading, lag),
+            Step::Wait("a backup is reading from reef-2".into())
+        );
+        // Another member's backup holds nothing up.
+        assert_eq!(
+            next(3, "reef-0", &pods("OOU"), &in_step, None, &reading, lag),
+            Step::Restart("reef-1".into())
+        );
+        let alone = views(&[("reef-0", None)]);
+        assert_eq!(
+            next(
+                1,
+                "reef-0",
+                &pods("O"),
+                &alone,
+                None,
+                &["reef-0".into()],
+                lag
+            ),
+            Step::Wait("a backup is reading from reef-0".into())
         );
     }
 
