@@ -261,4 +261,80 @@ fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over
         .unwrap_or_default()
         .to_owned();
     outcome.assert_none_lost(n, &primary, &password, "wave-primary");
+
+    // A change that makes the server fail to start stops at the first replica restarted: the
+    // others, the primary among them, keep running the previous spec, and writes go on.
+    let good = cluster("wave", 3, ", mysqldConfig: {max_connections: \"123\"}");
+    let bad = cluster(
+        "wave",
+        3,
+        ", mysqldConfig: {max_connections: \"123\", no_such_variable: \"1\"}",
+    );
+    let running: Vec<String> = ["wave-0", "wave-1", "wave-2"].map(uid).to_vec();
+    apply(n, &bad);
+    let stuck = wait_for(
+        n,
+        "the rollout to stop at a failing replica",
+        Duration::from_secs(120),
+        || {
+            let c = get_json(n, "mysqlcluster/wave").unwrap_or_default();
+            let progressing = c["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Progressing").cloned())
+                .unwrap_or_default();
+            let message = progressing["message"].as_str().unwrap_or_default();
+            message
+                .split("rolling out: ")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix(" is not ready"))
+                .map(str::to_owned)
+                .filter(|pod| *pod != primary)
+                .ok_or_else(|| message.to_owned())
+        },
+    );
+    wait_for(
+        n,
+        "the failing replica's server to crash",
+        Duration::from_secs(60),
+        || {
+            let pod = get_json(n, &format!("pod/{stuck}")).unwrap_or_default();
+            let restarts = pod["status"]["containerStatuses"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["name"] == "mysqld"))
+                .and_then(|c| c["restartCount"].as_u64())
+                .unwrap_or(0);
+            (restarts > 0)
+                .then_some(())
+                .ok_or_else(|| pod["status"].to_string())
+        },
+    );
+    // Watched for a while: nothing else is restarted, the primary takes writes.
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        for (pod, old) in ["wave-0", "wave-1", "wave-2"].iter().zip(&running) {
+            if *pod != stuck {
+                assert_eq!(&uid(pod), old, "{pod} was restarted while {stuck} fails");
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    sql(
+        n,
+        &primary,
+        &password,
+        "wave-primary",
+        "INSERT INTO ledger.acks VALUES (1000000)",
+    )
+    .unwrap_or_else(|e| panic!("the primary takes no writes while {stuck} fails: {e}"));
+    // Back to the previous spec: the failing replica is restarted on it, nobody else.
+    apply(n, &good);
+    wait_ready(n, "wave", 3, "the cluster Ready on the previous spec");
+    for (pod, old) in ["wave-0", "wave-1", "wave-2"].iter().zip(&running) {
+        assert_eq!(
+            *pod == stuck,
+            &uid(pod) != old,
+            "{pod}: restarted only if it failed"
+        );
+    }
+    eprintln!("a failing change stopped at {stuck}; reverted, only {stuck} was restarted");
 }
