@@ -170,7 +170,6 @@ pub async fn settle(
                         && !r.read_only
                 })
         });
-        let busy = !had_primary || settled.lost_since.is_some() || !settled_primary;
         let busy_reason = if !had_primary {
             Some("the cluster has had no primary yet")
         } else if settled.lost_since.is_some() {
@@ -180,6 +179,7 @@ pub async fn settle(
         } else {
             None
         };
+        let busy = busy_reason.is_some();
         let step = rollout::pods_of(&name, set, &pods).map_or(rollout::Step::Done, |members| {
             rollout::next(
                 cluster.spec.replicas,
