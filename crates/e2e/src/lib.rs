@@ -136,7 +136,8 @@ pub fn wait_for<T>(
     }
 }
 
-/// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec.
+/// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec,
+/// and its primary Service routes.
 pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
     wait_for(n, what, Duration::from_secs(300), || {
         let c = get_json(n, &format!("mysqlcluster/{name}")).ok_or("no cluster yet")?;
@@ -160,6 +161,35 @@ pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
             .then_some(())
             .ok_or_else(|| format!("{ready} {progressing} ready={}", st["readyReplicas"]))
     });
+    // Ready is the pods' and agents' word; kube-proxy routes a new Service or endpoint a moment
+    // later. Tests use the cluster through its primary Service, so wait until that answers
+    // (`mariadb-admin ping` exits 0 on any answer, a refused login included).
+    let primary = get_json(n, &format!("mysqlcluster/{name}"))
+        .and_then(|c| c["status"]["currentPrimary"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{name}-0"));
+    let service = format!("{name}-primary");
+    wait_for(
+        n,
+        &format!("{service} to route"),
+        Duration::from_secs(60),
+        || {
+            try_kubectl(&[
+                "exec",
+                "-n",
+                n,
+                &primary,
+                "-c",
+                "mysqld",
+                "--",
+                "mariadb-admin",
+                "--connect-timeout=2",
+                "-h",
+                &service,
+                "ping",
+            ])
+            .map(drop)
+        },
+    );
 }
 
 /// Waits until the status of cluster `name` names a primary other than `old`; returns it.
