@@ -61,7 +61,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         }
     };
     let applied = apply_children(&cluster, &ctx, &ns, &validated, &refs, existing_set).await?;
-    let read = backup_sources(&ctx, &ns, &name).await?;
+    // Backups are listed only while the pods run more than one revision: no restart otherwise.
+    let read = if rolling_out(&applied.stateful_set) {
+        backup_sources(&ctx, &ns, &name).await?
+    } else {
+        Vec::new()
+    };
     let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set, &read).await?;
     if !settled.changed && settled.switching.is_none() {
         if let rollout::Step::Restart(pod) = &settled.rollout {
@@ -257,6 +262,13 @@ async fn apply_children(
     })
 }
 
+/// Whether `set`'s pods may not all run its latest spec (or the controller has not said yet).
+fn rolling_out(set: &StatefulSet) -> bool {
+    set.status.as_ref().is_none_or(|st| {
+        st.observed_generation < set.metadata.generation || st.updated_replicas != Some(st.replicas)
+    })
+}
+
 /// The members that running backups of cluster `name` read from.
 async fn backup_sources(ctx: &Context, ns: &str, name: &str) -> Result<Vec<String>> {
     let backups: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
@@ -306,13 +318,14 @@ async fn collect_config_maps(
     cluster: &str,
     applied: &Applied,
 ) -> Result<()> {
-    let status = applied.stateful_set.status.clone().unwrap_or_default();
     // Under the OnDelete strategy the controller never moves `currentRevision`: every pod
     // counted as updated is what says the old configurations are unused.
-    let rolled_out = status.observed_generation >= applied.stateful_set.metadata.generation
-        && status.update_revision.is_some()
-        && status.updated_replicas == Some(status.replicas);
-    if !rolled_out {
+    let set = &applied.stateful_set;
+    let revision_known = set
+        .status
+        .as_ref()
+        .is_some_and(|st| st.update_revision.is_some());
+    if rolling_out(set) || !revision_known {
         return Ok(());
     }
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
