@@ -136,23 +136,22 @@ pub fn wait_for<T>(
     }
 }
 
+/// The condition of `type_` in an object's `status` (null when absent).
+pub fn condition(status: &serde_json::Value, type_: &str) -> serde_json::Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or_default()
+}
+
 /// Waits until the cluster is Ready with `replicas` ready instances, all on the current spec,
 /// and its primary Service routes.
 pub fn wait_ready(n: &str, name: &str, replicas: u64, what: &str) {
     wait_for(n, what, Duration::from_secs(300), || {
         let c = get_json(n, &format!("mysqlcluster/{name}")).ok_or("no cluster yet")?;
         let st = &c["status"];
-        let cond = |t: &str| {
-            st["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == t)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let ready = cond("Ready");
-        let progressing = cond("Progressing");
+        let ready = condition(st, "Ready");
+        let progressing = condition(st, "Progressing");
         let settled = ready["status"] == "True"
             && progressing["status"] == "False"
             && st["readyReplicas"].as_u64() == Some(replicas)

@@ -130,10 +130,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
         Duration::from_secs(300),
         || {
             let st = status(n);
-            let ready = st["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
-                .unwrap_or_default();
+            let ready = bulwark_e2e::condition(&st, "Ready");
             let message = ready["message"].as_str().unwrap_or_default();
             if message.contains(&needle) {
                 return Ok(false);

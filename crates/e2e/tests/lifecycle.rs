@@ -103,11 +103,7 @@ fn a_primary_whose_volume_was_replaced_is_not_made_primary() {
                 return Err("the old pod is still there".into());
             }
             let c = get_json(n, "mysqlcluster/shoal").ok_or("no cluster")?;
-            let ready = c["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-                .cloned()
-                .unwrap_or_default();
+            let ready = bulwark_e2e::condition(&c["status"], "Ready");
             // First withheld while pod 0's agent cannot report yet, then for what it lacks.
             let message = ready["message"].as_str().unwrap_or("");
             (ready["reason"] == "PrimaryWithheld" && message.contains("has transactions it lacks"))
@@ -278,10 +274,7 @@ fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over
         Duration::from_secs(120),
         || {
             let c = get_json(n, "mysqlcluster/wave").unwrap_or_default();
-            let progressing = c["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Progressing").cloned())
-                .unwrap_or_default();
+            let progressing = bulwark_e2e::condition(&c["status"], "Progressing");
             let message = progressing["message"].as_str().unwrap_or_default();
             message
                 .split("rolling out: ")

@@ -228,10 +228,7 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
         Duration::from_secs(90),
         || {
             let c = get_json(n, "mysqlcluster/tide").unwrap_or_default();
-            let ready = c["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
-                .unwrap_or_default();
+            let ready = bulwark_e2e::condition(&c["status"], "Ready");
             let message = ready["message"].as_str().unwrap_or_default().to_owned();
             message
                 .contains(&needle)
