@@ -266,6 +266,7 @@ fn member_status(role: Option<Standing>, o: &Observed, decision: &Decision) -> M
         read_only: o.read_only,
         super_read_only: o.super_read_only,
         gtid_executed: o.gtid_logged.clone(),
+        gtid_history: o.gtid_history.clone(),
         semi_sync_wait: o.semi_sync_wait,
         semi_sync_clients: o.semi_sync_clients,
         replication: o.replication.as_ref().map(|r| MemberReplication {
@@ -549,8 +550,6 @@ struct Agent {
     epoch: u64,
     /// The last pass applied an action.
     acted: bool,
-    /// This agent promoted its server from a replica.
-    took_over: bool,
     /// A demoted primary's hold on writes, while it runs.
     fence: Option<Fence>,
     /// Where this pass replicates from: the primary an order names, else `--primary-host`.
@@ -573,7 +572,6 @@ impl Agent {
             io_epoch: None,
             epoch: 0,
             acted: false,
-            took_over: false,
             fence: None,
             config,
             conn: None,
@@ -697,7 +695,6 @@ impl Agent {
             start_allowed: self.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
             // Unknown after an agent restart: the receiver may predate the current primary.
             reconnect: self.io_epoch.is_none_or(|e| e < self.epoch),
-            took_over: self.took_over,
             fence_hold: self.fence.as_ref().and_then(Fence::remaining),
             pending: &pending,
             restored_gtid: &restored_gtid,
@@ -797,6 +794,7 @@ impl Agent {
             read_only: flag(0),
             super_read_only: flavor == Flavor::Mysql && flag(1),
             gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
+            gtid_history: vars.get(5).cloned().flatten().unwrap_or_default(),
             semi_sync_wait: flag(3),
             semi_sync_clients: vars
                 .get(4)
@@ -994,9 +992,7 @@ impl Agent {
             self.io_epoch = Some(self.epoch);
         }
         match action {
-            Action::FinishPromotion | Action::ResetReplication => self.took_over = true,
             Action::SetReadOnly => {
-                self.took_over = false;
                 // MariaDB's read_only lets READ ONLY ADMIN accounts (root) commit; MySQL's
                 // super_read_only stops everyone.
                 if flavor == Flavor::Mariadb {

@@ -447,14 +447,16 @@ pub fn variables_query(flavor: Flavor) -> &'static str {
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES \
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_ENABLED'), \
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS')"
+              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'), \
+             @@GLOBAL.gtid_binlog_state"
         }
         Flavor::Mysql => {
             "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_variables \
               WHERE VARIABLE_NAME = 'rpl_semi_sync_source_enabled'), \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_status \
-              WHERE VARIABLE_NAME = 'Rpl_semi_sync_source_clients')"
+              WHERE VARIABLE_NAME = 'Rpl_semi_sync_source_clients'), \
+             ''"
         }
     }
 }

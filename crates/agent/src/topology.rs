@@ -23,6 +23,9 @@ pub struct Observed {
     /// What the server has logged by GTID: `@@gtid_binlog_pos` (MariaDB) or
     /// `@@gtid_executed` (MySQL).
     pub gtid_logged: String,
+    /// MariaDB's `@@gtid_binlog_state` (every server's last GTID in every domain); empty on
+    /// MySQL.
+    pub gtid_history: String,
     /// The primary waits for replicas' acknowledgements of its commits
     /// (`rpl_semi_sync_master_enabled` / `rpl_semi_sync_source_enabled`).
     pub semi_sync_wait: bool,
@@ -80,9 +83,6 @@ pub struct Situation<'a> {
     /// accounts `read_only` does not): `Some(remaining)` while the hold lasts, `Some(ZERO)`
     /// once it is to be released.
     pub fence_hold: Option<Duration>,
-    /// This server was promoted from a replica by this agent: it takes over a cluster that has
-    /// replicas, so its commits wait for them at once, not only once they are connected.
-    pub took_over: bool,
     /// The primary changed (a newer epoch) since replication last connected: the receiver
     /// may still be attached to the former primary through the Service's old connection.
     pub reconnect: bool,
@@ -324,18 +324,18 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
             "promoting: removing the replication configuration",
         );
     }
-    if o.read_only || o.super_read_only {
-        return act(Action::SetWritable, "promoting: turning read_only off");
-    }
-    // Commits wait for acknowledgements once the replicas that give them are connected, and
-    // from then on for good: a primary that has had its replicas never answers a commit that
-    // no replica has, however long they are away. Before, nobody could take over anyway.
+    // Commits wait for acknowledgements before the first one is taken, and for good: a
+    // primary never answers a commit that no replica has, however long its replicas are away.
+    // The wait is not persistent: a server that restarted (a crash) comes back asynchronous
+    // while its replicas, which may take over, are still reconnecting, and a commit answered
+    // then could be lost in a failover.
     let acks = s.semi_sync_acks;
-    if acks > 0 && !o.semi_sync_wait && (o.semi_sync_clients >= acks || s.took_over) {
+    if acks > 0 && !o.semi_sync_wait {
         return act(
             Action::SetSemiSyncWait(true),
             format!(
-                "{} semi-sync replicas connected: commits wait for {acks} acknowledgement(s)",
+                "commits wait for {acks} replica acknowledgement(s) before the primary takes \
+                 writes ({} semi-sync replica(s) connected)",
                 o.semi_sync_clients
             ),
         );
@@ -346,11 +346,13 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
             "asynchronous replication: commits no longer wait for replicas",
         );
     }
+    if o.read_only || o.super_read_only {
+        return act(Action::SetWritable, "promoting: turning read_only off");
+    }
     let writable = if o.semi_sync_wait {
-        format!("primary: writable, commits wait for {acks} replica acknowledgement(s)")
-    } else if acks > 0 {
         format!(
-            "primary: writable, asynchronous until {acks} semi-sync replica(s) connect ({} now)",
+            "primary: writable, commits wait for {acks} replica acknowledgement(s) ({} \
+             connected)",
             o.semi_sync_clients
         )
     } else {
@@ -508,6 +510,7 @@ mod tests {
             read_only,
             super_read_only: flavor == Flavor::Mysql && read_only,
             gtid_logged: String::new(),
+            gtid_history: String::new(),
             semi_sync_wait: false,
             semi_sync_clients: 0,
             replication: r,
@@ -522,7 +525,6 @@ mod tests {
         stale: bool,
         start_allowed: bool,
         reconnect: bool,
-        took_over: bool,
         fence_hold: Option<Duration>,
         pending: Pending,
         restored_gtid: GtidAdoption,
@@ -541,7 +543,6 @@ mod tests {
             stale: false,
             start_allowed: true,
             reconnect: false,
-            took_over: false,
             fence_hold: None,
             pending: Pending::Nothing,
             restored_gtid: GtidAdoption::Nothing,
@@ -604,6 +605,8 @@ mod tests {
         let mut logged_more = observed(Mariadb, true, None);
         logged_more.gtid_logged = "0-100-501".into();
 
+        let mut waiting_read_only = observed(Mariadb, true, None);
+        waiting_read_only.semi_sync_wait = true;
         let with_clients = |clients: u32, waiting: bool, r: Option<ReplicaStatus>| {
             let mut o = observed(Mariadb, r.is_some(), r);
             o.semi_sync_clients = clients;
@@ -614,20 +617,21 @@ mod tests {
             Case {
                 semi_sync_acks: 1,
                 ..case(
-                    "a primary without its semi-sync replica commits asynchronously",
+                    "a primary whose server restarted (read-only, not waiting) waits for \
+                     acknowledgements before it takes writes, replicas connected or not",
                     primary(),
-                    with_clients(0, false, None),
+                    observed(Mariadb, true, None),
                 )
             }
             .then(
-                None,
-                true,
-                "asynchronous until 1 semi-sync replica(s) connect",
+                Some(SetSemiSyncWait(true)),
+                false,
+                "before the primary takes writes (0 semi-sync replica(s) connected)",
             ),
             Case {
                 semi_sync_acks: 1,
                 ..case(
-                    "a primary waits for acknowledgements once its replica is connected",
+                    "a writable primary that does not wait (the setting was lost) waits again",
                     primary(),
                     with_clients(1, false, None),
                 )
@@ -635,14 +639,13 @@ mod tests {
             .then(Some(SetSemiSyncWait(true)), false, "commits wait"),
             Case {
                 semi_sync_acks: 1,
-                took_over: true,
                 ..case(
-                    "a promoted replica waits for acknowledgements before its replicas return",
+                    "then it turns read_only off",
                     primary(),
-                    with_clients(0, false, None),
+                    waiting_read_only.clone(),
                 )
             }
-            .then(Some(SetSemiSyncWait(true)), false, "commits wait"),
+            .then(Some(SetWritable), false, "read_only off"),
             Case {
                 semi_sync_acks: 2,
                 ..case(
@@ -1079,7 +1082,6 @@ mod tests {
                 source_password_stale: c.stale,
                 start_allowed: c.start_allowed,
                 reconnect: c.reconnect,
-                took_over: c.took_over,
                 fence_hold: c.fence_hold,
                 pending: &c.pending,
                 restored_gtid: &c.restored_gtid,

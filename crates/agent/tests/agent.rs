@@ -1,258 +1,14 @@
 //! The `bulwark-agent run` sidecar against real MariaDB servers: accounts, roles from a labels
 //! file swapped the way the kubelet does it, GTID replication and a switchover, the probe
 //! endpoints (including a frozen mysqld), semi-synchronous commits, a promotion that applies
-//! the received relay log, a
-//! logical bootstrap loaded into a new primary, and a physical bootstrap whose servers continue
-//! the backup's GTID history.
+//! the received relay log, a logical bootstrap loaded into a new primary, and a physical
+//! bootstrap whose servers continue the backup's GTID history. Role orders: `orders.rs`.
 
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const WAIT: Duration = Duration::from_secs(90);
-
-/// A running agent; killed on drop.
-struct Agent {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn start(name: &str, dir: &Path, db: &MariaDb, args: &[&str], env: &[(&str, &str)]) -> Agent {
-        let log = dir.join(format!("{name}.log"));
-        let mut c = Command::new(AGENT);
-        c.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
-            .arg("--socket")
-            .arg(db.socket())
-            .args(args)
-            .envs(env.iter().copied())
-            .env(
-                "BULWARK_AGENT_LOG",
-                "info,bulwark_agent=debug,mysql_backup=debug",
-            )
-            .env_remove("MYSQL_PWD")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let mut child = c.spawn().expect("start the agent");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| {
-                panic!(
-                    "agent {name} did not start: {first:?}\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            })
-            .parse()
-            .unwrap();
-        Agent { child, addr, log }
-    }
-
-    /// `GET path` → (status, body).
-    fn get(&self, path: &str) -> (u16, String) {
-        let mut s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let status = out[9..12].parse().unwrap();
-        let body = out.split_once("\r\n\r\n").unwrap().1.trim_end().to_string();
-        (status, body)
-    }
-
-    /// `POST path` with `body` → (status, body).
-    fn post(&self, path: &str, body: &str) -> (u16, String) {
-        let mut s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(
-            s,
-            "POST {path} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let status = out[9..12].parse().unwrap();
-        let body = out.split_once("\r\n\r\n").unwrap().1.trim_end().to_string();
-        (status, body)
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Polls `probe` until it yields `Some`; on timeout fails with the agents' logs.
-fn wait_for<T>(what: &str, agents: &[&Agent], mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let logs: Vec<String> = agents.iter().map(|a| a.logs()).collect();
-            panic!(
-                "timed out after {WAIT:?} waiting for {what}\n--- agent logs ---\n{}",
-                logs.join("\n---\n")
-            );
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// Waits until `path` answers `status` with a body containing `needle`; returns the body.
-fn wait_status(agent: &Agent, others: &[&Agent], path: &str, status: u16, needle: &str) -> String {
-    let mut all = vec![agent];
-    all.extend_from_slice(others);
-    let mut last = (0, String::new());
-    wait_for(
-        &format!("{path} to answer {status} with {needle:?}"),
-        &all,
-        || {
-            last = agent.get(path);
-            (last.0 == status && last.1.contains(needle)).then(|| last.1.clone())
-        },
-    )
-}
-
-/// A labels directory the way the kubelet keeps it: `labels` → `..data/labels`, and `..data`
-/// a symlink swapped atomically to a new timestamped directory on every change.
-struct Labels {
-    dir: PathBuf,
-    version: u32,
-}
-
-impl Labels {
-    fn new(dir: PathBuf) -> Self {
-        std::fs::create_dir_all(&dir).unwrap();
-        Labels { dir, version: 0 }
-    }
-
-    fn file(&self) -> PathBuf {
-        self.dir.join("labels")
-    }
-
-    fn set(&mut self, role: Option<&str>) {
-        self.write(role, None);
-    }
-
-    fn set_with_epoch(&mut self, role: &str, epoch: u64) {
-        self.write(Some(role), Some(epoch));
-    }
-
-    fn write(&mut self, role: Option<&str>, epoch: Option<u64>) {
-        self.version += 1;
-        let ts = format!("..2026_11_22_00_00_{:02}.{}", self.version, self.version);
-        std::fs::create_dir(self.dir.join(&ts)).unwrap();
-        let mut text = "app.kubernetes.io/name=\"quay\"\n".to_string();
-        if let Some(r) = role {
-            text.push_str(&format!("mysql.bulwark.dev/role=\"{r}\"\n"));
-        }
-        if let Some(e) = epoch {
-            text.push_str(&format!("mysql.bulwark.dev/epoch=\"{e}\"\n"));
-        }
-        text.push_str("statefulset.kubernetes.io/pod-name=\"quay-0\"");
-        std::fs::write(self.dir.join(&ts).join("labels"), text).unwrap();
-        let tmp = self.dir.join("..data_tmp");
-        std::os::unix::fs::symlink(&ts, &tmp).unwrap();
-        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
-        if std::fs::symlink_metadata(self.file()).is_err() {
-            std::os::unix::fs::symlink("..data/labels", self.file()).unwrap();
-        }
-    }
-}
-
-/// The credentials directory as mounted from Secrets (trailing newlines included).
-fn credentials(dir: &Path, root: &str) -> PathBuf {
-    let c = dir.join("credentials");
-    std::fs::create_dir_all(&c).unwrap();
-    for (name, pw) in [
-        ("root", root),
-        ("replication", "r3pl-'secret\\"),
-        ("backup", "b4ckup-secret"),
-        ("metrics", "m3trics-secret"),
-    ] {
-        std::fs::write(c.join(name), format!("{pw}\n")).unwrap();
-    }
-    c
-}
-
-/// The server options `bulwark-agent init` writes for `pod`.
-fn instance_args(work: &Path, pod: &str) -> Vec<String> {
-    let config = work.join("my.cnf");
-    std::fs::write(&config, "[mysqld]\n").unwrap();
-    let conf_dir = work.join(format!("conf-{pod}"));
-    let mut c = cli(&["init", "--pod-name", pod, "--cluster", "quay"]);
-    c.args(["--engine", "mariadb", "--config-file"])
-        .arg(&config)
-        .arg("--conf-dir")
-        .arg(&conf_dir);
-    ok(c);
-    let cnf = std::fs::read_to_string(conf_dir.join("bulwark-instance.cnf")).unwrap();
-    cnf.lines()
-        .filter_map(|l| l.split_once(" = "))
-        .map(|(k, v)| format!("--{k}={v}"))
-        .collect()
-}
-
-/// A server started with what `bulwark-agent init` writes for `pod`.
-fn instance_server(work: &Path, pod: &str) -> MariaDb {
-    let args = instance_args(work, pod);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let db = MariaDb::start_with_args(&args).unwrap();
-    // The harness binlogged its own set-up; a server fresh from the image's entrypoint has
-    // an empty binary log.
-    db.sql("RESET MASTER").unwrap();
-    db
-}
-
-/// Runs SQL over TCP as `user` with `password` (the accounts are `user@'%'`).
-fn sql_tcp(db: &MariaDb, user: &str, password: &str, sql: &str) -> Result<String, String> {
-    let out = Command::new("mariadb")
-        .args([
-            "--no-defaults",
-            "-N",
-            "-B",
-            "--protocol=TCP",
-            "-h",
-            "127.0.0.1",
-        ])
-        .arg(format!("--port={}", db.port()))
-        .arg(format!("--user={user}"))
-        .args(["-e", sql])
-        .env("MYSQL_PWD", password)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
-}
-
-fn scalar(db: &MariaDb, sql: &str) -> String {
-    db.sql(sql).unwrap().trim().to_string()
-}
 
 fn mariadbd_pid(db: &MariaDb) -> i32 {
     let pid_file = db.socket().parent().unwrap().join("mariadbd.pid");
@@ -493,31 +249,6 @@ fn agents_replicate_switch_over_and_answer_probes() {
     wait_status(&a, &[], "/healthz", 200, "mysqld answers");
 }
 
-/// An agent for a member whose role comes from `labels`, replicating from 127.0.0.1:`port`.
-fn member_agent(
-    name: &str,
-    dir: &Path,
-    db: &MariaDb,
-    labels: &Labels,
-    credentials: &str,
-    port: &str,
-    extra: &[&str],
-) -> Agent {
-    let labels_file = labels.file();
-    let mut args = vec![
-        "--labels-file",
-        labels_file.to_str().unwrap(),
-        "--credentials-dir",
-        credentials,
-        "--primary-host",
-        "127.0.0.1",
-        "--primary-port",
-        port,
-    ];
-    args.extend_from_slice(extra);
-    Agent::start(name, dir, db, &args, &[])
-}
-
 /// Semi-synchronous replication as the operator configures it: the primary answers a commit
 /// only once a replica has it, and holds it (however long) while no replica can take it.
 #[test]
@@ -543,7 +274,7 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
         db.sql("RESET MASTER").unwrap();
         db
     };
-    let a_db = server("quay-0");
+    let mut a_db = server("quay-0");
     let b_db = server("quay-1");
     let creds = credentials(w, "");
     let creds_s = creds.to_str().unwrap().to_owned();
@@ -564,15 +295,15 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
         )
     };
     let a = start("a", &a_db, &a_labels);
-    // Alone, the primary does not wait: its set-up and first writes are not held.
+    // Alone, the primary waits from its first commit: nothing is answered that no replica has.
     wait_status(
         &a,
         &[],
         "/readyz",
         200,
-        "asynchronous until 1 semi-sync replica(s) connect",
+        "commits wait for 1 replica acknowledgement(s) (0 connected)",
     );
-    a_db.sql("CREATE DATABASE early").unwrap();
+    let early = held_commit(&a_db, "CREATE DATABASE early");
     let b = start("b", &b_db, &b_labels);
     wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
     wait_status(
@@ -580,8 +311,9 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
         &[&b],
         "/readyz",
         200,
-        "commits wait for 1 replica acknowledgement(s)",
+        "commits wait for 1 replica acknowledgement(s) (1 connected)",
     );
+    answered(early, "the first commit, once the replica connected");
     let status = |db: &MariaDb, name: &str| {
         scalar(
             db,
@@ -606,10 +338,49 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
     // The replica stops receiving: a commit on the primary is held, not answered.
     drop(b);
     b_db.sql("STOP SLAVE IO_THREAD").unwrap();
-    let mut insert = Command::new("mariadb")
+    let insert = held_commit(&a_db, "INSERT INTO harbor.ships VALUES (1)");
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS"), "1");
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_STATUS"), "ON");
+
+    // The replica receives again: the commit is acknowledged and answered.
+    b_db.sql("START SLAVE IO_THREAD").unwrap();
+    answered(insert, "the commit, once the replica received again");
+    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_NO_TX"), "0");
+    wait_for("the row on the replica", &[&a], || {
+        (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "1").then_some(())
+    });
+
+    // The primary's server crashes and restarts (the wait is not a persistent setting) while
+    // the replica, which could take over, is not receiving: the restarted primary takes
+    // writes only waiting again, so no commit is answered that the replica lacks.
+    b_db.sql("STOP SLAVE IO_THREAD").unwrap();
+    a_db.kill9();
+    wait_status(&a, &[], "/status", 503, "no observation");
+    a_db.restart().unwrap();
+    wait_status(
+        &a,
+        &[],
+        "/readyz",
+        200,
+        "commits wait for 1 replica acknowledgement(s) (0 connected)",
+    );
+    let after_crash = held_commit(&a_db, "INSERT INTO harbor.ships VALUES (2)");
+    b_db.sql("START SLAVE IO_THREAD").unwrap();
+    answered(
+        after_crash,
+        "the restarted primary's commit, once the replica received",
+    );
+    wait_for("the second row on the replica", &[&a], || {
+        (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "2").then_some(())
+    });
+}
+
+/// Starts `sql` as root on `db` and checks that it is still unanswered 3 s later.
+fn held_commit(db: &MariaDb, sql: &str) -> std::process::Child {
+    let mut client = Command::new("mariadb")
         .args(["--no-defaults", "--user=root"])
-        .arg(format!("--socket={}", a_db.socket().display()))
-        .args(["-e", "INSERT INTO harbor.ships VALUES (1)"])
+        .arg(format!("--socket={}", db.socket().display()))
+        .args(["-e", sql])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -617,27 +388,23 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
         .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     assert!(
-        insert.try_wait().unwrap().is_none(),
-        "the commit was answered with no replica to acknowledge it"
+        client.try_wait().unwrap().is_none(),
+        "{sql} was answered with no replica to acknowledge it"
     );
-    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS"), "1");
-    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_STATUS"), "ON");
+    client
+}
 
-    // The replica receives again: the commit is acknowledged and answered.
-    b_db.sql("START SLAVE IO_THREAD").unwrap();
+/// Waits up to 30 s for a held commit to be answered, successfully.
+fn answered(mut client: std::process::Child, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let exit = loop {
-        if let Some(exit) = insert.try_wait().unwrap() {
+        if let Some(exit) = client.try_wait().unwrap() {
             break exit;
         }
-        assert!(Instant::now() < deadline, "the commit was never answered");
+        assert!(Instant::now() < deadline, "{what} was never answered");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(exit.success());
-    assert_eq!(status(&a_db, "RPL_SEMI_SYNC_MASTER_NO_TX"), "0");
-    wait_for("the row on the replica", &[&a], || {
-        (b_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "1").then_some(())
-    });
+    assert!(exit.success(), "{what} failed");
 }
 
 /// A replica promoted while transactions it received are not yet applied (its applier was
@@ -1157,220 +924,4 @@ fn replica_snapshot(db: &MariaDb) -> bulwark_mysql_testkit::DbSnapshot {
         *e = e.replace(" DISABLE ON SLAVE ", " ENABLE ");
     }
     s
-}
-
-/// A switchover by the operator's signed role orders, with the labels files left stale the
-/// way a slow kubelet leaves them: the old primary is read-only, with its open client
-/// sessions ended, before the new one takes writes; nothing acknowledged is lost; a stale
-/// label does not undo an order, not even across an agent restart; forged, stale and
-/// misaddressed orders are refused.
-#[test]
-fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
-    use bulwark_contract::order::RoleOrder;
-    use bulwark_contract::Role;
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
-    let a_db = instance_server(w, "quay-0");
-    let mut b_db = instance_server(w, "quay-1");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds_s = creds.to_str().unwrap().to_owned();
-    let mut a_labels = Labels::new(w.join("podinfo-a"));
-    let mut b_labels = Labels::new(w.join("podinfo-b"));
-    a_labels.set(Some("primary"));
-    b_labels.set(Some("replica"));
-    let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
-    let (a_orders, b_orders) = (w.join("order-a"), w.join("order-b"));
-    let start = |name: &str, pod: &str, db: &MariaDb, labels: &Labels, port: &str, file: &Path| {
-        let file = file.to_str().unwrap();
-        member_agent(
-            name,
-            w,
-            db,
-            labels,
-            &creds_s,
-            port,
-            &["--pod-name", pod, "--order-file", file],
-        )
-    };
-    let a = start("a", "quay-0", &a_db, &a_labels, &b_port, &a_orders);
-    let b = start("b", "quay-1", &b_db, &b_labels, &a_port, &b_orders);
-    wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
-    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
-        .unwrap();
-    for id in 1..=20 {
-        a_db.sql(&format!("INSERT INTO harbor.ships VALUES ({id})"))
-            .unwrap();
-    }
-    wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
-
-    let order = |member: &str, role, epoch, key: &[u8]| {
-        RoleOrder {
-            member: member.into(),
-            role,
-            epoch,
-            source: None,
-        }
-        .sign(key)
-    };
-    // Refused: another key, another member's order, an unreadable body, a GET.
-    for (body, status, needle) in [
-        (
-            order("quay-0", Role::Replica, 1, b"other"),
-            403,
-            "signature",
-        ),
-        (
-            order("quay-1", Role::Replica, 1, b"order-key"),
-            403,
-            "for quay-1",
-        ),
-        ("{".to_owned(), 400, "not readable"),
-    ] {
-        let (code, answer) = a.post("/role", &body);
-        assert_eq!((code, answer.contains(needle)), (status, true), "{answer}");
-    }
-    assert_eq!(a.get("/role").0, 405);
-    assert!(a_orders.metadata().is_err(), "a refused order was kept");
-
-    // A client of the old primary holds an open transaction, as root (which MariaDB's
-    // read_only does not stop).
-    let mut held = Command::new("mariadb")
-        .args(["--no-defaults", "--user=root", "-N", "-B", "--unbuffered"])
-        .arg(format!("--socket={}", a_db.socket().display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut held_in = held.stdin.take().unwrap();
-    writeln!(
-        held_in,
-        "BEGIN; INSERT INTO harbor.ships VALUES (1000); SELECT 'open';"
-    )
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(held.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "open");
-
-    // Fence: the old primary is read-only and its client session is gone when it answers.
-    let t = Instant::now();
-    let (code, fenced) = a.post("/role", &order("quay-0", Role::Replica, 1, b"order-key"));
-    let fence_time = t.elapsed();
-    assert_eq!(code, 200, "{fenced}\n{}", a.logs());
-    let fenced = bulwark_contract::member::MemberStatus::from_line(&fenced).unwrap();
-    assert_eq!(
-        (fenced.role.as_deref(), fenced.epoch, fenced.read_only),
-        (Some("replica"), 1, true),
-        "{fenced:?}"
-    );
-    writeln!(held_in, "COMMIT;").unwrap();
-    drop(held_in);
-    let held = held.wait_with_output().unwrap();
-    assert!(
-        !held.status.success(),
-        "the open transaction committed on the fenced primary"
-    );
-    assert_eq!(
-        scalar(&a_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 1000"),
-        "0"
-    );
-    // A new root session (which read_only does not stop) cannot commit while the hold lasts:
-    // it waits on the lock and is ended.
-    let mut late = Command::new("mariadb")
-        .args(["--no-defaults", "--user=root"])
-        .arg(format!("--socket={}", a_db.socket().display()))
-        .args(["-e", "INSERT INTO harbor.ships VALUES (2000)"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let fenced_at = scalar(&a_db, "SELECT @@gtid_binlog_pos");
-
-    // Promote: the new primary has applied everything the old one logged when it answers.
-    let t = Instant::now();
-    let (code, promoted) = b.post("/role", &order("quay-1", Role::Primary, 1, b"order-key"));
-    let promote_time = t.elapsed();
-    assert_eq!(code, 200, "{promoted}\n{}", b.logs());
-    let promoted = bulwark_contract::member::MemberStatus::from_line(&promoted).unwrap();
-    assert_eq!(
-        (promoted.role.as_deref(), promoted.epoch, promoted.read_only),
-        (Some("primary"), 1, false),
-        "{promoted:?}"
-    );
-    assert!(
-        bulwark_contract::gtid::within(
-            bulwark_contract::command::Engine::MariaDb,
-            &fenced_at,
-            &promoted.gtid_executed
-        ),
-        "{fenced_at} not in {}",
-        promoted.gtid_executed
-    );
-    eprintln!("fenced in {fence_time:?}, promoted in {promote_time:?}");
-    let late = wait_for("the held root write to be ended", &[&a, &b], || {
-        late.try_wait().unwrap()
-    });
-    assert!(
-        !late.success(),
-        "a root write committed on the fenced primary"
-    );
-    assert_eq!(
-        scalar(&a_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 2000"),
-        "0"
-    );
-    assert_eq!(scalar(&b_db, "SELECT COUNT(*) FROM harbor.ships"), "20");
-    b_db.sql("INSERT INTO harbor.ships VALUES (21)").unwrap();
-    // The old primary follows the new one.
-    wait_status(&a, &[&b], "/readyz", 200, "replica: replicating");
-    wait_for(
-        "the new primary's row on the old primary",
-        &[&a, &b],
-        || (a_db.sql("SELECT COUNT(*) FROM harbor.ships").ok()?.trim() == "21").then_some(()),
-    );
-
-    // An older order is refused; the labels, still saying the opposite at epoch 0, change
-    // nothing, even once the old primary's agent restarts.
-    let (code, answer) = a.post("/role", &order("quay-0", Role::Primary, 0, b"order-key"));
-    assert_eq!(code, 409, "{answer}");
-    drop(a);
-    let a = start("a-again", "quay-0", &a_db, &a_labels, &b_port, &a_orders);
-    wait_status(&a, &[&b], "/readyz", 200, "replica: replicating");
-    assert_eq!(scalar(&a_db, "SELECT @@read_only"), "1");
-    assert_eq!(scalar(&b_db, "SELECT @@read_only"), "0");
-    let status = a.get("/status").1;
-    assert!(status.contains("\"epoch\":1"), "{status}");
-    // A newer label wins over an older order.
-    a_labels.set_with_epoch("replica", 2);
-    wait_for("the label's epoch", &[&a], || {
-        a.get("/status").1.contains("\"epoch\":2").then_some(())
-    });
-
-    // The primary's server crashes and another member takes over: its demotion reaches the
-    // agent while the server is down, is answered at once (not after the order wait), and is
-    // what the server follows when it comes back, though its labels still say primary.
-    b_labels.set_with_epoch("primary", 2);
-    wait_for("the primary's label epoch", &[&b], || {
-        b.get("/status").1.contains("\"epoch\":2").then_some(())
-    });
-    b_db.kill9();
-    wait_status(&b, &[&a], "/status", 503, "no observation");
-    let t = Instant::now();
-    let (code, answer) = b.post("/role", &order("quay-1", Role::Replica, 3, b"order-key"));
-    let answered = t.elapsed();
-    assert_eq!(code, 202, "{answer}\n{}", b.logs());
-    assert!(answer.contains("the server is down"), "{answer}");
-    assert!(
-        answered < bulwark_contract::order::ORDER_WAIT - Duration::from_secs(2),
-        "answered after {answered:?}"
-    );
-    b_db.restart().unwrap();
-    wait_for("the returned server to follow its order", &[&b], || {
-        let status = b.get("/status").1;
-        (status.contains("\"epoch\":3") && status.contains("\"role\":\"replica\"")).then_some(())
-    });
-    assert_eq!(scalar(&b_db, "SELECT @@read_only"), "1");
 }

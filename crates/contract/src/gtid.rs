@@ -53,6 +53,49 @@ fn mariadb_within(logged: &str, restored: &str) -> bool {
     })
 }
 
+/// Whether every transaction in `logged` is in a server whose own position is `position` and
+/// whose binary log's history is `history` (`@@gtid_binlog_state` on MariaDB: the last
+/// sequence number of every server in every domain; ignored on MySQL, whose set is whole).
+///
+/// A MariaDB position holds one GTID per domain, so it cannot show that an old primary's last
+/// transaction (`0-100-40`, never replicated) is missing from a new primary that has since
+/// written `0-101-41..200`; the history can: the new primary's last transaction from server
+/// 100 is `0-100-39`. An empty history (a report without one) falls back to the positions.
+pub fn within_history(flavor: Flavor, logged: &str, position: &str, history: &str) -> bool {
+    if !within(flavor, logged, position) {
+        return false;
+    }
+    if flavor == Flavor::MySql || history.trim().is_empty() {
+        return true;
+    }
+    let (Some(logged), Some(history)) = (mariadb_position(logged), mariadb_history(history)) else {
+        return false;
+    };
+    logged.iter().all(|(domain, (server, seq))| {
+        // A domain the history does not know was never written through this binary log
+        // (a restored position): the positions decided.
+        !history.keys().any(|(d, _)| d == domain)
+            || history
+                .get(&(*domain, *server))
+                .is_some_and(|last| last >= seq)
+    })
+}
+
+/// `(domain, server_id) → last seq_no` of a MariaDB `gtid_binlog_state`.
+fn mariadb_history(s: &str) -> Option<BTreeMap<(u32, u32), u64>> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut out = BTreeMap::new();
+    for entry in s.split(',').filter(|e| !e.is_empty()) {
+        let mut parts = entry.splitn(3, '-');
+        let domain = parts.next()?.parse().ok()?;
+        let server = parts.next()?.parse().ok()?;
+        let seq: u64 = parts.next()?.parse().ok()?;
+        let last = out.entry((domain, server)).or_insert(seq);
+        *last = (*last).max(seq);
+    }
+    Some(out)
+}
+
 /// `(uuid, tag) → sorted, merged intervals`.
 type MysqlSet = BTreeMap<(String, String), Vec<(u64, u64)>>;
 
@@ -148,6 +191,40 @@ mod tests {
                 "{logged:?} within {restored:?}"
             );
         }
+    }
+
+    #[test]
+    fn mariadb_histories_show_what_positions_cannot() {
+        let cases = [
+            // An old primary's last commit, never replicated; the new primary wrote on.
+            ("0-100-40", "0-101-200", "0-100-39,0-101-200", false),
+            ("0-100-39", "0-101-200", "0-100-39,0-101-200", true),
+            ("0-100-35", "0-101-200", "0-100-39,0-101-200", true),
+            ("0-101-150", "0-101-200", "0-100-39,0-101-200", true),
+            // A server the history never logged in a domain it knows.
+            ("0-102-50", "0-101-200", "0-100-39,0-101-200", false),
+            // A domain the history does not know (restored position): the positions decide.
+            ("1-7-3", "0-101-200,1-7-3", "0-101-200", true),
+            // No history reported: the positions decide.
+            ("0-100-40", "0-101-200", "", true),
+            // What the positions refuse stays refused.
+            ("0-100-201", "0-101-200", "0-100-201,0-101-200", false),
+            ("0-100-40", "0-101-200", "garbage", false),
+        ];
+        for (logged, position, history, want) in cases {
+            assert_eq!(
+                within_history(Flavor::MariaDb, logged, position, history),
+                want,
+                "{logged:?} within {position:?} with history {history:?}"
+            );
+        }
+        let a = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert!(within_history(
+            Flavor::MySql,
+            &format!("{a}:1-5"),
+            &format!("{a}:1-9"),
+            "ignored"
+        ));
     }
 
     #[test]

@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Engine;
+use crate::gtid;
+
 /// Path of the report on the agent's port.
 pub const STATUS_PATH: &str = "/status";
 /// Query asking for a report from a pass that began after the request (`/status?fresh`).
@@ -30,6 +33,11 @@ pub struct MemberStatus {
     /// What the server has logged by GTID (`gtid_binlog_pos` on MariaDB, `gtid_executed` on
     /// MySQL).
     pub gtid_executed: String,
+    /// MariaDB's `gtid_binlog_state`: the last GTID of every server in every domain of its
+    /// binary log, which shows a transaction another member has and it lacks where one
+    /// position per domain cannot (empty on MySQL).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gtid_history: String,
     /// The server waits for semi-sync acknowledgements of its commits.
     pub semi_sync_wait: bool,
     /// Replicas connected to it with semi-sync.
@@ -59,6 +67,16 @@ pub struct MemberReplication {
 }
 
 impl MemberStatus {
+    /// Whether this member has every transaction `other` has logged.
+    pub fn has_all_of(&self, engine: Engine, other: &MemberStatus) -> bool {
+        gtid::within_history(
+            engine,
+            &other.gtid_executed,
+            &self.gtid_executed,
+            &self.gtid_history,
+        )
+    }
+
     /// One line of JSON.
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -85,6 +103,7 @@ mod tests {
             read_only: true,
             super_read_only: false,
             gtid_executed: "0-100-42".into(),
+            gtid_history: "0-100-42,0-101-7".into(),
             semi_sync_wait: false,
             semi_sync_clients: 0,
             replication: Some(MemberReplication {

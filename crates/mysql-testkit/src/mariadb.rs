@@ -119,14 +119,18 @@ impl MariaDb {
     }
 
     /// Starts `mariadbd` on this server's datadir and waits until it accepts connections,
-    /// retrying with another port when the chosen one was taken meanwhile.
+    /// retrying with another port when the chosen one was taken meanwhile. A restart keeps
+    /// the port when it can, as a restarted server in a pod does, so that its replicas and
+    /// agent find it again.
     fn spawn_and_wait(&mut self) -> Result<()> {
         let mariadbd = find_tool(&["mariadbd", "mysqld"])?;
         let run_dir = self.run_dir().to_path_buf();
         let tmpdir = run_dir.join("tmp");
         fs::create_dir_all(&tmpdir)?;
         for attempt in 1..=PORT_ATTEMPTS {
-            self.port = free_port()?;
+            if self.port == 0 || attempt > 1 {
+                self.port = free_port()?;
+            }
             let log_start = fs::metadata(&self.error_log).map_or(0, |m| m.len());
             let log = OpenOptions::new()
                 .create(true)

@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod agents;
+pub use agents::*;
+
 pub use bulwark_mysql_testkit::cli::{fails, key_file, ok, run, tree};
 pub use bulwark_mysql_testkit::{assert_same, load_fixture, snapshot, MariaDb};
 

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use bulwark_contract::command::Engine;
-use bulwark_contract::gtid;
 use bulwark_contract::Role;
 
 use super::roles::MemberView;
@@ -103,7 +102,7 @@ pub fn decide(
     let best = replicas.iter().find(|(_, candidate)| {
         replicas
             .iter()
-            .all(|(_, other)| gtid::within(engine, &other.gtid_executed, &candidate.gtid_executed))
+            .all(|(_, other)| candidate.has_all_of(engine, other))
     });
     match best {
         Some((pod, r)) => Failover::Promote {
@@ -157,6 +156,13 @@ mod tests {
             labelled_epoch: Some(0),
             report: Ok(report),
         }
+    }
+
+    fn with_history(mut member: MemberView, history: &str) -> MemberView {
+        if let Ok(r) = &mut member.report {
+            r.gtid_history = history.into();
+        }
+        member
     }
 
     fn gone(pod: &str) -> MemberView {
@@ -253,6 +259,38 @@ mod tests {
                 lost(31),
                 AFTER,
                 Err("diverge"),
+            ),
+            (
+                "a rejoined old primary's unacknowledged commit, behind the position of a \
+                 replica that never had it: nobody",
+                vec![
+                    gone("db-0"),
+                    with_history(
+                        replica("db-1", "0-101-200", "connecting", true),
+                        "0-100-39,0-101-200",
+                    ),
+                    with_history(replica("db-2", "0-100-40", "connecting", true), "0-100-40"),
+                ],
+                lost(31),
+                AFTER,
+                Err("diverge"),
+            ),
+            (
+                "histories that agree: the most advanced",
+                vec![
+                    gone("db-0"),
+                    with_history(
+                        replica("db-1", "0-101-200", "connecting", true),
+                        "0-100-39,0-101-200",
+                    ),
+                    with_history(
+                        replica("db-2", "0-101-150", "connecting", true),
+                        "0-100-39,0-101-150",
+                    ),
+                ],
+                lost(31),
+                AFTER,
+                Ok("db-1"),
             ),
             (
                 "a deleted primary pod counts as lost",

@@ -4,7 +4,6 @@
 //! never made the primary. Pure; the members' reports are read by `members`.
 
 use bulwark_contract::command::Engine;
-use bulwark_contract::gtid;
 use bulwark_contract::member::MemberStatus;
 use bulwark_contract::Role;
 
@@ -56,7 +55,7 @@ pub fn primary_label(
     };
     for other in members.iter().filter(|m| m.pod != candidate) {
         let Ok(theirs) = &other.report else { continue };
-        if !gtid::within(engine, &theirs.gtid_executed, &mine.gtid_executed) {
+        if !mine.has_all_of(engine, theirs) {
             return PrimaryLabel::Withhold(format!(
                 "{candidate} is not made primary: {} has transactions it lacks ({} has {}, {candidate} has {})",
                 other.pod,
@@ -74,11 +73,10 @@ pub fn primary_label(
 /// named so: it stays out of the Services (its agent is not ready) and is never made primary
 /// over the one that has the cluster's later writes.
 pub fn broken_members(engine: Engine, primary: &str, members: &[MemberView]) -> Vec<String> {
-    let primary_gtid = members
+    let primary_report = members
         .iter()
         .find(|m| m.pod == primary)
-        .and_then(|m| m.report.as_ref().ok())
-        .map(|r| r.gtid_executed.as_str());
+        .and_then(|m| m.report.as_ref().ok());
     members
         .iter()
         .filter(|m| m.pod != primary)
@@ -93,15 +91,15 @@ pub fn broken_members(engine: Engine, primary: &str, members: &[MemberView]) -> 
             if errno == 0 {
                 return None;
             }
-            Some(match primary_gtid {
-                Some(p) if !gtid::within(engine, &r.gtid_executed, p) => format!(
+            Some(match primary_report {
+                Some(p) if !p.has_all_of(engine, r) => format!(
                     "{} has transactions {primary} lacks ({} has {}, {primary} has {}): its \
                      replication stopped with error {errno}; rebuild it from {primary} (delete \
                      its claim and pod)",
                     m.pod,
                     m.pod,
                     shown(&r.gtid_executed),
-                    shown(p)
+                    shown(&p.gtid_executed)
                 ),
                 _ => format!("{}: replication stopped with error {errno}", m.pod),
             })
@@ -129,6 +127,7 @@ pub(super) fn sample_report(gtid: &str) -> MemberStatus {
         read_only: true,
         super_read_only: false,
         gtid_executed: gtid.into(),
+        gtid_history: String::new(),
         semi_sync_wait: false,
         semi_sync_clients: 0,
         replication: None,
@@ -200,18 +199,34 @@ mod tests {
             r.replication = rep;
             member(pod, Some(Role::Replica), Ok(r))
         };
+        let mut primary = view("db-1", "0-101-90", true, None);
+        if let Ok(r) = &mut primary.report {
+            r.gtid_history = "0-100-39,0-101-90".into();
+        }
         let members = vec![
-            view("db-1", "0-101-90", true, None),
+            primary,
             // The old primary: its own later transactions, refused by the new primary.
             view("db-0", "0-100-95", false, Some(replicating(1236, 0))),
             view("db-2", "0-101-80", false, Some(replicating(0, 1062))),
             view("db-3", "0-101-90", true, Some(replicating(0, 0))),
             member("db-4", Some(Role::Replica), Err("no answer".into())),
+            // An old primary whose one unacknowledged commit is behind the new primary's
+            // position: only the new primary's history shows it lacks it.
+            view("db-5", "0-100-40", false, Some(replicating(1236, 0))),
+            view("db-6", "0-100-39", false, Some(replicating(1236, 0))),
         ];
         let broken = broken_members(Engine::MariaDb, "db-1", &members);
-        assert_eq!(broken.len(), 2, "{broken:?}");
+        assert_eq!(broken.len(), 4, "{broken:?}");
         assert!(broken[0].starts_with("db-0 has transactions db-1 lacks (db-0 has 0-100-95, db-1 has 0-101-90): its replication stopped with error 1236"), "{}", broken[0]);
         assert_eq!(broken[1], "db-2: replication stopped with error 1062");
+        assert!(
+            broken[2].starts_with(
+                "db-5 has transactions db-1 lacks (db-5 has 0-100-40, db-1 has 0-101-90)"
+            ),
+            "{}",
+            broken[2]
+        );
+        assert_eq!(broken[3], "db-6: replication stopped with error 1236");
     }
 
     fn report(gtid: &str) -> Result<MemberStatus, String> {
