@@ -170,6 +170,9 @@ pub struct AgentConfig {
     pub pending: Option<PendingRestoreConfig>,
     /// The GTID position a physical restore left (`bulwark-agent restore --gtid-file`).
     pub gtid_file: Option<PathBuf>,
+    /// Where copies of this member's data are served to new members, and the server's data
+    /// directory they are taken from (`None`: no copies served).
+    pub clone: Option<(SocketAddr, PathBuf)>,
 }
 
 /// Passwords from the credentials directory.
@@ -256,7 +259,12 @@ pub(crate) struct Readiness {
 }
 
 /// The report of `/status` from a pass's role, observation and decision.
-fn member_status(role: Option<Standing>, o: &Observed, decision: &Decision) -> MemberStatus {
+fn member_status(
+    role: Option<Standing>,
+    o: &Observed,
+    decision: &Decision,
+    clone_port: u16,
+) -> MemberStatus {
     MemberStatus {
         role: role.map(|r| r.role.as_str().to_owned()),
         epoch: role.map_or(0, |r| r.epoch),
@@ -267,6 +275,7 @@ fn member_status(role: Option<Standing>, o: &Observed, decision: &Decision) -> M
         super_read_only: o.super_read_only,
         gtid_executed: o.gtid_logged.clone(),
         gtid_history: o.gtid_history.clone(),
+        clone_port,
         semi_sync_wait: o.semi_sync_wait,
         semi_sync_clients: o.semi_sync_clients,
         replication: o.replication.as_ref().map(|r| MemberReplication {
@@ -318,6 +327,28 @@ pub async fn run(
     tracing::info!(listen = %local, socket = %config.socket.display(), "agent listening");
     println!("listening on {local}");
 
+    // Copies are served beside the probes; a listener that cannot be bound is no reason to
+    // stop serving the server's role and probes.
+    let mut clone_port = 0;
+    let clone_server = match &config.clone {
+        Some((addr, datadir)) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                clone_port = l.local_addr().map_or(0, |a| a.port());
+                let donor = Arc::new(crate::clone::Donor {
+                    socket: config.socket.clone(),
+                    credentials_dir: config.credentials_dir.clone(),
+                    datadir: datadir.clone(),
+                });
+                tracing::info!(listen = %addr, port = clone_port, "serving copies of this member's data");
+                Some(tokio::spawn(crate::clone::serve(l, donor)))
+            }
+            Err(e) => {
+                tracing::error!(listen = %addr, error = %e, "failed to listen for copies of this member's data");
+                None
+            }
+        },
+        None => None,
+    };
     let readiness = Arc::new(Mutex::new(Readiness {
         ready: false,
         reason: "starting".into(),
@@ -461,7 +492,7 @@ pub async fn run(
         }
         let member = agent.last_observed.as_ref().map(|o| {
             let role = agent.last_role.clone().and_then(Result::ok);
-            member_status(role, o, &decision)
+            member_status(role, o, &decision, clone_port)
         });
         *r = Readiness {
             ready: decision.ready,
@@ -477,6 +508,10 @@ pub async fn run(
     tracing::info!("agent stopping");
     let _ = stop_http.send(());
     let _ = server.await;
+    if let Some(copies) = clone_server {
+        // A copy in progress is cut; its receiver fails and tries again.
+        copies.abort();
+    }
     if let Some(conn) = agent.conn.take() {
         let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
     }

@@ -304,11 +304,18 @@ async fn stage_and_move(
         progress,
     )
     .await?;
+    move_staged(&staging, datadir)?;
+    Ok(staged)
+}
+
+/// Moves what was staged in `staging` (inside `datadir`) into `datadir`, removes the staging
+/// directory and syncs.
+pub fn move_staged(staging: &Path, datadir: &Path) -> Result<(), BootstrapError> {
     let complete = |source| BootstrapError::CompleteRestore {
         path: datadir.display().to_string(),
         source,
     };
-    for name in entry_names(&staging).map_err(complete)? {
+    for name in entry_names(staging).map_err(complete)? {
         let from = staging.join(&name);
         let to = datadir.join(&name);
         if IGNORED.contains(&name.as_str()) && to.exists() {
@@ -320,9 +327,28 @@ async fn stage_and_move(
             source,
         })?;
     }
-    std::fs::remove_dir_all(&staging).map_err(complete)?;
-    sync_dir(datadir).map_err(complete)?;
-    Ok(staged)
+    std::fs::remove_dir_all(staging).map_err(complete)?;
+    sync_dir(datadir).map_err(complete)
+}
+
+/// Marks the datadir as being restored (or copied into), with `what` in the marker.
+pub fn mark(datadir: &Path, what: &str) -> Result<(), BootstrapError> {
+    outfile::write_atomic(
+        &datadir.join(MARKER_NAME),
+        format!("{what}\n").as_bytes(),
+        0o644,
+    )
+    .map_err(BootstrapError::MarkInProgress)
+}
+
+/// Removes the marker of a restore in progress: what the datadir holds is now whole.
+pub fn finish_marked(datadir: &Path) -> Result<(), BootstrapError> {
+    let complete = |source| BootstrapError::CompleteRestore {
+        path: datadir.display().to_string(),
+        source,
+    };
+    std::fs::remove_file(datadir.join(MARKER_NAME)).map_err(complete)?;
+    sync_dir(datadir).map_err(complete)
 }
 
 /// Verifies a logical backup in full and leaves its id in `pending_file` for the agent.

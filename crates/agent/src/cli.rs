@@ -54,9 +54,13 @@ pub enum AgentCommand {
     /// Bootstrap an empty datadir from a backup (an init container after `init`); a datadir
     /// that already holds a server is left alone.
     Restore(RestoreArgs),
+    /// Copy a running member's data into an empty datadir of a cluster that has data (an init
+    /// container after `init`, before `restore`); a datadir that holds a server is left alone,
+    /// and nothing is copied while no member has data.
+    Seed(SeedArgs),
     /// The sidecar: health endpoints, accounts, role and replication for the mysqld beside
     /// it, and the pending logical restore.
-    Run(AgentArgs),
+    Run(Box<AgentArgs>),
 }
 
 #[derive(Args)]
@@ -122,6 +126,38 @@ pub struct RestoreArgs {
 }
 
 #[derive(Args)]
+pub struct SeedArgs {
+    /// This pod's name (named in the request, for the donor's log).
+    #[arg(long, env = "BULWARK_AGENT_POD_NAME")]
+    pub pod_name: String,
+    /// `host:port` of the members' agents; repeatable, and a name may stand for several
+    /// members (the cluster's headless Service).
+    #[arg(long, required = true)]
+    pub peers: Vec<String>,
+    /// The datadir mysqld will use.
+    #[arg(long, env = "BULWARK_AGENT_DATADIR", default_value = "/var/lib/mysql")]
+    pub datadir: PathBuf,
+    /// Where the copy's GTID position is left for the agent
+    /// [default: <datadir>/../bulwark-restored-gtid].
+    #[arg(long, env = "BULWARK_AGENT_GTID_FILE")]
+    pub gtid_file: Option<PathBuf>,
+    /// The pending logical restore file (not data when kept in the datadir)
+    /// [default: <datadir>/../bulwark-pending-logical-restore].
+    #[arg(long, env = "BULWARK_AGENT_PENDING_FILE")]
+    pub pending_file: Option<PathBuf>,
+    /// Directory with the order key that signs the request.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_CREDENTIALS_DIR",
+        default_value = "/etc/bulwark/credentials"
+    )]
+    pub credentials_dir: PathBuf,
+    /// Tool for --prepare instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: Option<String>,
+}
+
+#[derive(Args)]
 pub struct AgentArgs {
     /// mysqld's unix socket.
     #[arg(
@@ -182,6 +218,13 @@ pub struct AgentArgs {
     /// --gtid-file`): adopted once, before replication or writes, then removed.
     #[arg(long, env = "BULWARK_AGENT_GTID_FILE")]
     pub gtid_file: Option<PathBuf>,
+    /// Address to serve copies of this member's data on, for new members' `seed` (needs
+    /// --datadir).
+    #[arg(long, env = "BULWARK_AGENT_CLONE_LISTEN", requires = "datadir")]
+    pub clone_listen: Option<SocketAddr>,
+    /// The server's data directory as this container sees it (copies are taken from it).
+    #[arg(long, env = "BULWARK_AGENT_DATADIR")]
+    pub datadir: Option<PathBuf>,
     /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]
     pub repo: Option<String>,
@@ -203,7 +246,8 @@ pub async fn run(command: AgentCommand) -> anyhow::Result<()> {
     match command {
         AgentCommand::Init(a) => cmd_init(a),
         AgentCommand::Restore(a) => cmd_restore(a).await,
-        AgentCommand::Run(a) => cmd_agent(a).await,
+        AgentCommand::Seed(a) => cmd_seed(a).await,
+        AgentCommand::Run(a) => cmd_agent(*a).await,
     }
 }
 
@@ -249,8 +293,36 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
         health_timeout: a.health_timeout,
         pending,
         gtid_file: a.gtid_file.as_deref().map(absolute).transpose()?,
+        clone: match (a.clone_listen, &a.datadir) {
+            (Some(addr), Some(datadir)) => Some((addr, absolute(datadir)?)),
+            _ => None,
+        },
     };
     agent::run(config, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn cmd_seed(a: SeedArgs) -> anyhow::Result<()> {
+    let datadir = absolute(&a.datadir)?;
+    let cfg = crate::seed::SeedConfig {
+        pod_name: a.pod_name,
+        peers: a.peers,
+        gtid_file: match &a.gtid_file {
+            Some(p) => absolute(p)?,
+            None => bootstrap::default_gtid_file(&datadir),
+        },
+        pending_file: match &a.pending_file {
+            Some(p) => absolute(p)?,
+            None => bootstrap::default_pending_file(&datadir),
+        },
+        datadir,
+        credentials_dir: absolute(&a.credentials_dir)?,
+        tool: a.tool,
+    };
+    let outcome = crate::seed::seed(&cfg).await?;
+    let line = crate::seed::describe(&outcome, &cfg.datadir);
+    tracing::info!(outcome = %line, "seed finished");
+    println!("{line}");
     Ok(())
 }
 
@@ -535,10 +607,14 @@ mod tests {
         assert_eq!(a.primary_host, "quay-primary");
         assert_eq!(a.primary_port, bulwark_contract::ports::MYSQL);
         assert_eq!(a.semi_sync_acks, 1);
+        assert_eq!((a.repo, a.pending_logical_restore), (None, None));
+        // Every member continues from a seed's copy, and serves copies from its datadir.
+        assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
         assert_eq!(
-            (a.repo, a.pending_logical_restore, a.gtid_file),
-            (None, None, None)
+            a.clone_listen.map(|l| l.port()),
+            Some(bulwark_contract::ports::CLONE)
         );
+        assert_eq!(a.datadir.as_deref().map(path), Some(paths::DATADIR));
 
         let bootstrapped = command::Agent::for_pod("quay-primary", 1, Some(repository()));
         let AgentCommand::Run(a) = parse(bootstrapped.argv()) else {
@@ -560,5 +636,21 @@ mod tests {
             Some(paths::PENDING_LOGICAL_RESTORE)
         );
         assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+    }
+
+    #[test]
+    fn the_operators_seed_command_parses() {
+        let AgentCommand::Seed(a) = parse(command::Seed::for_pod("quay-headless").argv()) else {
+            panic!("not seed")
+        };
+        assert_eq!(a.pod_name, "$(POD_NAME)");
+        assert_eq!(a.peers, ["quay-headless:9081"]);
+        assert_eq!(path(&a.datadir), paths::DATADIR);
+        assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+        assert_eq!(
+            a.pending_file.as_deref().map(path),
+            Some(paths::PENDING_LOGICAL_RESTORE)
+        );
+        assert_eq!(path(&a.credentials_dir), paths::CREDENTIALS_DIR);
     }
 }

@@ -108,6 +108,12 @@ pub fn pod_ordinal(pod: &str) -> Result<u32, InitError> {
     Ok(n)
 }
 
+/// How long a replica waits for its source to answer a connection or send anything (a
+/// heartbeat comes every half of it). The servers' 60 s default held a replica of a restarted
+/// primary for a minute: the first reconnection went to the old pod's address (still in DNS),
+/// which no longer answers, and with semi-sync the primary's commits waited that long.
+pub const REPLICA_NET_TIMEOUT_SECONDS: u32 = 10;
+
 /// The per-pod `[mysqld]` settings. `read_only` starts ON: the agent lifts it once the pod is
 /// labelled primary, so a restarted pod never takes writes before its role is known.
 pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -> String {
@@ -127,6 +133,7 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
             ("log_slave_updates", "ON".to_string()),
             ("binlog_format", "ROW".to_string()),
             ("gtid_strict_mode", "ON".to_string()),
+            ("slave_net_timeout", REPLICA_NET_TIMEOUT_SECONDS.to_string()),
         ]),
         // binlog_format is ROW by default and deprecated in 8.4; replicas log what they
         // apply by default (log_replica_updates).
@@ -134,6 +141,10 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
             ("skip_replica_start", "ON".to_string()),
             ("gtid_mode", "ON".to_string()),
             ("enforce_gtid_consistency", "ON".to_string()),
+            (
+                "replica_net_timeout",
+                REPLICA_NET_TIMEOUT_SECONDS.to_string(),
+            ),
         ]),
     }
     let mut out = format!(
@@ -234,7 +245,8 @@ mod tests {
              skip_slave_start = ON\n\
              log_slave_updates = ON\n\
              binlog_format = ROW\n\
-             gtid_strict_mode = ON\n"
+             gtid_strict_mode = ON\n\
+             slave_net_timeout = 10\n"
         );
     }
 
@@ -247,7 +259,7 @@ mod tests {
             "{c}"
         );
         assert!(
-            c.contains("gtid_mode = ON\nenforce_gtid_consistency = ON\n"),
+            c.contains("gtid_mode = ON\nenforce_gtid_consistency = ON\nreplica_net_timeout = 10\n"),
             "{c}"
         );
         assert!(c.contains("log_bin = mysql-bin\n"), "{c}");

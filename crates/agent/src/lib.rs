@@ -7,11 +7,13 @@
 pub mod agent;
 pub mod bootstrap;
 pub mod cli;
+pub mod clone;
 pub mod exporter;
 pub mod fence;
 pub mod http;
 pub mod init;
 pub mod labels;
 pub mod orders;
+pub mod seed;
 pub mod sql;
 pub mod topology;

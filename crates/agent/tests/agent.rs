@@ -540,31 +540,6 @@ fn a_pending_logical_restore_is_loaded_into_the_new_primary() {
     );
 }
 
-/// `SHOW SLAVE STATUS` as column → value (empty when replication is not configured).
-fn replica_status(db: &MariaDb) -> std::collections::BTreeMap<String, String> {
-    let out = Command::new("mariadb")
-        .args(["--no-defaults", "-B", "--user=root"])
-        .arg(format!("--socket={}", db.socket().display()))
-        .args(["-e", "SHOW SLAVE STATUS"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    match (lines.next(), lines.next()) {
-        (Some(names), Some(values)) => names
-            .split('\t')
-            .zip(values.split('\t'))
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect(),
-        _ => Default::default(),
-    }
-}
-
 /// A new cluster bootstrapped from a physical backup of a server that was itself a replica
 /// (its `gtid_slave_pos` is in the backup): every pod restores the same backup, and the
 /// agents make the binary logs continue after the backup's GTID position and the replicas
@@ -914,14 +889,4 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     wait_status(&r, &[&p], "/readyz", 200, "replicating");
     assert_same(&snapshot(&p_db).unwrap(), &replica_snapshot(&r_db));
     eprintln!("replicated after {:?}", started.elapsed());
-}
-
-/// A replica's snapshot as its primary's would read: events created by replication are
-/// `DISABLE ON SLAVE` there, so that they run on the primary only.
-fn replica_snapshot(db: &MariaDb) -> bulwark_mysql_testkit::DbSnapshot {
-    let mut s = snapshot(db).unwrap();
-    for e in s.events.values_mut() {
-        *e = e.replace(" DISABLE ON SLAVE ", " ENABLE ");
-    }
-    s
 }

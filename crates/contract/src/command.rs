@@ -268,7 +268,6 @@ impl Restore {
 pub struct AgentRestore {
     pub repository: Repository,
     pub pending_logical_restore: String,
-    pub gtid_file: String,
 }
 
 /// `bulwark-agent run`: the sidecar next to mysqld.
@@ -287,6 +286,12 @@ pub struct Agent {
     pub primary_port: u16,
     /// Replicas that must acknowledge each commit (semi-sync); 0: asynchronous.
     pub semi_sync_acks: u32,
+    /// Where a restore or a seed leaves the GTID position the server continues from.
+    pub gtid_file: String,
+    /// Where copies of this member's data are served to new members (`seed`).
+    pub clone_listen: String,
+    /// The data directory as the agent sees it (copies are taken from it).
+    pub datadir: String,
     pub restore: Option<AgentRestore>,
 }
 
@@ -303,10 +308,12 @@ impl Agent {
             primary_host: primary_host.to_owned(),
             primary_port: crate::ports::MYSQL,
             semi_sync_acks,
+            gtid_file: paths::RESTORED_GTID.to_owned(),
+            clone_listen: format!("0.0.0.0:{}", crate::ports::CLONE),
+            datadir: paths::DATADIR.to_owned(),
             restore: restore.map(|repository| AgentRestore {
                 repository,
                 pending_logical_restore: paths::PENDING_LOGICAL_RESTORE.to_owned(),
-                gtid_file: paths::RESTORED_GTID.to_owned(),
             }),
         }
     }
@@ -323,12 +330,56 @@ impl Agent {
             .flag("credentials-dir", &self.credentials_dir)
             .flag("primary-host", &self.primary_host)
             .flag("primary-port", self.primary_port)
-            .flag("semi-sync-acks", self.semi_sync_acks);
+            .flag("semi-sync-acks", self.semi_sync_acks)
+            .flag("gtid-file", &self.gtid_file)
+            .flag("clone-listen", &self.clone_listen)
+            .flag("datadir", &self.datadir);
         if let Some(r) = &self.restore {
             r.repository.push(&mut a);
-            a.flag("pending-logical-restore", &r.pending_logical_restore)
-                .flag("gtid-file", &r.gtid_file);
+            a.flag("pending-logical-restore", &r.pending_logical_restore);
         }
+        a
+    }
+}
+
+/// `bulwark-agent seed`: copies a running member's data into an empty datadir, so that a member
+/// added to a cluster that has data (a scale-up, a lost volume) starts from a recent copy and
+/// replicates only what followed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seed {
+    pub pod_name: String,
+    /// Where the members' agents are found (the headless Service's name and the agent port).
+    pub peers: String,
+    pub datadir: String,
+    pub gtid_file: String,
+    pub pending_file: String,
+    pub credentials_dir: String,
+}
+
+impl Seed {
+    /// The command of the server pods' `seed` container; `headless`: the cluster's headless
+    /// Service.
+    pub fn for_pod(headless: &str) -> Seed {
+        Seed {
+            pod_name: "$(POD_NAME)".to_owned(),
+            peers: format!("{headless}:{}", crate::ports::AGENT),
+            datadir: paths::DATADIR.to_owned(),
+            gtid_file: paths::RESTORED_GTID.to_owned(),
+            pending_file: paths::PENDING_LOGICAL_RESTORE.to_owned(),
+            credentials_dir: paths::CREDENTIALS_DIR.to_owned(),
+        }
+    }
+
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(AGENT_PROGRAM);
+        a.flag("log-format", "json")
+            .arg("seed")
+            .flag("pod-name", &self.pod_name)
+            .flag("peers", &self.peers)
+            .flag("datadir", &self.datadir)
+            .flag("gtid-file", &self.gtid_file)
+            .flag("pending-file", &self.pending_file)
+            .flag("credentials-dir", &self.credentials_dir);
         a
     }
 }

@@ -44,6 +44,9 @@ pub struct MemberStatus {
     pub semi_sync_clients: u32,
     /// Its replication, `None` when none is configured.
     pub replication: Option<MemberReplication>,
+    /// The port its agent serves copies of its data on (`clone`), 0 when it does not.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clone_port: u16,
     /// Milliseconds since the pass this report comes from.
     pub age_ms: u64,
 }
@@ -64,6 +67,10 @@ pub struct MemberReplication {
     pub io_errno: u32,
     pub sql_errno: u32,
     pub lag_seconds: Option<u64>,
+}
+
+fn is_zero(port: &u16) -> bool {
+    *port == 0
 }
 
 impl MemberStatus {
@@ -117,6 +124,7 @@ mod tests {
                 sql_errno: 0,
                 lag_seconds: Some(0),
             }),
+            clone_port: 9082,
             age_ms: 150,
         };
         let line = s.to_line();

@@ -42,6 +42,8 @@ pub const BACKUP_DATA_FINALIZER: &str = "mysql.bulwark.dev/backup-data";
 pub const MYSQL_PORT: i32 = ports::MYSQL as i32;
 /// Port of the agent sidecar's health endpoints.
 pub const AGENT_PORT: i32 = ports::AGENT as i32;
+/// The agent's port for copies of a member's data (`seed`).
+pub const CLONE_PORT: i32 = ports::CLONE as i32;
 /// Port of the metrics exporter sidecar.
 pub const EXPORTER_PORT: i32 = ports::EXPORTER as i32;
 

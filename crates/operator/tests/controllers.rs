@@ -1584,10 +1584,11 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
         .collect();
     assert_eq!(
         inits,
-        ["init", "restore"],
-        "the restore runs after init and before mysqld"
+        ["init", "seed", "restore"],
+        "the restore runs after init and the seed (a member added later is copied from a \
+         running member instead), and before mysqld"
     );
-    let restore = &pod.init_containers.as_ref().unwrap()[1];
+    let restore = &pod.init_containers.as_ref().unwrap()[2];
     let repository = command::Repository {
         url: "s3://vault-backups/prod/vault".into(),
         s3_endpoint: Some("http://127.0.0.1:9000".into()),

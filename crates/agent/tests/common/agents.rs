@@ -15,7 +15,7 @@ pub const WAIT: Duration = Duration::from_secs(90);
 /// A running agent; killed on drop.
 pub struct Agent {
     child: Child,
-    addr: SocketAddr,
+    pub addr: SocketAddr,
     log: PathBuf,
 }
 
@@ -285,4 +285,39 @@ pub fn member_agent(
     ];
     args.extend_from_slice(extra);
     Agent::start(name, dir, db, &args, &[])
+}
+
+/// A replica's snapshot as its primary's would read: events created by replication are
+/// `DISABLE ON SLAVE` there, so that they run on the primary only.
+pub fn replica_snapshot(db: &MariaDb) -> bulwark_mysql_testkit::DbSnapshot {
+    let mut s = snapshot(db).unwrap();
+    for e in s.events.values_mut() {
+        *e = e.replace(" DISABLE ON SLAVE ", " ENABLE ");
+    }
+    s
+}
+
+/// `SHOW SLAVE STATUS` as column → value (empty when replication is not configured).
+pub fn replica_status(db: &MariaDb) -> std::collections::BTreeMap<String, String> {
+    let out = Command::new("mariadb")
+        .args(["--no-defaults", "-B", "--user=root"])
+        .arg(format!("--socket={}", db.socket().display()))
+        .args(["-e", "SHOW SLAVE STATUS"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(names), Some(values)) => names
+            .split('\t')
+            .zip(values.split('\t'))
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        _ => Default::default(),
+    }
 }

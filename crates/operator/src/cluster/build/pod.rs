@@ -1,8 +1,10 @@
 //! The StatefulSet of the server pods, one function per container and per part of the pod.
 //!
 //! Pod layout: an `init` container (`bulwark-agent init`) renders the option files into a
-//! shared directory; with `bootstrap.fromBackup` a `restore` container (`bulwark-agent
-//! restore`) restores the backup into an empty data volume; `mysqld` runs the server with
+//! shared directory; a `seed` container (`bulwark-agent seed`) copies a running member's data
+//! into an empty data volume when the cluster has data (a scale-up, a replaced volume); with
+//! `bootstrap.fromBackup` a `restore` container (`bulwark-agent restore`) restores the backup
+//! into a data volume still empty (a new cluster); `mysqld` runs the server with
 //! probes answered by the `agent` sidecar (`bulwark-agent run`), which also manages accounts
 //! and replication from the role label; `exporter` serves metrics when enabled.
 
@@ -100,7 +102,10 @@ fn pod_template(
 ) -> PodTemplateSpec {
     let spec = &cluster.spec;
     let name = cluster_name(cluster);
-    let mut init_containers = vec![init_container(cluster, images)];
+    let mut init_containers = vec![
+        init_container(cluster, images),
+        seed_container(cluster, images),
+    ];
     let mut volumes = volumes(cluster, validated, config_map_name);
     if let Some((source, access)) = restore {
         init_containers.push(restore_container(source, access, images));
@@ -242,6 +247,22 @@ fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
     }
 }
 
+/// `bulwark-agent seed`: a running member's data into an empty data volume, from the members
+/// the headless Service names.
+fn seed_container(cluster: &MySQLCluster, images: &Images) -> Container {
+    let argv = command::Seed::for_pod(&names::headless_service(cluster_name(cluster))).argv();
+    Container {
+        env: Some(vec![pod_name_env()]),
+        volume_mounts: Some(vec![
+            datadir_mount(),
+            mount("data", paths::VOLUME_ROOT, false),
+            mount("credentials", paths::CREDENTIALS_DIR, true),
+            mount("tmp", podspec::TMP_DIR, false),
+        ]),
+        ..command_container("seed", &images.agent, argv)
+    }
+}
+
 /// `bulwark-agent restore`: the backup into an empty data volume.
 fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Images) -> Container {
     let argv = command::Restore::for_pod(access.repository.clone(), &source.backup_id).argv();
@@ -310,19 +331,28 @@ fn agent_container(
         mount("podinfo", paths::PODINFO_DIR, true),
         mount("data", paths::VOLUME_ROOT, false),
         mount("tmp", podspec::TMP_DIR, false),
+        // Copies for new members are taken from the datadir where the server has it, read-only.
+        VolumeMount {
+            read_only: Some(true),
+            ..datadir_mount()
+        },
     ];
     if let Some(a) = restore {
         mounts.extend(a.mounts.iter().cloned());
     }
     let quantity = |q: &str| Quantity(q.to_owned());
     Container {
-        ports: Some(vec![port("agent", names::AGENT_PORT)]),
+        ports: Some(vec![
+            port("agent", names::AGENT_PORT),
+            port("clone", names::CLONE_PORT),
+        ]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_owned(), quantity("10m")),
                 ("memory".to_owned(), quantity("32Mi")),
             ])),
-            limits: Some(BTreeMap::from([("memory".to_owned(), quantity("256Mi"))])),
+            // The backup tool of a copy for a new member runs in this container too.
+            limits: Some(BTreeMap::from([("memory".to_owned(), quantity("512Mi"))])),
             ..ResourceRequirements::default()
         }),
         env: Some(vec![pod_name_env()]),

@@ -1,0 +1,374 @@
+//! `bulwark-agent seed`: before mysqld first starts on an empty data volume of a cluster that
+//! already has data (a scale-up, a replaced volume), copies a running member's data into it
+//! (`clone`), prepared, with the copy's GTID position left for the agent, which makes the
+//! server continue from it and replicate only what followed. Without this the new member would
+//! replicate the cluster's whole history from the primary's binary logs, which fails once they
+//! were purged, and a bootstrapped cluster's new pod would restore the original backup again.
+//!
+//! A datadir that holds a server is never touched. When no member reports data (a new cluster,
+//! whose members all start empty) nothing is copied. A copy in progress is marked like a
+//! restore, so an interrupted one is cleared and redone, never taken for a server.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bulwark_contract::clone::CloneRequest;
+use bulwark_contract::command::Engine;
+use bulwark_contract::member::{MemberStatus, STATUS_PATH};
+use bulwark_contract::order::ORDER_KEY;
+use mysql_backup::format::Flavor;
+use mysql_backup::source::{self, ToolIo, ToolJob};
+
+use crate::bootstrap::{self, BootstrapError, DatadirState, RestoredGtid};
+use crate::clone::{self, ReceiveError};
+
+/// Time a member's agent has to answer for its report.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What `seed` works with.
+#[derive(Debug, Clone)]
+pub struct SeedConfig {
+    /// This pod (named in the request, for the donor's log).
+    pub pod_name: String,
+    /// `host:port` of the members' agents; a name may stand for several (a headless Service).
+    pub peers: Vec<String>,
+    pub datadir: PathBuf,
+    pub gtid_file: PathBuf,
+    pub pending_file: PathBuf,
+    /// Holds the order key that signs the request.
+    pub credentials_dir: PathBuf,
+    /// Tool for `--prepare` instead of the detected one.
+    pub tool: Option<String>,
+}
+
+/// What `seed` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedOutcome {
+    /// The datadir holds a server (the entry named is the evidence).
+    Skipped(String),
+    /// Nothing to copy from, and why; the datadir stays empty.
+    NoDonor(String),
+    /// Copied from `donor`; the server continues from `gtid`.
+    Seeded {
+        donor: SocketAddr,
+        gtid: RestoredGtid,
+        bytes: u64,
+        files: u64,
+    },
+}
+
+/// Errors of `seed`.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    #[error(transparent)]
+    Datadir(#[from] BootstrapError),
+    #[error("failed to read the order key {path}")]
+    ReadKey {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Receive(#[from] ReceiveError),
+    #[error("failed to prepare the copy")]
+    Prepare(#[source] mysql_backup::Error),
+}
+
+/// Seeds the datadir when it is empty and a member has data.
+pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
+    let datadir = &cfg.datadir;
+    let interrupted = match bootstrap::inspect(datadir, &[&cfg.gtid_file, &cfg.pending_file])? {
+        DatadirState::Initialized(evidence) => return Ok(SeedOutcome::Skipped(evidence)),
+        DatadirState::Unexpected(entries) => {
+            return Err(BootstrapError::AcceptDatadir {
+                path: datadir.display().to_string(),
+                entries: entries.join(", "),
+            }
+            .into())
+        }
+        DatadirState::Interrupted => true,
+        DatadirState::Empty => false,
+    };
+    let members = reports(&cfg.peers).await;
+    let Some(donor) = choose_donor(&members) else {
+        if interrupted {
+            // An earlier copy's remains, and nobody to copy from now: an empty datadir, not a
+            // marker that would have the next run clear whatever the server writes meanwhile.
+            bootstrap::clear(datadir)?;
+            bootstrap::finish_marked(datadir)?;
+        }
+        let reason = if members.is_empty() {
+            "no member's agent answered".to_owned()
+        } else {
+            format!("none of {} members that answered has data", members.len())
+        };
+        return Ok(SeedOutcome::NoDonor(reason));
+    };
+    let (at, report) = &members[donor];
+    let addr = SocketAddr::new(at.ip(), report.clone_port);
+    let key_path = cfg.credentials_dir.join(ORDER_KEY);
+    let key = clone::read_key(&key_path).map_err(|source| SeedError::ReadKey {
+        path: key_path.display().to_string(),
+        source,
+    })?;
+    let flavor = if report.flavor == Flavor::Mysql.to_string() {
+        Flavor::Mysql
+    } else {
+        Flavor::Mariadb
+    };
+    tracing::info!(donor = %addr, donor_gtid = %report.gtid_executed, "copying a member's data into the empty datadir");
+    bootstrap::mark(datadir, &format!("copying the data of {addr}"))?;
+    bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
+    bootstrap::clear(datadir)?;
+    let copied = copy(cfg, addr, &key, flavor).await;
+    let (bytes, files) = match copied {
+        Ok(done) => done,
+        Err(e) => {
+            if let Err(c) = bootstrap::clear(datadir) {
+                tracing::warn!(error = %mysql_backup::error::chain(&c), "failed to clear the datadir after a failed copy");
+            }
+            return Err(e);
+        }
+    };
+    let gtid = RestoredGtid {
+        backup_id: mysql_backup::format::new_backup_id(chrono::Utc::now()),
+        gtid_set: bootstrap::binlog_info_gtid(datadir)?.unwrap_or_default(),
+    };
+    bootstrap::write_restored_gtid(&cfg.gtid_file, &gtid)?;
+    bootstrap::finish_marked(datadir)?;
+    Ok(SeedOutcome::Seeded {
+        donor: addr,
+        gtid,
+        bytes,
+        files,
+    })
+}
+
+/// Receives, prepares and moves the copy in; (bytes, files).
+async fn copy(
+    cfg: &SeedConfig,
+    addr: SocketAddr,
+    key: &[u8],
+    flavor: Flavor,
+) -> Result<(u64, u64), SeedError> {
+    let staging = cfg.datadir.join(bootstrap::STAGING_NAME);
+    std::fs::create_dir(&staging).map_err(|source| BootstrapError::CreateStaging {
+        path: staging.display().to_string(),
+        source,
+    })?;
+    let line = CloneRequest {
+        member: cfg.pod_name.clone(),
+        issued_at: clone::unix_now(),
+    }
+    .sign(key);
+    let into = staging.clone();
+    let received = tokio::task::spawn_blocking(move || clone::receive(addr, &line, &into))
+        .await
+        .expect("receiver panicked")?;
+    tracing::info!(donor = %addr, bytes = received.bytes, files = received.files, "copy received; preparing");
+    let tool = source::find_tool(flavor, ToolJob::Physical, cfg.tool.as_deref())
+        .map_err(SeedError::Prepare)?;
+    let args = [
+        "--prepare".to_owned(),
+        format!("--target-dir={}", staging.display()),
+    ];
+    source::spawn(&tool, &args, ToolIo::Neither)
+        .map_err(SeedError::Prepare)?
+        .finish(Some(source::PHYSICAL_COMPLETION))
+        .await
+        .map_err(SeedError::Prepare)?;
+    bootstrap::move_staged(&staging, &cfg.datadir)?;
+    Ok((received.bytes, received.files))
+}
+
+/// The reports of the members whose agents answer at `peers`.
+async fn reports(peers: &[String]) -> Vec<(SocketAddr, MemberStatus)> {
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for peer in peers {
+        match tokio::net::lookup_host(peer.as_str()).await {
+            Ok(found) => addrs.extend(found),
+            // A headless Service with no ready member has no address.
+            Err(e) => tracing::info!(peer = %peer, error = %e, "no member found"),
+        }
+    }
+    addrs.sort();
+    addrs.dedup();
+    let mut out = Vec::new();
+    for addr in addrs {
+        match tokio::time::timeout(REPORT_TIMEOUT, report(addr)).await {
+            Ok(Ok(r)) => out.push((addr, r)),
+            Ok(Err(e)) => tracing::info!(member = %addr, error = %e, "no report"),
+            Err(_) => tracing::info!(member = %addr, "no report in time"),
+        }
+    }
+    out
+}
+
+async fn report(addr: SocketAddr) -> Result<MemberStatus, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET {STATUS_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    s.take(64 << 10)
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or("an answer without a body")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(head.lines().next().unwrap_or_default().to_owned());
+    }
+    MemberStatus::from_line(body).map_err(|e| e.to_string())
+}
+
+/// The member to copy from: a ready member with data that serves copies, a replica before the
+/// primary (whose load the copy would add to), among replicas the one with every transaction
+/// the others have. `None` when no such member has data.
+pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
+    let candidates: Vec<usize> = (0..members.len())
+        .filter(|&i| {
+            let r = &members[i].1;
+            r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
+        })
+        .collect();
+    let engine = |r: &MemberStatus| {
+        if r.flavor == "mysql" {
+            Engine::MySql
+        } else {
+            Engine::MariaDb
+        }
+    };
+    let role_is = |i: usize, role: &str| members[i].1.role.as_deref() == Some(role);
+    let replicas: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| role_is(i, "replica"))
+        .collect();
+    let most_complete = replicas.iter().copied().find(|&i| {
+        let me = &members[i].1;
+        replicas
+            .iter()
+            .all(|&j| me.has_all_of(engine(me), &members[j].1))
+    });
+    most_complete
+        .or_else(|| replicas.first().copied())
+        .or_else(|| candidates.iter().copied().find(|&i| role_is(i, "primary")))
+}
+
+/// One line saying what `seed` did.
+pub fn describe(outcome: &SeedOutcome, datadir: &Path) -> String {
+    match outcome {
+        SeedOutcome::Skipped(evidence) => format!(
+            "datadir {} already initialized ({evidence} present); nothing copied",
+            datadir.display()
+        ),
+        SeedOutcome::NoDonor(reason) => {
+            format!("nothing copied into {}: {reason}", datadir.display())
+        }
+        SeedOutcome::Seeded {
+            donor,
+            gtid,
+            bytes,
+            files,
+        } => format!(
+            "copied {files} files ({bytes} bytes) from {donor} into {}; the server continues \
+             from GTID {}",
+            datadir.display(),
+            if gtid.gtid_set.is_empty() {
+                "none"
+            } else {
+                &gtid.gtid_set
+            }
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(role: &str, ready: bool, gtid: &str, clone_port: u16) -> MemberStatus {
+        MemberStatus {
+            role: Some(role.into()),
+            epoch: 1,
+            ready,
+            reason: String::new(),
+            flavor: "mariadb".into(),
+            read_only: role != "primary",
+            super_read_only: false,
+            gtid_executed: gtid.into(),
+            gtid_history: String::new(),
+            semi_sync_wait: false,
+            semi_sync_clients: 0,
+            replication: None,
+            clone_port,
+            age_ms: 0,
+        }
+    }
+
+    #[test]
+    fn donors() {
+        let at = |i: u8| SocketAddr::from(([10, 0, 0, i], 9081));
+        let cases: Vec<(&str, Vec<MemberStatus>, Option<usize>)> = vec![
+            (
+                "a new cluster: nobody has data",
+                vec![
+                    member("primary", true, "", 9082),
+                    member("replica", true, "", 9082),
+                ],
+                None,
+            ),
+            (
+                "the replica with the most, before the primary",
+                vec![
+                    member("primary", true, "0-100-90", 9082),
+                    member("replica", true, "0-100-80", 9082),
+                    member("replica", true, "0-100-85", 9082),
+                ],
+                Some(2),
+            ),
+            (
+                "a replica that is not ready is no donor; the primary is",
+                vec![
+                    member("primary", true, "0-100-90", 9082),
+                    member("replica", false, "0-100-85", 9082),
+                ],
+                Some(0),
+            ),
+            (
+                "an agent that serves no copies is no donor",
+                vec![
+                    member("primary", true, "0-100-90", 0),
+                    member("replica", true, "0-100-85", 0),
+                ],
+                None,
+            ),
+            (
+                "diverging replicas: the first",
+                vec![
+                    member("replica", true, "0-100-90,1-7-3", 9082),
+                    member("replica", true, "0-100-95", 9082),
+                ],
+                Some(0),
+            ),
+        ];
+        for (name, members, want) in cases {
+            let members: Vec<(SocketAddr, MemberStatus)> = members
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| (at(i as u8), m))
+                .collect();
+            assert_eq!(choose_donor(&members), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `bulwark-agent seed` against real MariaDB servers and their agents: a member added after
+//! the primary purged the binary logs that hold the cluster's start is seeded with a copy of a
+//! replica's data and replicates only what followed; a datadir that holds a server is left
+//! alone; a forged request is refused; with nobody to copy from, nothing is written.
+
+mod common;
+
+use bulwark_contract::member::MemberStatus;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+/// An agent serving copies of `db`'s data, for `pod`, replicating from 127.0.0.1:`port`.
+fn donor_agent(
+    name: &str,
+    w: &Path,
+    db: &MariaDb,
+    labels: &Labels,
+    creds: &str,
+    port: &str,
+) -> Agent {
+    let datadir = db.datadir().to_str().unwrap().to_owned();
+    member_agent(
+        name,
+        w,
+        db,
+        labels,
+        creds,
+        port,
+        &["--clone-listen", "127.0.0.1:0", "--datadir", &datadir],
+    )
+}
+
+fn seed(w: &Path, peers: &[String], datadir: &Path) -> std::process::Command {
+    let mut c = cli(&["seed", "--pod-name", "quay-2", "--credentials-dir"]);
+    c.arg(w.join("credentials")).arg("--datadir").arg(datadir);
+    c.arg("--gtid-file").arg(w.join("gtid-quay-2"));
+    for p in peers {
+        c.arg("--peers").arg(p);
+    }
+    c
+}
+
+#[test]
+fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let a_db = instance_server(w, "quay-0");
+    let b_db = instance_server(w, "quay-1");
+    let creds = credentials(w, "");
+    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let mut a_labels = Labels::new(w.join("podinfo-a"));
+    let mut b_labels = Labels::new(w.join("podinfo-b"));
+    a_labels.set(Some("primary"));
+    b_labels.set(Some("replica"));
+    let a_port = a_db.port().to_string();
+    let a = donor_agent("a", w, &a_db, &a_labels, &creds_s, &a_port);
+    let b = donor_agent("b", w, &b_db, &b_labels, &creds_s, &a_port);
+    wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
+    load_fixture(&a_db, 500).unwrap();
+    let loaded = scalar(&a_db, "SELECT @@gtid_binlog_pos");
+    wait_for("the replica at the primary's position", &[&a, &b], || {
+        (scalar(&b_db, "SELECT @@gtid_slave_pos") == loaded).then_some(())
+    });
+    wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
+    // The binary log that holds the cluster's start is gone: a member replicating from
+    // nothing would stop with error 1236.
+    a_db.sql("FLUSH BINARY LOGS").unwrap();
+    let current = scalar(&a_db, "SHOW MASTER STATUS");
+    let current = current.split('\t').next().unwrap().to_owned();
+    // A log a replica's dump thread still reads is kept: purge until it has moved on.
+    wait_for("the first binary log purged", &[&a, &b], || {
+        a_db.sql(&format!("PURGE BINARY LOGS TO '{current}'"))
+            .unwrap();
+        scalar(&a_db, "SHOW BINARY LOGS")
+            .starts_with(&current)
+            .then_some(())
+    });
+
+    let peers = [a.addr.to_string(), b.addr.to_string()];
+    let b_report = MemberStatus::from_line(&b.get("/status").1).unwrap();
+    assert_ne!(b_report.clone_port, 0, "{b_report:?}");
+
+    // A forged request is refused before anything is copied.
+    let mut forged = std::net::TcpStream::connect(("127.0.0.1", b_report.clone_port)).unwrap();
+    let request = bulwark_contract::clone::CloneRequest {
+        member: "intruder".into(),
+        issued_at: bulwark_agent::clone::unix_now(),
+    };
+    writeln!(forged, "{}", request.sign(b"not-the-key")).unwrap();
+    let mut answer = String::new();
+    BufReader::new(forged).read_line(&mut answer).unwrap();
+    assert_eq!(
+        answer.trim(),
+        "refused: the clone request's signature does not match"
+    );
+
+    // The new member: an empty volume, seeded from the replica (not the primary).
+    let volume = w.join("volume-2");
+    let datadir = volume.join("data");
+    std::fs::create_dir_all(&datadir).unwrap();
+    let out = ok(seed(w, &peers, &datadir));
+    assert!(
+        out.contains(&format!("from 127.0.0.1:{}", b_report.clone_port)),
+        "{out}"
+    );
+    let gtid: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(w.join("gtid-quay-2")).unwrap()).unwrap();
+    assert_eq!(gtid["gtidSet"].as_str(), Some(loaded.as_str()), "{gtid}");
+    assert!(
+        b.logs().contains("copy for a new member complete"),
+        "{}",
+        b.logs()
+    );
+    // Run again (a restarted pod): the server's datadir is left alone.
+    let again = ok(seed(w, &peers, &datadir));
+    assert!(again.contains("already initialized"), "{again}");
+
+    // Its server continues from the copy's position and replicates what followed.
+    let args = instance_args(w, "quay-2");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c_db = MariaDb::start_with_datadir_and_args(&datadir, &args).unwrap();
+    let c_labels = {
+        let mut l = Labels::new(w.join("podinfo-c"));
+        l.set(Some("replica"));
+        l
+    };
+    let gtid_file = w.join("gtid-quay-2");
+    let c = member_agent(
+        "c",
+        w,
+        &c_db,
+        &c_labels,
+        &creds_s,
+        &a_port,
+        &["--gtid-file", gtid_file.to_str().unwrap()],
+    );
+    wait_status(&c, &[&a, &b], "/readyz", 200, "replica: replicating");
+    assert!(!gtid_file.exists(), "the copy's position was not adopted");
+    a_db.sql("CREATE DATABASE later; CREATE TABLE later.t (id INT PRIMARY KEY); INSERT INTO later.t VALUES (1)")
+        .unwrap();
+    let now = scalar(&a_db, "SELECT @@gtid_binlog_pos");
+    wait_for(
+        "the new member at the primary's position",
+        &[&a, &c],
+        || (scalar(&c_db, "SELECT @@gtid_slave_pos") == now).then_some(()),
+    );
+    assert_same(&snapshot(&a_db).unwrap(), &replica_snapshot(&c_db));
+    let status = replica_status(&c_db);
+    assert_eq!(
+        (
+            status["Slave_IO_Running"].as_str(),
+            status["Last_IO_Errno"].as_str()
+        ),
+        ("Yes", "0"),
+        "{status:?}"
+    );
+
+    // Nobody to copy from: nothing is written, the datadir stays empty.
+    let lonely = volume.join("lonely");
+    std::fs::create_dir_all(&lonely).unwrap();
+    let out = ok(seed(w, &["127.0.0.1:1".to_owned()], &lonely));
+    assert!(out.contains("no member's agent answered"), "{out}");
+    assert_eq!(std::fs::read_dir(&lonely).unwrap().count(), 0);
+}
