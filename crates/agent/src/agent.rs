@@ -509,7 +509,8 @@ pub async fn run(
     let _ = stop_http.send(());
     let _ = server.await;
     if let Some(copies) = clone_server {
-        // A copy in progress is cut; its receiver fails and tries again.
+        // No new copies; one in progress ends with the process (its receiver fails and tries
+        // again).
         copies.abort();
     }
     if let Some(conn) = agent.conn.take() {
@@ -990,10 +991,17 @@ impl Agent {
                 stop_replication,
             } => {
                 let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                let state = bulwark_contract::gtid::seeded_history(
+                    &restored.gtid_set,
+                    &restored.gtid_history,
+                )
+                .filter(|_| !restored.gtid_history.is_empty())
+                .unwrap_or_else(|| restored.gtid_set.clone());
                 sql::adopt_restored_gtid(
                     flavor,
                     &self.version,
                     &restored.gtid_set,
+                    &state,
                     *stop_replication,
                     lift,
                 )

@@ -266,6 +266,7 @@ pub async fn restore_physical(
             Some(g) if !g.is_empty() => g,
             _ => binlog_info_gtid(datadir)?.unwrap_or_default(),
         },
+        gtid_history: String::new(),
     };
     write_restored_gtid(gtid_file, &gtid)?;
     let complete = |source| BootstrapError::CompleteRestore {
@@ -341,13 +342,18 @@ pub fn mark(datadir: &Path, what: &str) -> Result<(), BootstrapError> {
     .map_err(BootstrapError::MarkInProgress)
 }
 
-/// Removes the marker of a restore in progress: what the datadir holds is now whole.
+/// Removes the marker of a restore in progress (absent is fine): what the datadir holds is
+/// now whole.
 pub fn finish_marked(datadir: &Path) -> Result<(), BootstrapError> {
     let complete = |source| BootstrapError::CompleteRestore {
         path: datadir.display().to_string(),
         source,
     };
-    std::fs::remove_file(datadir.join(MARKER_NAME)).map_err(complete)?;
+    match std::fs::remove_file(datadir.join(MARKER_NAME)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(complete(e)),
+    }
     sync_dir(datadir).map_err(complete)
 }
 
@@ -426,6 +432,10 @@ pub struct RestoredGtid {
     /// Its GTID position (MariaDB, `domain-server-seq,...`) or GTID set (MySQL), without
     /// whitespace.
     pub gtid_set: String,
+    /// A seed's: the donor's binary log history (`gtid_binlog_state`) reported before the
+    /// copy, which the new server's history continues (MariaDB; empty otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gtid_history: String,
 }
 
 /// A GTID set without the whitespace servers put in it (MySQL breaks long sets over lines).
@@ -499,6 +509,12 @@ pub fn read_restored_gtid(path: &Path) -> Result<Option<RestoredGtid>, Bootstrap
         return Err(bad(format!(
             "{:?} is not a backup id",
             gtid.backup_id.chars().take(64).collect::<String>()
+        )));
+    }
+    if !plausible_gtid_set(&gtid.gtid_history) {
+        return Err(bad(format!(
+            "{:?} is not a GTID history",
+            gtid.gtid_history.chars().take(64).collect::<String>()
         )));
     }
     if !plausible_gtid_set(&gtid.gtid_set) {
@@ -652,14 +668,15 @@ mod tests {
         let p = dir.path().join("gtid");
         assert_eq!(read_restored_gtid(&p).unwrap(), None);
         remove_restored_gtid(&p).unwrap();
-        for gtid_set in [
-            "0-1-500,1-2-3",
-            "",
-            "3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_1:1-5",
+        for (gtid_set, history) in [
+            ("0-1-500,1-2-3", "0-100-5,0-1-500,1-2-3"),
+            ("", ""),
+            ("3e11fa47-71ca-11e1-9e33-c80aa9429562:tag_1:1-5", ""),
         ] {
             let g = RestoredGtid {
                 backup_id: "20261122T031633Z-4a0760".into(),
                 gtid_set: gtid_set.into(),
+                gtid_history: history.into(),
             };
             write_restored_gtid(&p, &g).unwrap();
             assert_eq!(read_restored_gtid(&p).unwrap(), Some(g));
@@ -677,6 +694,10 @@ mod tests {
             (
                 "{\"backupId\":\"20261122T031633Z-4a0760\",\"gtidSet\":\"0-1-2'; DROP\"}",
                 "not a GTID set",
+            ),
+            (
+                "{\"backupId\":\"20261122T031633Z-4a0760\",\"gtidSet\":\"0-1-2\",\"gtidHistory\":\"0-1-2'\"}",
+                "not a GTID history",
             ),
             ("0-1-2", "expected"),
         ] {

@@ -20,8 +20,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Time a receiver has to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest a write to the receiver, or a read from the donor, may stall.
+/// Longest the receiver may wait for the donor's next bytes (the backup tool is silent while it
+/// waits for locks).
 const STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest the donor waits for the receiver to take bytes: the backup tool waits on its pipe
+/// meanwhile, possibly while it blocks the donor's commits (its last stage).
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes read from the backup tool per frame.
 const READ_BYTES: usize = 256 << 10;
 
@@ -79,7 +83,11 @@ async fn answer(
             return refuse(&mut stream, reason).await;
         }
     };
-    let request = match CloneRequest::verify(&line, &key, unix_now()) {
+    let me = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let request = match CloneRequest::verify(&line, &key, &me, unix_now()) {
         Ok(r) => r,
         Err(e) => return refuse(&mut stream, e.to_string()).await,
     };
@@ -152,12 +160,20 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
     let mut buf = vec![0u8; READ_BYTES];
     let mut sent = 0u64;
     loop {
-        let n = match out.read(&mut buf).await {
-            Ok(n) => n,
-            Err(e) => {
+        let n = match tokio::time::timeout(STALL_TIMEOUT, out.read(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
                 let report = tool.kill().await;
                 return Err(format!(
                     "failed to read the backup tool's output: {e}; {}",
+                    report.summary()
+                ));
+            }
+            Err(_) => {
+                let report = tool.kill().await;
+                return Err(format!(
+                    "the backup tool wrote nothing for {}s; {}",
+                    STALL_TIMEOUT.as_secs(),
                     report.summary()
                 ));
             }
@@ -184,10 +200,10 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
 }
 
 async fn write_stalled(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), String> {
-    match tokio::time::timeout(STALL_TIMEOUT, stream.write_all(bytes)).await {
+    match tokio::time::timeout(SEND_TIMEOUT, stream.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no progress for {}s", STALL_TIMEOUT.as_secs())),
+        Err(_) => Err(format!("no progress for {}s", SEND_TIMEOUT.as_secs())),
     }
 }
 

@@ -5,8 +5,10 @@
 //! replicate the cluster's whole history from the primary's binary logs, which fails once they
 //! were purged, and a bootstrapped cluster's new pod would restore the original backup again.
 //!
-//! A datadir that holds a server is never touched. When no member reports data (a new cluster,
-//! whose members all start empty) nothing is copied. A copy in progress is marked like a
+//! A datadir that holds a server is never touched. When no member answers with data (a new
+//! cluster, whose members all start empty) nothing is copied. When members have data but none
+//! can give a copy (none ready, or none the primary agrees with), it waits: an empty server in
+//! a cluster that has data would replicate from nothing. A copy in progress is marked like a
 //! restore, so an interrupted one is cleared and redone, never taken for a server.
 
 use std::net::SocketAddr;
@@ -25,6 +27,10 @@ use crate::clone::{self, ReceiveError};
 
 /// Time a member's agent has to answer for its report.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Pause before the members are asked again while none can give a copy.
+const DONOR_RETRY: Duration = Duration::from_secs(5);
+/// Least time between two log lines saying why it still waits.
+const WAIT_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What `seed` works with.
 #[derive(Debug, Clone)]
@@ -73,6 +79,10 @@ pub enum SeedError {
     Receive(#[from] ReceiveError),
     #[error("failed to prepare the copy")]
     Prepare(#[source] mysql_backup::Error),
+    #[error("failed to find the copy's GTID position: the copy has no binary log coordinates")]
+    NoPosition,
+    #[error("failed to receive the copy: the receiving task ended abnormally")]
+    ReceiverTask(#[source] tokio::task::JoinError),
 }
 
 /// Seeds the datadir when it is empty and a member has data.
@@ -90,12 +100,30 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
         DatadirState::Interrupted => true,
         DatadirState::Empty => false,
     };
-    let members = reports(&cfg.peers).await;
-    let Some(donor) = choose_donor(&members) else {
+    let mut logged: Option<std::time::Instant> = None;
+    let (members, donor) = loop {
+        let members = reports(&cfg.peers).await;
+        if let Some(donor) = choose_donor(&members) {
+            break (members, donor);
+        }
+        let with_data = members
+            .iter()
+            .filter(|(_, r)| !r.gtid_executed.is_empty())
+            .count();
+        if with_data > 0 {
+            if logged.is_none_or(|t| t.elapsed() >= WAIT_LOG_INTERVAL) {
+                tracing::warn!(members = members.len(), with_data, "the cluster has data but no member can give a copy (none ready, or none the primary agrees with); waiting");
+                logged = Some(std::time::Instant::now());
+            }
+            tokio::time::sleep(DONOR_RETRY).await;
+            continue;
+        }
         if interrupted {
             // An earlier copy's remains, and nobody to copy from now: an empty datadir, not a
-            // marker that would have the next run clear whatever the server writes meanwhile.
+            // marker that would have the next run clear whatever the server writes meanwhile,
+            // nor a GTID file that would have the empty server claim the copy's history.
             bootstrap::clear(datadir)?;
+            bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
             bootstrap::finish_marked(datadir)?;
         }
         let reason = if members.is_empty() {
@@ -122,7 +150,14 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
     bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
     bootstrap::clear(datadir)?;
     let copied = copy(cfg, addr, &key, flavor).await;
-    let (bytes, files) = match copied {
+    let copied = match copied {
+        Ok(done) => bootstrap::binlog_info_gtid(datadir)
+            .map_err(SeedError::from)
+            .and_then(|g| g.ok_or(SeedError::NoPosition))
+            .map(|position| (done, position)),
+        Err(e) => Err(e),
+    };
+    let ((bytes, files), position) = match copied {
         Ok(done) => done,
         Err(e) => {
             if let Err(c) = bootstrap::clear(datadir) {
@@ -133,7 +168,8 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
     };
     let gtid = RestoredGtid {
         backup_id: mysql_backup::format::new_backup_id(chrono::Utc::now()),
-        gtid_set: bootstrap::binlog_info_gtid(datadir)?.unwrap_or_default(),
+        gtid_set: position,
+        gtid_history: report.gtid_history.clone(),
     };
     bootstrap::write_restored_gtid(&cfg.gtid_file, &gtid)?;
     bootstrap::finish_marked(datadir)?;
@@ -159,13 +195,14 @@ async fn copy(
     })?;
     let line = CloneRequest {
         member: cfg.pod_name.clone(),
+        donor: addr.to_string(),
         issued_at: clone::unix_now(),
     }
     .sign(key);
     let into = staging.clone();
     let received = tokio::task::spawn_blocking(move || clone::receive(addr, &line, &into))
         .await
-        .expect("receiver panicked")?;
+        .map_err(SeedError::ReceiverTask)??;
     tracing::info!(donor = %addr, bytes = received.bytes, files = received.files, "copy received; preparing");
     let tool = source::find_tool(flavor, ToolJob::Physical, cfg.tool.as_deref())
         .map_err(SeedError::Prepare)?;
@@ -231,16 +268,11 @@ async fn report(addr: SocketAddr) -> Result<MemberStatus, String> {
     MemberStatus::from_line(body).map_err(|e| e.to_string())
 }
 
-/// The member to copy from: a ready member with data that serves copies, a replica before the
-/// primary (whose load the copy would add to), among replicas the one with every transaction
-/// the others have. `None` when no such member has data.
+/// The member to copy from: a ready member with data that serves copies; a replica before the
+/// primary (whose load the copy would add to), and only one whose transactions the primary all
+/// has (never a member with transactions of its own); among those the one with every
+/// transaction the others have. `None` when no such member has data.
 pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
-    let candidates: Vec<usize> = (0..members.len())
-        .filter(|&i| {
-            let r = &members[i].1;
-            r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
-        })
-        .collect();
     let engine = |r: &MemberStatus| {
         if r.flavor == "mysql" {
             Engine::MySql
@@ -249,10 +281,19 @@ pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
         }
     };
     let role_is = |i: usize, role: &str| members[i].1.role.as_deref() == Some(role);
-    let replicas: Vec<usize> = candidates
-        .iter()
-        .copied()
-        .filter(|&i| role_is(i, "replica"))
+    let primary = (0..members.len()).find(|&i| role_is(i, "primary"));
+    let serves = |i: usize| {
+        let r = &members[i].1;
+        r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
+    };
+    let replicas: Vec<usize> = (0..members.len())
+        .filter(|&i| serves(i) && role_is(i, "replica"))
+        .filter(|&i| {
+            primary.is_none_or(|p| {
+                let p = &members[p].1;
+                p.has_all_of(engine(p), &members[i].1)
+            })
+        })
         .collect();
     let most_complete = replicas.iter().copied().find(|&i| {
         let me = &members[i].1;
@@ -260,9 +301,7 @@ pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
             .iter()
             .all(|&j| me.has_all_of(engine(me), &members[j].1))
     });
-    most_complete
-        .or_else(|| replicas.first().copied())
-        .or_else(|| candidates.iter().copied().find(|&i| role_is(i, "primary")))
+    most_complete.or_else(|| primary.filter(|&p| serves(p)))
 }
 
 /// One line saying what `seed` did.
@@ -354,12 +393,29 @@ mod tests {
                 None,
             ),
             (
-                "diverging replicas: the first",
+                "diverging replicas and no primary: nobody",
                 vec![
                     member("replica", true, "0-100-90,1-7-3", 9082),
                     member("replica", true, "0-100-95", 9082),
                 ],
-                Some(0),
+                None,
+            ),
+            (
+                "a replica with a transaction the primary lacks is no donor",
+                vec![
+                    member("primary", true, "0-100-90", 9082),
+                    member("replica", true, "0-100-90,1-7-3", 9082),
+                    member("replica", true, "0-100-80", 9082),
+                ],
+                Some(2),
+            ),
+            (
+                "replicas ahead of the primary, which is not ready: nobody",
+                vec![
+                    member("primary", false, "0-100-90", 9082),
+                    member("replica", true, "0-100-95", 9082),
+                ],
+                None,
             ),
         ];
         for (name, members, want) in cases {

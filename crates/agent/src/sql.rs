@@ -334,13 +334,16 @@ pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
 /// that a replica promoted later serves the others from a binary log that starts at the
 /// backup's position.
 ///
-/// MariaDB: `RESET MASTER`, `gtid_binlog_state` and `gtid_slave_pos` set to the position.
+/// MariaDB: `RESET MASTER`, `gtid_binlog_state` set to `binlog_state` (the position, or for a
+/// seeded member the donor's history up to it, `gtid::seeded_history`) and `gtid_slave_pos` to
+/// the position.
 /// MySQL: the binary logs and GTID history reset, `gtid_purged` set to the set
 /// (`super_read_only`, which would refuse that, lifted around it).
 pub fn adopt_restored_gtid(
     flavor: Flavor,
     server_version: &str,
     gtid_set: &str,
+    binlog_state: &str,
     stop_replication: bool,
     super_read_only: bool,
 ) -> Vec<Statement> {
@@ -357,7 +360,10 @@ pub fn adopt_restored_gtid(
     match flavor {
         Flavor::Mariadb => out.extend([
             Statement::plain("RESET MASTER"),
-            Statement::plain(format!("SET GLOBAL gtid_binlog_state = {gtid}")),
+            Statement::plain(format!(
+                "SET GLOBAL gtid_binlog_state = {}",
+                quote(binlog_state)
+            )),
             Statement::plain(format!("SET GLOBAL gtid_slave_pos = {gtid}")),
         ]),
         Flavor::Mysql => {
@@ -637,7 +643,7 @@ mod tests {
         // Nothing lifted (MariaDB, or already writable): nothing to restore.
         let plain = ensure_accounts(Flavor::Mariadb, &passwords, true);
         assert!(after_failure(&plain, plain.len() - 1).is_empty());
-        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", true, true);
+        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", "u:1-5", true, true);
         assert_eq!(sql(&after_failure(&adopt, 2)), [RESTORE_SUPER_READ_ONLY]);
     }
 
@@ -801,7 +807,9 @@ mod tests {
         ];
         for (flavor, version, gtid, stop, sro, want) in cases {
             assert_eq!(
-                sql(&adopt_restored_gtid(*flavor, version, gtid, *stop, *sro)),
+                sql(&adopt_restored_gtid(
+                    *flavor, version, gtid, gtid, *stop, *sro
+                )),
                 *want,
                 "{flavor} {version}"
             );

@@ -598,6 +598,7 @@ mod tests {
         let restored = |g: &str| RestoredGtid {
             backup_id: "B1".into(),
             gtid_set: g.into(),
+            gtid_history: String::new(),
         };
         let waiting = |g: &str| GtidAdoption::Waiting(restored(g));
         let mut adopted = observed(Mariadb, true, None);

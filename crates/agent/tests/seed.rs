@@ -82,19 +82,34 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
     let b_report = MemberStatus::from_line(&b.get("/status").1).unwrap();
     assert_ne!(b_report.clone_port, 0, "{b_report:?}");
 
-    // A forged request is refused before anything is copied.
-    let mut forged = std::net::TcpStream::connect(("127.0.0.1", b_report.clone_port)).unwrap();
-    let request = bulwark_contract::clone::CloneRequest {
-        member: "intruder".into(),
-        issued_at: bulwark_agent::clone::unix_now(),
-    };
-    writeln!(forged, "{}", request.sign(b"not-the-key")).unwrap();
-    let mut answer = String::new();
-    BufReader::new(forged).read_line(&mut answer).unwrap();
-    assert_eq!(
-        answer.trim(),
-        "refused: the clone request's signature does not match"
-    );
+    // A forged request, and one made for another donor, are refused before anything is
+    // copied.
+    let b_clone = format!("127.0.0.1:{}", b_report.clone_port);
+    let a_report = MemberStatus::from_line(&a.get("/status").1).unwrap();
+    let a_clone = format!("127.0.0.1:{}", a_report.clone_port);
+    for (donor, key, refusal) in [
+        (
+            b_clone.as_str(),
+            b"not-the-key".as_slice(),
+            "refused: the clone request's signature does not match".to_owned(),
+        ),
+        (
+            a_clone.as_str(),
+            b"order-key".as_slice(),
+            format!("refused: the clone request is for {a_clone}, not this donor ({b_clone})"),
+        ),
+    ] {
+        let mut asked = std::net::TcpStream::connect(b_clone.as_str()).unwrap();
+        let request = bulwark_contract::clone::CloneRequest {
+            member: "intruder".into(),
+            donor: donor.into(),
+            issued_at: bulwark_agent::clone::unix_now(),
+        };
+        writeln!(asked, "{}", request.sign(key)).unwrap();
+        let mut answer = String::new();
+        BufReader::new(asked).read_line(&mut answer).unwrap();
+        assert_eq!(answer.trim(), refusal);
+    }
 
     // The new member: an empty volume, seeded from the replica (not the primary).
     let volume = w.join("volume-2");
@@ -147,6 +162,20 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
         || (scalar(&c_db, "SELECT @@gtid_slave_pos") == now).then_some(()),
     );
     assert_same(&snapshot(&a_db).unwrap(), &replica_snapshot(&c_db));
+    // Compared by GTID, the seeded member and the others agree: each has all the other has.
+    let engine = bulwark_contract::command::Engine::MariaDb;
+    let reports = wait_for("the members' reports at the same position", &[&a, &b, &c], || {
+        let r: Vec<MemberStatus> = [&a, &b, &c]
+            .iter()
+            .map(|x| MemberStatus::from_line(&x.get("/status").1).ok())
+            .collect::<Option<_>>()?;
+        r.iter().all(|x| x.gtid_executed == now).then_some(r)
+    });
+    for x in &reports {
+        for y in &reports {
+            assert!(x.has_all_of(engine, y), "{x:?} lacks what {y:?} has");
+        }
+    }
     let status = replica_status(&c_db);
     assert_eq!(
         (

@@ -27,6 +27,9 @@ pub const COMPLETE: &str = "complete";
 pub struct CloneRequest {
     /// The pod that asks (for the donor's log).
     pub member: String,
+    /// The donor's address as the receiver connects to it (`ip:port`): a donor serves only
+    /// requests made for it, so a captured request is good for one donor only.
+    pub donor: String,
     /// Unix seconds when it was made.
     pub issued_at: i64,
 }
@@ -35,6 +38,7 @@ pub struct CloneRequest {
 #[serde(rename_all = "camelCase")]
 struct Signed {
     member: String,
+    donor: String,
     issued_at: i64,
     mac: String,
 }
@@ -48,35 +52,54 @@ pub enum CloneRequestError {
     BadSignature,
     #[error("the clone request is dated {issued_at}, {skew}s from the donor's clock")]
     Stale { issued_at: i64, skew: i64 },
+    #[error("the clone request is for {wanted}, not this donor ({actual})")]
+    OtherDonor { wanted: String, actual: String },
 }
 
 impl CloneRequest {
     fn signed_text(&self) -> String {
-        format!("bulwark-clone-request\n{}\n{}", self.member, self.issued_at)
+        format!(
+            "bulwark-clone-request\n{}\n{}\n{}",
+            self.member, self.donor, self.issued_at
+        )
     }
 
     /// The request as one line of JSON, signed with `key`.
     pub fn sign(&self, key: &[u8]) -> String {
         serde_json::to_string(&Signed {
             member: self.member.clone(),
+            donor: self.donor.clone(),
             issued_at: self.issued_at,
             mac: hex(&hmac_sha256(key, self.signed_text().as_bytes())),
         })
         .unwrap_or_default()
     }
 
-    /// The request a signed line carries, when `key` signed it and it is dated within
-    /// [`REQUEST_VALIDITY_SECONDS`] of `now` (Unix seconds).
-    pub fn verify(line: &str, key: &[u8], now: i64) -> Result<CloneRequest, CloneRequestError> {
+    /// The request a signed line carries, when `key` signed it, it names `donor` (the address
+    /// the connection came in on) and it is dated within [`REQUEST_VALIDITY_SECONDS`] of `now`
+    /// (Unix seconds).
+    pub fn verify(
+        line: &str,
+        key: &[u8],
+        donor: &str,
+        now: i64,
+    ) -> Result<CloneRequest, CloneRequestError> {
         let signed: Signed = serde_json::from_str(line.trim())
             .map_err(|e| CloneRequestError::Unreadable(e.to_string()))?;
         let request = CloneRequest {
             member: signed.member,
+            donor: signed.donor,
             issued_at: signed.issued_at,
         };
         let want = hex(&hmac_sha256(key, request.signed_text().as_bytes()));
         if !constant_time_eq(want.as_bytes(), signed.mac.as_bytes()) {
             return Err(CloneRequestError::BadSignature);
+        }
+        if request.donor != donor {
+            return Err(CloneRequestError::OtherDonor {
+                wanted: request.donor,
+                actual: donor.to_owned(),
+            });
         }
         let skew = now.saturating_sub(request.issued_at);
         if skew.abs() > REQUEST_VALIDITY_SECONDS {
@@ -94,36 +117,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_signed_dated_and_checked() {
+    fn requests_are_signed_dated_bound_to_a_donor_and_checked() {
         let request = CloneRequest {
             member: "quay-2".into(),
+            donor: "10.0.0.5:9082".into(),
             issued_at: 1_800_000_000,
         };
         let line = request.sign(b"order-key");
         assert!(!line.contains('\n'));
+        let verify = |line: &str, key: &[u8], donor: &str, now: i64| {
+            CloneRequest::verify(line, key, donor, now)
+        };
         assert_eq!(
-            CloneRequest::verify(&line, b"order-key", 1_800_000_100),
+            verify(&line, b"order-key", "10.0.0.5:9082", 1_800_000_100),
             Ok(request.clone())
         );
         assert_eq!(
-            CloneRequest::verify(&line, b"other-key", 1_800_000_000),
+            verify(&line, b"other-key", "10.0.0.5:9082", 1_800_000_000),
             Err(CloneRequestError::BadSignature)
         );
         assert_eq!(
-            CloneRequest::verify(&line, b"order-key", 1_800_000_301),
+            verify(&line, b"order-key", "10.0.0.6:9082", 1_800_000_000),
+            Err(CloneRequestError::OtherDonor {
+                wanted: "10.0.0.5:9082".into(),
+                actual: "10.0.0.6:9082".into()
+            })
+        );
+        assert_eq!(
+            verify(&line, b"order-key", "10.0.0.5:9082", 1_800_000_301),
             Err(CloneRequestError::Stale {
                 issued_at: 1_800_000_000,
                 skew: 301
             })
         );
-        assert!(CloneRequest::verify(&line, b"order-key", 1_799_999_700).is_ok());
-        let forged = line.replace("quay-2", "quay-3");
-        assert_eq!(
-            CloneRequest::verify(&forged, b"order-key", 1_800_000_000),
-            Err(CloneRequestError::BadSignature)
-        );
+        assert!(verify(&line, b"order-key", "10.0.0.5:9082", 1_799_999_700).is_ok());
+        for (from, to) in [("quay-2", "quay-3"), ("10.0.0.5", "10.0.0.6")] {
+            let forged = line.replace(from, to);
+            let donor = if from == "quay-2" {
+                "10.0.0.5:9082"
+            } else {
+                "10.0.0.6:9082"
+            };
+            assert_eq!(
+                verify(&forged, b"order-key", donor, 1_800_000_000),
+                Err(CloneRequestError::BadSignature)
+            );
+        }
         assert!(matches!(
-            CloneRequest::verify("{", b"order-key", 0),
+            verify("{", b"order-key", "10.0.0.5:9082", 0),
             Err(CloneRequestError::Unreadable(_))
         ));
     }

@@ -81,6 +81,37 @@ pub fn within_history(flavor: Flavor, logged: &str, position: &str, history: &st
     })
 }
 
+/// The `gtid_binlog_state` a server restored from a copy at MariaDB `position` takes, given
+/// the history its donor reported before the copy began: the history's entries that are not
+/// beyond the position (sequence numbers grow within a domain, so an entry at or below the
+/// position's number is in the copy), then the position's own entries, which MariaDB takes as
+/// each domain's last. Without the history, a seeded member would know only the position's
+/// servers and look as if it lacked every other member's last transaction. `None` when either
+/// does not parse.
+pub fn seeded_history(position: &str, donor_history: &str) -> Option<String> {
+    let position = mariadb_position(position)?;
+    let history = mariadb_history(donor_history)?;
+    let mut before: Vec<(u32, u64, u32)> = history
+        .iter()
+        .filter(|((domain, server), seq)| {
+            position
+                .get(domain)
+                .is_some_and(|(p_server, p_seq)| *seq <= p_seq && server != p_server)
+        })
+        .map(|((domain, server), seq)| (*domain, *seq, *server))
+        .collect();
+    before.sort_unstable();
+    let entries = before
+        .into_iter()
+        .map(|(domain, seq, server)| format!("{domain}-{server}-{seq}"))
+        .chain(
+            position
+                .iter()
+                .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}")),
+        );
+    Some(entries.collect::<Vec<_>>().join(","))
+}
+
 /// `(domain, server_id) → last seq_no` of a MariaDB `gtid_binlog_state`.
 fn mariadb_history(s: &str) -> Option<BTreeMap<(u32, u32), u64>> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -224,6 +255,49 @@ mod tests {
             &format!("{a}:1-5"),
             &format!("{a}:1-9"),
             "ignored"
+        ));
+    }
+
+    #[test]
+    fn a_seeded_member_keeps_the_history_up_to_its_copy() {
+        let cases = [
+            // The donor's earlier servers, then the copy's position last.
+            (
+                "0-101-600",
+                "0-100-500,0-101-590",
+                Some("0-100-500,0-101-600"),
+            ),
+            // Entries beyond the position (the donor moved on) are left out.
+            ("0-101-600", "0-100-650,0-101-640", Some("0-101-600")),
+            (
+                "0-101-600,1-7-3",
+                "0-100-500,1-5-2,2-9-9",
+                Some("0-100-500,1-5-2,0-101-600,1-7-3"),
+            ),
+            ("0-101-600", "", Some("0-101-600")),
+            ("0-101-600", "garbage", None),
+        ];
+        for (position, history, want) in cases {
+            assert_eq!(
+                seeded_history(position, history).as_deref(),
+                want,
+                "{position:?} with {history:?}"
+            );
+        }
+        // What a seeded member then says of a lagging replica whose last transaction is from
+        // an earlier primary: it has it.
+        let state = seeded_history("0-101-600", "0-100-500,0-101-590").unwrap();
+        assert!(within_history(
+            Flavor::MariaDb,
+            "0-100-500",
+            "0-101-600",
+            &state
+        ));
+        assert!(!within_history(
+            Flavor::MariaDb,
+            "0-100-501",
+            "0-101-600",
+            &state
         ));
     }
 

@@ -47,10 +47,10 @@ impl SemiSync {
     }
 
     /// The `[mysqld]` options, in a stable order. Every member gets both sides: a replica
-    /// acknowledges what it receives, and a primary's agent turns the wait on once enough
-    /// replicas are connected (it starts off, so that a server alone at its start, or loading a
-    /// bootstrap before its replicas exist, is not held). MySQL's are plugin options: its plugins
-    /// are loaded with `plugin_load_add` (merged with a user's own list by the caller).
+    /// acknowledges what it receives, and a primary's agent turns the wait on before it lifts
+    /// `read_only` (it starts off: a server starts read-only, and the setting does not survive a
+    /// restart). MySQL's are plugin options: its plugins are loaded with `plugin_load_add`
+    /// (merged with a user's own list by the caller).
     pub fn server_options(&self, engine: Engine) -> Vec<(&'static str, String)> {
         let on_off = |b: bool| if b { "ON" } else { "OFF" }.to_owned();
         let timeout = self.timeout_ms().to_string();
