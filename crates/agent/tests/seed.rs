@@ -164,13 +164,17 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
     assert_same(&snapshot(&a_db).unwrap(), &replica_snapshot(&c_db));
     // Compared by GTID, the seeded member and the others agree: each has all the other has.
     let engine = bulwark_contract::command::Engine::MariaDb;
-    let reports = wait_for("the members' reports at the same position", &[&a, &b, &c], || {
-        let r: Vec<MemberStatus> = [&a, &b, &c]
-            .iter()
-            .map(|x| MemberStatus::from_line(&x.get("/status").1).ok())
-            .collect::<Option<_>>()?;
-        r.iter().all(|x| x.gtid_executed == now).then_some(r)
-    });
+    let reports = wait_for(
+        "the members' reports at the same position",
+        &[&a, &b, &c],
+        || {
+            let r: Vec<MemberStatus> = [&a, &b, &c]
+                .iter()
+                .map(|x| MemberStatus::from_line(&x.get("/status").1).ok())
+                .collect::<Option<_>>()?;
+            r.iter().all(|x| x.gtid_executed == now).then_some(r)
+        },
+    );
     for x in &reports {
         for y in &reports {
             assert!(x.has_all_of(engine, y), "{x:?} lacks what {y:?} has");

@@ -1,14 +1,14 @@
 //! A cluster's life on the real node: the primary's pod deleted under a steady writer (no
 //! acknowledged row lost; how long writes were refused is printed), the primary's volume
-//! replaced (the empty server is not made primary), scaling 3 → 5 → 3, and a configuration
+//! replaced (never an empty server: a replica takes over and pod 0 is seeded from it), scaling 3 → 5 → 3, and a configuration
 //! change under a steady writer: replicas restarted first, the primary handed over, then the
 //! old primary restarted; no acknowledged row lost (the write pause is printed).
 
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::{
-    apply, dump, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready, writer,
-    Namespace,
+    apply, get_json, kubectl_ok, operator, secret_value, sql, try_kubectl, wait_for, wait_ready,
+    writer, Namespace,
 };
 
 fn cluster(name: &str, replicas: u32, config: &str) -> String {
@@ -69,15 +69,20 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
     outcome.assert_none_lost(n, "tide-1", &password, "tide-primary");
 }
 
-/// The primary's volume is replaced (its claim deleted with its pod): the new pod 0 comes up
-/// empty, and the operator, comparing it with the replica by GTID, does not make it the primary:
-/// the rows stay, the empty server takes no writes, and the cluster says why.
+/// The primary's volume is replaced (its claim deleted with its pod): the new pod 0 never comes
+/// up as an empty server. Its seed waits while the member with the data cannot give a copy
+/// (the replica, not ready without its primary); the replica takes over once the primary has
+/// been lost long enough, and pod 0 is then seeded from it and follows it with every row.
+/// (Before seeding, pod 0 came up empty and was withheld from the primary role for good.)
 #[test]
-fn a_primary_whose_volume_was_replaced_is_not_made_primary() {
+fn a_primary_whose_volume_was_replaced_comes_back_as_a_seeded_replica() {
     operator();
     let ns = Namespace::create("e2e-volume");
     let n = ns.0.as_str();
-    apply(n, &cluster("shoal", 2, ""));
+    apply(
+        n,
+        &cluster("shoal", 2, ", replication: {failoverAfterSeconds: 10}"),
+    );
     wait_ready(n, "shoal", 2, "the cluster to become Ready");
     let password = secret_value(n, "shoal-credentials", "root");
     sql(
@@ -93,63 +98,41 @@ fn a_primary_whose_volume_was_replaced_is_not_made_primary() {
     let old_pod = uid(&get_json(n, "pod/shoal-0").expect("primary's pod"));
     kubectl_ok(&["delete", "pvc", "-n", n, "data-shoal-0", "--wait=false"]);
     kubectl_ok(&["delete", "pod", "-n", n, "shoal-0", "--wait=false"]);
-    let reason = wait_for(
+    let promoted = bulwark_e2e::wait_promoted(n, "shoal", "shoal-0");
+    assert_eq!(promoted, "shoal-1");
+    wait_ready(
         n,
-        "the new, empty pod 0 to be withheld from the primary role",
-        Duration::from_secs(180),
+        "shoal",
+        2,
+        "the cluster Ready with the new pod 0 as a replica",
+    );
+    let pod = get_json(n, "pod/shoal-0").expect("pod 0");
+    assert_ne!(uid(&pod), old_pod, "pod 0 was not replaced");
+    let seeded = try_kubectl(&["logs", "-n", n, "shoal-0", "-c", "seed"]).unwrap_or_default();
+    assert!(
+        seeded.contains("copied") && seeded.contains("the server continues from GTID"),
+        "pod 0 was not seeded:\n{seeded}"
+    );
+    let rows = wait_for(
+        n,
+        "every row on the new pod 0, read-only",
+        Duration::from_secs(60),
         || {
-            let pod = get_json(n, "pod/shoal-0").ok_or("no pod")?;
-            if uid(&pod) == old_pod {
-                return Err("the old pod is still there".into());
+            let out = sql(
+                n,
+                "shoal-0",
+                &password,
+                "localhost",
+                "SELECT (SELECT COUNT(*) FROM ledger.acks), @@global.read_only",
+            )?;
+            if out.split_whitespace().collect::<Vec<_>>() == ["3", "1"] {
+                Ok(out)
+            } else {
+                Err(out)
             }
-            let c = get_json(n, "mysqlcluster/shoal").ok_or("no cluster")?;
-            let ready = bulwark_e2e::condition(&c["status"], "Ready");
-            // First withheld while pod 0's agent cannot report yet, then for what it lacks.
-            let message = ready["message"].as_str().unwrap_or("");
-            (ready["reason"] == "PrimaryWithheld" && message.contains("has transactions it lacks"))
-                .then(|| message.to_owned())
-                .ok_or_else(|| format!("{ready}"))
         },
     );
-    assert!(
-        reason.contains("shoal-0 is not made primary: shoal-1 has transactions it lacks"),
-        "{reason}"
-    );
-    // It stays so, read-only and out of the primary Service; the rows are on the replica.
-    std::thread::sleep(Duration::from_secs(10));
-    let pod = get_json(n, "pod/shoal-0").expect("pod 0");
-    assert_ne!(
-        pod["metadata"]["labels"]["mysql.bulwark.dev/role"], "primary",
-        "{pod}"
-    );
-    let empty = sql(
-        n,
-        "shoal-0",
-        &password,
-        "localhost",
-        "SELECT @@global.read_only, (SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'ledger')",
-    );
-    match empty {
-        Ok(out) => assert_eq!(
-            out.split_whitespace().collect::<Vec<_>>(),
-            ["1", "0"],
-            "{out}"
-        ),
-        // The new server's root password is the cluster's; a refused login is no write either.
-        Err(e) => eprintln!("pod 0 not queried: {e}"),
-    }
-    let rows = sql(
-        n,
-        "shoal-1",
-        &password,
-        "localhost",
-        "SELECT COUNT(*) FROM ledger.acks",
-    )
-    .unwrap_or_else(|e| {
-        dump(n);
-        panic!("{e}")
-    });
-    assert_eq!(rows.trim(), "3");
+    eprintln!("pod 0 seeded from shoal-1: {}", rows.trim());
 }
 
 #[test]
