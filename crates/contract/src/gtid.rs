@@ -17,15 +17,26 @@ pub fn within(flavor: Flavor, logged: &str, restored: &str) -> bool {
     }
 }
 
+/// The `domain-server-seq` entries of a MariaDB GTID list (a position or a binlog state).
+fn mariadb_gtids(s: &str) -> Option<Vec<(u32, u32, u64)>> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    s.split(',')
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let mut parts = entry.splitn(3, '-');
+            Some((
+                parts.next()?.parse().ok()?,
+                parts.next()?.parse().ok()?,
+                parts.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// `domain → (server_id, seq_no)` of a MariaDB GTID position (`0-1-500,1-2-7`).
 fn mariadb_position(s: &str) -> Option<BTreeMap<u32, (u32, u64)>> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
     let mut out = BTreeMap::new();
-    for entry in s.split(',').filter(|e| !e.is_empty()) {
-        let mut parts = entry.splitn(3, '-');
-        let domain = parts.next()?.parse().ok()?;
-        let server = parts.next()?.parse().ok()?;
-        let seq = parts.next()?.parse().ok()?;
+    for (domain, server, seq) in mariadb_gtids(s)? {
         // A position holds one GTID per domain; the highest counts.
         let e = out.entry(domain).or_insert((server, seq));
         if seq > e.1 {
@@ -114,13 +125,8 @@ pub fn seeded_history(position: &str, donor_history: &str) -> Option<String> {
 
 /// `(domain, server_id) → last seq_no` of a MariaDB `gtid_binlog_state`.
 fn mariadb_history(s: &str) -> Option<BTreeMap<(u32, u32), u64>> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
     let mut out = BTreeMap::new();
-    for entry in s.split(',').filter(|e| !e.is_empty()) {
-        let mut parts = entry.splitn(3, '-');
-        let domain = parts.next()?.parse().ok()?;
-        let server = parts.next()?.parse().ok()?;
-        let seq: u64 = parts.next()?.parse().ok()?;
+    for (domain, server, seq) in mariadb_gtids(s)? {
         let last = out.entry((domain, server)).or_insert(seq);
         *last = (*last).max(seq);
     }
