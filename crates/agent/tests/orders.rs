@@ -33,17 +33,15 @@ fn order(member: &str, role: Role, epoch: u64, key: &[u8]) -> String {
 /// misaddressed orders are refused.
 #[test]
 fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
-    let work = tempfile::tempdir().unwrap();
+    let Pair {
+        work,
+        a_db,
+        mut b_db,
+        creds: creds_s,
+        mut a_labels,
+        mut b_labels,
+    } = Pair::new();
     let w = work.path();
-    let a_db = instance_server(w, "quay-0");
-    let mut b_db = instance_server(w, "quay-1");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds_s = creds.to_str().unwrap().to_owned();
-    let mut a_labels = Labels::new(w.join("podinfo-a"));
-    let mut b_labels = Labels::new(w.join("podinfo-b"));
-    a_labels.set(Some("primary"));
-    b_labels.set(Some("replica"));
     let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
     let (a_orders, b_orders) = (w.join("order-a"), w.join("order-b"));
     let start = |name: &str, pod: &str, db: &MariaDb, labels: &Labels, port: &str, file: &Path| {
@@ -234,17 +232,15 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
 /// a replica (error 1236).
 #[test]
 fn an_old_primarys_commit_nobody_received_shows_in_the_new_primarys_history() {
-    let work = tempfile::tempdir().unwrap();
+    let Pair {
+        work,
+        a_db,
+        b_db,
+        creds: creds_s,
+        a_labels,
+        mut b_labels,
+    } = Pair::new();
     let w = work.path();
-    let a_db = instance_server(w, "quay-0");
-    let b_db = instance_server(w, "quay-1");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds_s = creds.to_str().unwrap().to_owned();
-    let mut a_labels = Labels::new(w.join("podinfo-a"));
-    let mut b_labels = Labels::new(w.join("podinfo-b"));
-    a_labels.set(Some("primary"));
-    b_labels.set(Some("replica"));
     let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
     let start = |name: &str, pod: &str, db: &MariaDb, labels: &Labels, port: &str| {
         let file = w.join(format!("order-{pod}"));

@@ -43,17 +43,15 @@ fn seed(w: &Path, peers: &[String], datadir: &Path) -> std::process::Command {
 
 #[test]
 fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
-    let work = tempfile::tempdir().unwrap();
+    let Pair {
+        work,
+        a_db,
+        b_db,
+        creds: creds_s,
+        a_labels,
+        b_labels,
+    } = Pair::new();
     let w = work.path();
-    let a_db = instance_server(w, "quay-0");
-    let b_db = instance_server(w, "quay-1");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds_s = creds.to_str().unwrap().to_owned();
-    let mut a_labels = Labels::new(w.join("podinfo-a"));
-    let mut b_labels = Labels::new(w.join("podinfo-b"));
-    a_labels.set(Some("primary"));
-    b_labels.set(Some("replica"));
     let a_port = a_db.port().to_string();
     let a = donor_agent("a", w, &a_db, &a_labels, &creds_s, &a_port);
     let b = donor_agent("b", w, &b_db, &b_labels, &creds_s, &a_port);

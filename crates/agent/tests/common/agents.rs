@@ -321,3 +321,38 @@ pub fn replica_status(db: &MariaDb) -> std::collections::BTreeMap<String, String
         _ => Default::default(),
     }
 }
+
+/// Two members of cluster `quay` started as `bulwark-agent init` configures them: `quay-0`
+/// labelled primary and `quay-1` labelled replica, with the credentials (order key included).
+pub struct Pair {
+    pub work: tempfile::TempDir,
+    pub a_db: MariaDb,
+    pub b_db: MariaDb,
+    /// The credentials directory.
+    pub creds: String,
+    pub a_labels: Labels,
+    pub b_labels: Labels,
+}
+
+impl Pair {
+    pub fn new() -> Pair {
+        let work = tempfile::tempdir().unwrap();
+        let w = work.path();
+        let a_db = instance_server(w, "quay-0");
+        let b_db = instance_server(w, "quay-1");
+        let creds = credentials(w, "");
+        std::fs::write(creds.join("orders"), "order-key\n").unwrap();
+        let mut a_labels = Labels::new(w.join("podinfo-a"));
+        let mut b_labels = Labels::new(w.join("podinfo-b"));
+        a_labels.set(Some("primary"));
+        b_labels.set(Some("replica"));
+        Pair {
+            creds: creds.to_str().unwrap().to_owned(),
+            work,
+            a_db,
+            b_db,
+            a_labels,
+            b_labels,
+        }
+    }
+}
