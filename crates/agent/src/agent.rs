@@ -991,17 +991,11 @@ impl Agent {
                 stop_replication,
             } => {
                 let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
-                let state = bulwark_contract::gtid::seeded_history(
-                    &restored.gtid_set,
-                    &restored.gtid_history,
-                )
-                .filter(|_| !restored.gtid_history.is_empty())
-                .unwrap_or_else(|| restored.gtid_set.clone());
                 sql::adopt_restored_gtid(
                     flavor,
                     &self.version,
                     &restored.gtid_set,
-                    &state,
+                    &restored.gtid_history,
                     *stop_replication,
                     lift,
                 )

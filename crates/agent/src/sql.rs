@@ -334,16 +334,16 @@ pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
 /// that a replica promoted later serves the others from a binary log that starts at the
 /// backup's position.
 ///
-/// MariaDB: `RESET MASTER`, `gtid_binlog_state` set to `binlog_state` (the position, or for a
-/// seeded member the donor's history up to it, `gtid::seeded_history`) and `gtid_slave_pos` to
-/// the position.
+/// MariaDB: `RESET MASTER`, `gtid_binlog_state` set to the position (for a seeded member, with
+/// its donor's `history` up to it before: `gtid::seeded_history`) and `gtid_slave_pos` to the
+/// position.
 /// MySQL: the binary logs and GTID history reset, `gtid_purged` set to the set
 /// (`super_read_only`, which would refuse that, lifted around it).
 pub fn adopt_restored_gtid(
     flavor: Flavor,
     server_version: &str,
     gtid_set: &str,
-    binlog_state: &str,
+    history: &str,
     stop_replication: bool,
     super_read_only: bool,
 ) -> Vec<Statement> {
@@ -362,7 +362,10 @@ pub fn adopt_restored_gtid(
             Statement::plain("RESET MASTER"),
             Statement::plain(format!(
                 "SET GLOBAL gtid_binlog_state = {}",
-                quote(binlog_state)
+                quote(
+                    &bulwark_contract::gtid::seeded_history(gtid_set, history)
+                        .unwrap_or_else(|| gtid_set.to_owned())
+                )
             )),
             Statement::plain(format!("SET GLOBAL gtid_slave_pos = {gtid}")),
         ]),
@@ -643,7 +646,20 @@ mod tests {
         // Nothing lifted (MariaDB, or already writable): nothing to restore.
         let plain = ensure_accounts(Flavor::Mariadb, &passwords, true);
         assert!(after_failure(&plain, plain.len() - 1).is_empty());
-        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", "u:1-5", true, true);
+        // A seeded member's history continues its donor's up to the copy's position.
+        let seeded = adopt_restored_gtid(
+            Flavor::Mariadb,
+            "10.11.9-MariaDB",
+            "0-101-600",
+            "0-100-500,0-101-590",
+            false,
+            false,
+        );
+        assert_eq!(
+            sql(&seeded)[1],
+            "SET GLOBAL gtid_binlog_state = '0-100-500,0-101-600'"
+        );
+        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", "", true, true);
         assert_eq!(sql(&after_failure(&adopt, 2)), [RESTORE_SUPER_READ_ONLY]);
     }
 
@@ -808,7 +824,7 @@ mod tests {
         for (flavor, version, gtid, stop, sro, want) in cases {
             assert_eq!(
                 sql(&adopt_restored_gtid(
-                    *flavor, version, gtid, gtid, *stop, *sro
+                    *flavor, version, gtid, "", *stop, *sro
                 )),
                 *want,
                 "{flavor} {version}"
