@@ -112,6 +112,24 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    #[error("failed to stream binary logs from {target}")]
+    StreamBinlog {
+        target: String,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
+    #[error("failed to archive the binlog stream of {target}")]
+    ArchiveStream {
+        target: String,
+        #[source]
+        source: crate::binlog::assemble::AssembleError,
+    },
+    #[error("binlog archiving needs {0}")]
+    ArchiveUnsupported(String),
+    #[error("archived binlog segment {id} is damaged: {reason}")]
+    DamagedSegment { id: String, reason: String },
+    #[error("failed to restore to a point in time: {0}")]
+    PointInTime(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("interrupted by signal")]

@@ -10,6 +10,11 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const FORMAT_NAME: &str = "bulwark-backup";
 /// Every backup lives under this prefix of the repository.
 pub const BACKUPS_PREFIX: &str = "backups/";
+/// Archived binlog segments live under this prefix of the repository.
+pub const BINLOGS_PREFIX: &str = "binlogs/";
+/// Ids of archived binlog segments start with this, which keeps them apart from backup ids in
+/// chunk associated data and object keys.
+pub const ARCHIVE_ID_PREFIX: &str = "binlog-";
 /// The commit marker of a backup, written last.
 pub const MANIFEST_NAME: &str = "manifest.json";
 /// zstd skippable-frame magic used for the chunk index at the end of each segment.
@@ -199,9 +204,45 @@ pub struct ChunkEntry {
     pub sha256: String,
 }
 
-/// Key of a backup's object named `name`.
-pub fn object_key(backup_id: &str, name: &str) -> String {
-    format!("{BACKUPS_PREFIX}{backup_id}/{name}")
+/// Key of the object named `name` of a backup, or of an archived binlog segment (whose ids
+/// start with [`ARCHIVE_ID_PREFIX`] and live under [`BINLOGS_PREFIX`]).
+pub fn object_key(id: &str, name: &str) -> String {
+    match id.strip_prefix(ARCHIVE_ID_PREFIX) {
+        Some(segment) => format!("{BINLOGS_PREFIX}{segment}/{name}"),
+        None => format!("{BACKUPS_PREFIX}{id}/{name}"),
+    }
+}
+
+/// What the read pipeline needs of a stored stream: a backup, or an archived binlog segment.
+pub trait StoredStream: Sync {
+    /// The id bound into every chunk's associated data and object key.
+    fn stream_id(&self) -> &str;
+    /// Present when chunks are encrypted.
+    fn encryption(&self) -> Option<&EncryptionInfo>;
+    /// Totals over the plaintext.
+    fn plaintext(&self) -> &PlaintextInfo;
+    /// Sum of segment object sizes.
+    fn stored_bytes(&self) -> u64;
+    /// Segment objects in stream order.
+    fn segments(&self) -> &[SegmentInfo];
+}
+
+impl StoredStream for Manifest {
+    fn stream_id(&self) -> &str {
+        &self.id
+    }
+    fn encryption(&self) -> Option<&EncryptionInfo> {
+        self.encryption.as_ref()
+    }
+    fn plaintext(&self) -> &PlaintextInfo {
+        &self.plaintext
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+    fn segments(&self) -> &[SegmentInfo] {
+        &self.segments
+    }
 }
 
 /// Name of segment `n`; the suffix tells a human whether `zstd -d` can read it.

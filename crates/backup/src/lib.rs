@@ -2,7 +2,9 @@
 //! filesystem or S3 repository. The library is driven by its CLI (also in the operator's backup
 //! Jobs) and by the in-pod agent; it knows nothing of Kubernetes.
 
+pub mod archive;
 pub mod backup;
+pub mod binlog;
 pub mod cli;
 pub mod codec;
 pub mod crypto;

@@ -23,6 +23,8 @@ use mysql_backup::writer::WriteOptions;
 use mysql_backup::{prune, report, rotate, Error};
 use serde_json::json;
 
+mod pitr;
+
 #[derive(Parser)]
 #[command(
     name = "mysql-backup",
@@ -65,6 +67,12 @@ enum Command {
     Rewrap(RewrapArgs),
     /// Delete one backup (manifest first, then its data); succeeds when it is already gone.
     Delete(DeleteArgs),
+    /// Stream the server's binary logs into the repository until stopped (point-in-time
+    /// recovery); resumes where the archive ends.
+    Archive(pitr::ArchiveArgs),
+    /// Apply the binlog archive after a backup to a running server (after restoring that
+    /// backup), up to --until or --until-gtid (default: latest).
+    Replay(pitr::ReplayArgs),
 }
 
 #[derive(Args)]
@@ -164,6 +172,8 @@ struct RestoreArgs {
     /// Tool for --prepare or the SQL client, instead of the detected one.
     #[arg(long, env = "MYSQL_BACKUP_TOOL")]
     tool: Option<String>,
+    #[command(flatten)]
+    until: pitr::UntilArgs,
     /// JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -350,13 +360,21 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
 async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
+    let archive = pitr::archive_view(&repo, &catalog.complete).await?;
     if a.json {
         let complete: Vec<_> = catalog
             .complete
             .iter()
-            .map(|b| report::backup_result(b, None))
+            .map(|b| {
+                let mut v =
+                    serde_json::to_value(report::backup_result(b, None)).expect("serializes");
+                if let Some(w) = archive.windows.get(&b.manifest.id) {
+                    v["recoveryWindow"] = pitr::window_json(w);
+                }
+                v
+            })
             .collect();
-        let mut out = json!({ "backups": complete });
+        let mut out = json!({ "backups": complete, "archive": archive.json });
         if a.all {
             out["incomplete"] = catalog
                 .incomplete
@@ -398,6 +416,11 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                     "no".into()
                 },
                 "complete".into(),
+                archive
+                    .windows
+                    .get(&m.id)
+                    .map(|w| w.to_time.format("%Y-%m-%d %H:%M:%S").to_string())
+                    .unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
@@ -417,11 +440,15 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                     Some(r) => format!("{}: {r}", i.state.label()),
                     None => format!("{} (no manifest)", i.state.label()),
                 },
+                "-".into(),
             ]);
         }
     }
     if rows.is_empty() {
         println!("no backups in {}", repo.store().describe());
+        for line in &archive.lines {
+            println!("{line}");
+        }
         return Ok(());
     }
     print_table(
@@ -434,9 +461,13 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
             "STORED",
             "ENCRYPTED",
             "STATE",
+            "RECOVERABLE TO",
         ],
         &rows,
     );
+    for line in &archive.lines {
+        println!("{line}");
+    }
     if !a.all && !catalog.incomplete.is_empty() {
         eprintln!(
             "note: {} incomplete or damaged backup(s) not shown; use --all",
@@ -484,6 +515,13 @@ async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
 }
 
 async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
+    let until = a.until.target()?;
+    if until.is_some() && a.target_dir.is_some() {
+        return Err(Error::InvalidArgument(
+            "--until/--until-gtid apply binary logs through a server: restore the physical backup with --target-dir, start a server on it, then run `mysql-backup replay` with the same target".into(),
+        )
+        .into());
+    }
     let target = match (&a.target_dir, a.conn.given()) {
         (Some(dir), false) => Target::Directory {
             path: absolute(dir)?,
@@ -510,6 +548,12 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         }
     };
     let (repo, backup, key) = a.backup.open().await?;
+    if let Some(until) = &until {
+        // Refuse a target outside the window before anything is loaded.
+        let listing = mysql_backup::archive::store::list(repo.store()).await?;
+        let (window, _) = mysql_backup::archive::replay::window_of(&backup, &listing.segments)?;
+        window.check(until).map_err(Error::PointInTime)?;
+    }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
     let work = restore::restore(
@@ -527,8 +571,18 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     };
     reporter.finish().await;
     let outcome = result?;
+    let replayed = match &until {
+        Some(until) => {
+            let connection = a.conn.connection()?;
+            Some(pitr::replay_into(&repo, &backup, key.as_ref(), until, &connection).await?)
+        }
+        None => None,
+    };
     if a.json {
         let mut v = serde_json::to_value(&outcome)?;
+        if let Some(r) = &replayed {
+            v["replay"] = serde_json::to_value(r)?;
+        }
         v["peakRssBytes"] = peak_rss_bytes().into();
         print_json(&v);
     } else {
@@ -543,6 +597,9 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 .unwrap_or_default(),
             if outcome.prepared { ", prepared" } else { "" }
         );
+        if let Some(r) = &replayed {
+            pitr::print_outcome(r, false);
+        }
     }
     Ok(())
 }
@@ -705,6 +762,8 @@ fn main() -> std::process::ExitCode {
             Command::Prune(a) => cmd_prune(a).await,
             Command::Rewrap(a) => cmd_rewrap(a).await,
             Command::Delete(a) => cmd_delete(a).await,
+            Command::Archive(a) => pitr::cmd_archive(a).await,
+            Command::Replay(a) => pitr::cmd_replay(a).await,
         }
     });
     match result {

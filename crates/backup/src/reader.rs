@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::codec;
 use crate::crypto::DataKey;
 use crate::error::{Error, Result};
-use crate::format::{self, Manifest, SegmentInfo};
+use crate::format::{self, SegmentInfo, StoredStream};
 use crate::progress::Progress;
 use crate::store::Store;
 
@@ -75,11 +75,11 @@ async fn read_segment(
 
 async fn load_index(
     store: &Arc<dyn Store>,
-    manifest: &Manifest,
+    manifest: &dyn StoredStream,
     number: usize,
     seg: &SegmentInfo,
 ) -> Result<Vec<ChunkJob>> {
-    let id = &manifest.id;
+    let id = manifest.stream_id();
     let frame = read_segment(store, id, &seg.name, seg.index_offset, seg.index_length).await?;
     if hex::encode(Sha256::digest(&frame)) != seg.index_sha256 {
         return Err(corrupt(
@@ -103,7 +103,7 @@ async fn load_index(
         ));
     }
     let segment: Arc<str> = Arc::from(seg.name.as_str());
-    let total = manifest.plaintext.chunks;
+    let total = manifest.plaintext().chunks;
     let mut expected_offset = 0;
     let mut jobs = Vec::with_capacity(index.chunks.len());
     for (i, c) in index.chunks.into_iter().enumerate() {
@@ -141,14 +141,14 @@ async fn load_index(
 /// Streams the verified plaintext of a backup in order (empty items at [`Depth::StoredDigests`]).
 fn chunk_stream<'a>(
     store: &'a Arc<dyn Store>,
-    manifest: &'a Manifest,
+    manifest: &'a dyn StoredStream,
     key: Option<Arc<DataKey>>,
     depth: Depth,
     parallel: usize,
     progress: Arc<Progress>,
 ) -> impl Stream<Item = Result<Option<Bytes>>> + 'a {
-    let id: Arc<str> = Arc::from(manifest.id.as_str());
-    futures::stream::iter(manifest.segments.iter().enumerate())
+    let id: Arc<str> = Arc::from(manifest.stream_id());
+    futures::stream::iter(manifest.segments().iter().enumerate())
         .then(move |(n, seg)| load_index(store, manifest, n, seg))
         .flat_map(|jobs| match jobs {
             Ok(jobs) => futures::stream::iter(jobs.into_iter().map(Ok)).left_stream(),
@@ -236,21 +236,21 @@ impl<W: tokio::io::AsyncWrite + Unpin + Send> ChunkSink for WriteSink<W> {
 /// A failure in the data is reported before the sink sees any byte of the failing chunk.
 pub async fn read_backup(
     store: &Arc<dyn Store>,
-    manifest: &Manifest,
+    manifest: &dyn StoredStream,
     key: Option<Arc<DataKey>>,
     depth: Depth,
     parallel: usize,
     progress: Arc<Progress>,
     sink: &mut dyn ChunkSink,
 ) -> Result<ReadSummary> {
-    if depth == Depth::Full && manifest.encryption.is_some() && key.is_none() {
+    if depth == Depth::Full && manifest.encryption().is_some() && key.is_none() {
         return Err(Error::KeyRequired {
-            id: manifest.id.clone(),
+            id: manifest.stream_id().to_string(),
         });
     }
     progress
         .total_hint
-        .store(manifest.plaintext.bytes, Ordering::Relaxed);
+        .store(manifest.plaintext().bytes, Ordering::Relaxed);
     let mut hasher = Sha256::new();
     let (mut chunks, mut plain_bytes) = (0u64, 0u64);
     let stream = chunk_stream(store, manifest, key, depth, parallel, progress.clone());
@@ -266,27 +266,27 @@ pub async fn read_backup(
             sink.accept(plain).await?;
         }
     }
-    let id = &manifest.id;
-    if chunks != manifest.plaintext.chunks {
+    let id = manifest.stream_id();
+    if chunks != manifest.plaintext().chunks {
         return Err(corrupt(
             id,
             format!(
                 "read {chunks} chunks, the manifest lists {}",
-                manifest.plaintext.chunks
+                manifest.plaintext().chunks
             ),
         ));
     }
     if depth == Depth::Full {
-        if plain_bytes != manifest.plaintext.bytes {
+        if plain_bytes != manifest.plaintext().bytes {
             return Err(corrupt(
                 id,
                 format!(
                     "plaintext is {plain_bytes} bytes, the manifest says {}",
-                    manifest.plaintext.bytes
+                    manifest.plaintext().bytes
                 ),
             ));
         }
-        if hex::encode(hasher.finalize()) != manifest.plaintext.sha256 {
+        if hex::encode(hasher.finalize()) != manifest.plaintext().sha256 {
             return Err(corrupt(
                 id,
                 "the plaintext does not match its SHA-256".into(),
@@ -295,7 +295,7 @@ pub async fn read_backup(
     }
     Ok(ReadSummary {
         chunks,
-        stored_bytes: manifest.stored_bytes,
+        stored_bytes: manifest.stored_bytes(),
         plaintext_bytes: plain_bytes,
         depth,
     })

@@ -163,6 +163,8 @@ pub fn tool_candidates(flavor: Flavor, job: ToolJob) -> &'static [&'static str] 
         (Flavor::Mysql, ToolJob::Logical) => &["mysqldump"],
         (Flavor::Mariadb, ToolJob::Client) => &["mariadb", "mysql"],
         (Flavor::Mysql, ToolJob::Client) => &["mysql"],
+        (Flavor::Mariadb, ToolJob::BinlogDecoder) => &["mariadb-binlog", "mysqlbinlog"],
+        (Flavor::Mysql, ToolJob::BinlogDecoder) => &["mysqlbinlog"],
     }
 }
 
@@ -175,6 +177,8 @@ pub enum ToolJob {
     Logical,
     /// SQL client for logical restore.
     Client,
+    /// Binary log decoder for point-in-time replay.
+    BinlogDecoder,
 }
 
 impl From<Method> for ToolJob {

@@ -1,0 +1,465 @@
+//! The archiver: streams binary log events from the server as a replica would (GTID
+//! positioning, heartbeats), gathers whole transactions and commits a segment every few
+//! seconds or at a size bound. It resumes from the repository's newest segment, reconnects
+//! after any failure (following whichever server now answers at the address, e.g. a primary
+//! Service after a failover), steps back to the last archived position a new server has when
+//! the archive ran ahead of it, and records a gap when the server no longer holds the position.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures::StreamExt;
+use mysql_async::binlog::{BinlogChecksumAlg, BinlogVersion};
+use mysql_async::prelude::Queryable;
+use mysql_async::BinlogStreamRequest;
+
+use super::manifest::{self, ArchiveSource, SegmentManifest};
+use super::pending::{Added, Pending};
+use super::store;
+use crate::binlog::{Assembler, GtidPos, RawEvent, Step};
+use crate::crypto::MasterKey;
+use crate::error::{Error, Result};
+use crate::format::Flavor;
+use crate::repo::Repository;
+use crate::source::{self, Connection};
+use crate::writer::WriteOptions;
+
+/// MariaDB's "could not find the requested position" replication error.
+const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+/// MariaDB replication capability with GTID support (`MARIA_SLAVE_CAPABILITY_GTID`).
+const SLAVE_CAPABILITY_GTID: u32 = 4;
+
+/// How the archiver behaves.
+#[derive(Debug, Clone)]
+pub struct ArchiveOptions {
+    /// A segment is committed at least this often while transactions arrive.
+    pub flush_every: Duration,
+    /// ... and as soon as it holds this many bytes.
+    pub segment_bytes: usize,
+    /// Server id the archiver registers with; must differ from every server's and replica's.
+    pub server_id: u32,
+    /// Where to start when the repository holds no segment (else: the newest backup's
+    /// consistent point, else the server's current position).
+    pub start: Option<GtidPos>,
+    /// How often the server sends a heartbeat when idle; three missed ones mean reconnect.
+    pub heartbeat: Duration,
+    /// Chunking of segment plaintext.
+    pub write: WriteOptions,
+}
+
+/// What one run did.
+#[derive(Debug, Default, Clone)]
+pub struct ArchiveReport {
+    /// Segments committed.
+    pub segments: u64,
+    /// Transactions committed.
+    pub transactions: u64,
+    /// Position after the last committed transaction.
+    pub through: GtidPos,
+}
+
+/// Why a replication session ended.
+enum SessionEnd {
+    /// Stop asked for.
+    Shutdown,
+    /// Reconnect from the given position (a step back or a gap), after logging why.
+    Restart(GtidPos),
+    /// Reconnect from where the archive is.
+    Retry(String),
+}
+
+/// The archiver's state across connections.
+struct Archive<'a> {
+    store: Arc<dyn crate::store::Store>,
+    key: Option<&'a MasterKey>,
+    opts: &'a ArchiveOptions,
+    /// Committed segments, the ones found at start and those written since.
+    segments: Vec<SegmentManifest>,
+    pending: Pending,
+    report: ArchiveReport,
+}
+
+/// Runs until `shutdown` resolves, then commits what it holds and returns.
+pub async fn run(
+    repo: &Repository,
+    conn: &Connection,
+    key: Option<&MasterKey>,
+    opts: &ArchiveOptions,
+    mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> Result<ArchiveReport> {
+    let store = repo.store().clone();
+    let segments = store::list(&store).await?.segments;
+    let start = resume_point(repo, conn, &segments, opts).await?;
+    let mut archive = Archive {
+        store,
+        key,
+        opts,
+        segments,
+        report: ArchiveReport {
+            through: start.clone(),
+            ..Default::default()
+        },
+        pending: Pending::new(start),
+    };
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match archive.session(conn, &mut shutdown).await {
+            Ok(SessionEnd::Shutdown) => break,
+            Ok(SessionEnd::Restart(at)) => {
+                archive.flush_until_done().await;
+                archive.pending = Pending::new(at);
+                backoff = Duration::from_millis(500);
+            }
+            Ok(SessionEnd::Retry(why)) => {
+                tracing::warn!(reason = %why, through = %archive.pending.through, "binlog stream ended; reconnecting");
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), through = %archive.pending.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
+            }
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    archive.flush_until_done().await;
+    Ok(archive.report)
+}
+
+/// Where archiving continues: after the newest committed segment; with none, the given start,
+/// else the newest backup's consistent point, else the server's current position.
+async fn resume_point(
+    repo: &Repository,
+    conn: &Connection,
+    segments: &[SegmentManifest],
+    opts: &ArchiveOptions,
+) -> Result<GtidPos> {
+    if let Some(last) = segments
+        .iter()
+        .max_by_key(|s| (s.received_at, s.id.clone()))
+    {
+        tracing::info!(segment = %last.id, through = %last.through, "resuming after the newest archived segment");
+        return Ok(last.through.clone());
+    }
+    if let Some(start) = &opts.start {
+        return Ok(start.clone());
+    }
+    let catalog = repo.catalog().await?;
+    if let Some(b) = catalog.complete.last() {
+        if let Some(p) = b.manifest.consistent_point.gtid_set.as_deref() {
+            if let Ok(pos) = GtidPos::parse(p) {
+                tracing::info!(backup_id = %b.manifest.id, position = %pos, "archive starts at the newest backup's consistent point");
+                return Ok(pos);
+            }
+        }
+    }
+    let mut c = connect(conn).await?;
+    let pos: Option<String> = c
+        .query_first("SELECT @@gtid_binlog_pos")
+        .await
+        .map_err(|e| Error::QueryServer(Box::new(e)))?;
+    let _ = c.disconnect().await;
+    let pos = GtidPos::parse(&pos.unwrap_or_default()).map_err(Error::InvalidArgument)?;
+    tracing::warn!(position = %pos, "no backup and no archive: archiving starts at the server's current position; the recovery window begins with the next backup");
+    Ok(pos)
+}
+
+async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
+    let attempt =
+        tokio::time::timeout(Duration::from_secs(30), mysql_async::Conn::new(conn.opts()));
+    match attempt.await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(source)) => Err(Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(source),
+        }),
+        Err(_) => Err(Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(mysql_async::Error::Other(
+                "connection timed out after 30s".into(),
+            )),
+        }),
+    }
+}
+
+impl Archive<'_> {
+    /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
+    async fn session(
+        &mut self,
+        conn: &Connection,
+        shutdown: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) -> Result<SessionEnd> {
+        let opts = self.opts;
+        let mut c = connect(conn).await?;
+        let row: Option<(String, String, String, u32)> = c
+            .query_first("SELECT @@version, @@version_comment, @@hostname, @@server_id")
+            .await
+            .map_err(|e| Error::QueryServer(Box::new(e)))?;
+        let (version, comment, host, server_id) = row.ok_or_else(|| {
+            Error::QueryServer(Box::new(mysql_async::Error::Other("no row".into())))
+        })?;
+        if source::flavor_of(&version, &comment) != Flavor::Mariadb {
+            return Err(Error::ArchiveUnsupported(format!(
+                "a MariaDB server; {} at {} is MySQL, whose archiving is not built yet",
+                version,
+                conn.describe()
+            )));
+        }
+        let source = ArchiveSource {
+            host,
+            server_id,
+            server_version: version,
+        };
+        if self.pending.source.as_ref() != Some(&source) && !self.pending.is_empty() {
+            // One segment, one source: what came from the previous server is committed first.
+            self.flush().await?;
+        }
+        self.pending.source = Some(source.clone());
+        let from = self.pending.through.to_string();
+        for set in [
+            format!("SET @mariadb_slave_capability = {SLAVE_CAPABILITY_GTID}"),
+            format!("SET @slave_connect_state = '{from}'"),
+            "SET @slave_gtid_strict_mode = 1".to_string(),
+            "SET @slave_gtid_ignore_duplicates = 0".to_string(),
+            format!(
+                "SET @master_heartbeat_period = {}",
+                opts.heartbeat.as_nanos()
+            ),
+        ] {
+            c.query_drop(set)
+                .await
+                .map_err(|e| Error::QueryServer(Box::new(e)))?;
+        }
+        let mut stream = c
+            .get_binlog_stream(BinlogStreamRequest::new(opts.server_id))
+            .await
+            .map_err(|source| Error::StreamBinlog {
+                target: conn.describe(),
+                source: Box::new(source),
+            })?;
+        tracing::info!(server = %source.host, server_id, from = %from, "streaming binary logs");
+        let mut assembler = Assembler::default();
+        let silence = opts.heartbeat * 3 + Duration::from_secs(2);
+        loop {
+            if self
+                .pending
+                .due(Instant::now(), opts.flush_every, opts.segment_bytes)
+            {
+                self.flush().await?;
+            }
+            let deadline = self
+                .pending
+                .deadline(opts.flush_every)
+                .unwrap_or_else(|| Instant::now() + silence);
+            let next = tokio::select! {
+                _ = &mut *shutdown => {
+                    self.flush().await?;
+                    return Ok(SessionEnd::Shutdown);
+                }
+                _ = tokio::time::sleep_until(deadline.into()), if !self.pending.is_empty() => continue,
+                next = tokio::time::timeout(silence, stream.next()) => next,
+            };
+            let event = match next {
+                Err(_) => {
+                    return Ok(SessionEnd::Retry(format!(
+                        "nothing from the server for {silence:?}"
+                    )))
+                }
+                Ok(None) => return Ok(SessionEnd::Retry("the server closed the stream".into())),
+                Ok(Some(Err(mysql_async::Error::Server(e))))
+                    if e.code == ER_MASTER_FATAL_ERROR_READING_BINLOG =>
+                {
+                    tracing::warn!(server = %source.host, error = %e.message, "the server cannot continue the archive from its position");
+                    drop(stream);
+                    return Ok(SessionEnd::Restart(
+                        step_back(conn, &self.segments, &self.pending.through).await?,
+                    ));
+                }
+                Ok(Some(Err(source))) => {
+                    return Err(Error::StreamBinlog {
+                        target: conn.describe(),
+                        source: Box::new(source),
+                    })
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            let raw = exact_bytes(&event).map_err(|reason| Error::ArchiveStream {
+                target: conn.describe(),
+                source: reason,
+            })?;
+            let step = assembler.push(raw).map_err(|reason| Error::ArchiveStream {
+                target: conn.describe(),
+                source: reason,
+            })?;
+            match step {
+                Step::Nothing | Step::Heartbeat => {}
+                Step::Format(fde) => {
+                    if self.pending.format_changes(fde.bytes()) && !self.pending.is_empty() {
+                        self.flush().await?;
+                    }
+                    self.pending.set_format(fde.bytes().to_vec());
+                }
+                Step::Transaction(trx) => {
+                    if !self.pending.has_format() {
+                        return Err(Error::ArchiveStream {
+                            target: conn.describe(),
+                            source: crate::binlog::assemble::AssembleError::Stray {
+                                kind: crate::binlog::event::kind::GTID,
+                                log_pos: 0,
+                            },
+                        });
+                    }
+                    let gtid = trx.gtid;
+                    if self.pending.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
+                        tracing::debug!(%gtid, "transaction already archived; skipped");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits the pending segment, if it holds anything, and starts the next one.
+    async fn flush(&mut self) -> Result<()> {
+        let (opts, pending) = (self.opts, &mut self.pending);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let id = manifest::new_segment_id(Utc::now());
+        let (plain, draft) = pending.seal(id, opts.write.chunk_size as u64, opts.write.level);
+        let committed = store::commit(&self.store, plain, self.key, &opts.write, draft).await?;
+        let lag = (Utc::now() - committed.last_commit).num_milliseconds() as f64 / 1000.0;
+        tracing::info!(
+            segment = %committed.id,
+            first = %committed.first_gtid,
+            last = %committed.last_gtid,
+            transactions = committed.transactions,
+            stored_bytes = committed.stored_bytes,
+            lag_seconds = lag,
+            "binlog segment archived"
+        );
+        self.report.segments += 1;
+        self.report.transactions += committed.transactions;
+        self.report.through = committed.through.clone();
+        self.pending = self.pending.next();
+        self.segments.push(committed);
+        Ok(())
+    }
+
+    /// Commits what is pending, retrying while the repository fails, until it is stored or a stop
+    /// is asked for (what is lost then is re-read from the server on the next start).
+    async fn flush_until_done(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for attempt in 1..=10 {
+            match self.flush().await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(attempt, error = %crate::error::chain(&e), "failed to commit binlog segment; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The event's bytes as the server sent them. mysql_async re-serializes events and computes a
+/// fresh CRC32, so the checksum it received is compared first: a corrupted event is refused,
+/// never re-sealed.
+fn exact_bytes(
+    event: &mysql_async::binlog::events::Event,
+) -> std::result::Result<RawEvent, crate::binlog::assemble::AssembleError> {
+    let header = event.header();
+    let corrupt = crate::binlog::EventError::Checksum {
+        kind: header.event_type_raw(),
+        log_pos: header.log_pos(),
+    };
+    match (event.footer().get_checksum_alg(), event.checksum()) {
+        (Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)), Some(sent)) => {
+            if u32::from_le_bytes(sent)
+                != event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
+            {
+                return Err(corrupt.into());
+            }
+        }
+        // The stream always asks for CRC32 (`@master_binlog_checksum`); anything else cannot be
+        // checked and is not archived.
+        _ if header.event_type_raw() == crate::binlog::event::kind::ROTATE
+            && header.log_pos() == 0 => {}
+        _ => return Err(corrupt.into()),
+    }
+    let mut bytes = Vec::with_capacity(header.event_size() as usize);
+    event
+        .write(BinlogVersion::Version4, &mut bytes)
+        .map_err(|_| crate::binlog::assemble::AssembleError::from(corrupt.clone()))?;
+    Ok(RawEvent::checked(bytes)?)
+}
+
+/// Where to continue when the server cannot stream from `through`. When the server has every
+/// transaction up to `through` (by its binlog history), its binary logs were purged past it:
+/// the archive continues from the oldest binlog it still has, and the gap is recorded by the
+/// segments' positions. Otherwise the archive ran ahead of this server (a primary that took
+/// over without the old one's last transactions): continue from the newest archived position
+/// the server has, so the segments received next supersede the lost ones.
+async fn step_back(
+    conn: &Connection,
+    segments: &[SegmentManifest],
+    through: &GtidPos,
+) -> Result<GtidPos> {
+    let mut c = connect(conn).await?;
+    let q = |e| Error::QueryServer(Box::new(e));
+    let row: Option<(String, String)> = c
+        .query_first("SELECT @@gtid_binlog_pos, @@gtid_binlog_state")
+        .await
+        .map_err(q)?;
+    let (pos, state) = row.unwrap_or_default();
+    let has = |p: &GtidPos| {
+        bulwark_contract::gtid::within_history(
+            bulwark_contract::command::Engine::MariaDb,
+            &p.to_string(),
+            &pos,
+            &state,
+        )
+    };
+    if !has(through) {
+        let mut known: Vec<&SegmentManifest> = segments.iter().collect();
+        known.sort_by_key(|s| std::cmp::Reverse((s.received_at, s.id.clone())));
+        let back = known
+            .iter()
+            .flat_map(|s| [&s.through, &s.after])
+            .find(|p| has(p))
+            .cloned();
+        if let Some(back) = back {
+            tracing::warn!(from = %through, to = %back, server_position = %pos, "the server lacks archived transactions; continuing from the newest archived position it has");
+            let _ = c.disconnect().await;
+            return Ok(back);
+        }
+    }
+    let logs: Vec<(String, u64)> = c.query("SHOW BINARY LOGS").await.map_err(q)?;
+    let first = logs
+        .first()
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default();
+    let events: Vec<mysql_async::Row> = c
+        .query(format!(
+            "SHOW BINLOG EVENTS IN '{}' LIMIT 4",
+            first.replace('\'', "")
+        ))
+        .await
+        .map_err(q)?;
+    let _ = c.disconnect().await;
+    let oldest = events
+        .iter()
+        .filter(|r| r.get::<String, _>("Event_type").as_deref() == Some("Gtid_list"))
+        .filter_map(|r| r.get::<String, _>("Info"))
+        .next()
+        .map(|info| info.trim_matches(|c| c == '[' || c == ']').to_string())
+        .unwrap_or_default();
+    let oldest = GtidPos::parse(&oldest).map_err(Error::InvalidArgument)?;
+    tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
+    Ok(oldest)
+}

@@ -1,0 +1,191 @@
+//! The archive's objects in the repository: listing and loading segment manifests, committing
+//! a segment (chunks through the backup write pipeline, then the manifest), and reading a
+//! segment's verified plaintext back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::manifest::{self, SegmentManifest};
+use crate::crypto::{DataKey, MasterKey};
+use crate::error::{Error, Result};
+use crate::format::{self, EncryptionInfo};
+use crate::progress::Progress;
+use crate::reader::{self, Depth, WriteSink};
+use crate::store::{Store, StoreError};
+
+/// Segments whose manifest loaded, and those present without a valid one.
+#[derive(Debug, Default)]
+pub struct ArchiveListing {
+    /// Committed segments, by id.
+    pub segments: Vec<SegmentManifest>,
+    /// Segment ids with objects but no valid manifest, with the reason.
+    pub incomplete: Vec<(String, String)>,
+}
+
+/// Lists and loads every segment manifest.
+pub async fn list(store: &Arc<dyn Store>) -> Result<ArchiveListing> {
+    let objects = store
+        .list(format::BINLOGS_PREFIX)
+        .await
+        .map_err(Error::ListRepository)?;
+    let mut by_id: BTreeMap<String, bool> = BTreeMap::new();
+    for o in &objects {
+        let rest = &o.key[format::BINLOGS_PREFIX.len()..];
+        if let Some((dir, name)) = rest.split_once('/') {
+            let id = format!("{}{dir}", format::ARCHIVE_ID_PREFIX);
+            if manifest::is_segment_id(&id) {
+                *by_id.entry(id).or_default() |= name == format::MANIFEST_NAME;
+            }
+        }
+    }
+    let loaded: Vec<(String, Option<Result<SegmentManifest>>)> = futures::stream::iter(by_id)
+        .map(|(id, has_manifest)| async move {
+            let m = if has_manifest {
+                Some(load(store, &id).await)
+            } else {
+                None
+            };
+            (id, m)
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let mut listing = ArchiveListing::default();
+    for (id, m) in loaded {
+        match m {
+            Some(Ok(m)) => listing.segments.push(m),
+            Some(Err(e)) => listing.incomplete.push((id, crate::error::chain(&e))),
+            None => listing.incomplete.push((id, "no manifest".into())),
+        }
+    }
+    Ok(listing)
+}
+
+/// Loads one segment manifest.
+pub async fn load(store: &Arc<dyn Store>, id: &str) -> Result<SegmentManifest> {
+    let raw = store
+        .get(&format::object_key(id, format::MANIFEST_NAME))
+        .await
+        .map_err(|source| Error::ReadManifest {
+            id: id.to_string(),
+            source,
+        })?;
+    manifest::parse(id, &raw).map_err(|reason| Error::DamagedSegment {
+        id: id.to_string(),
+        reason,
+    })
+}
+
+/// Stores a segment's plaintext through the write pipeline, then its manifest (the commit
+/// point). `fill` completes the manifest from what was written. On failure the objects
+/// written are deleted (best effort; a leftover has no manifest and is never read).
+pub async fn commit(
+    store: &Arc<dyn Store>,
+    plaintext: Vec<u8>,
+    key: Option<&MasterKey>,
+    write: &crate::writer::WriteOptions,
+    mut manifest: SegmentManifest,
+) -> Result<SegmentManifest> {
+    let id = manifest.id.clone();
+    let data_key = key.map(|_| Arc::new(DataKey::generate()));
+    let written = crate::writer::write_stream(
+        store,
+        &id,
+        std::io::Cursor::new(plaintext),
+        "binlog archiver",
+        write,
+        data_key.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await;
+    let result = match written {
+        Ok(w) => {
+            manifest.encryption = match (key, &data_key) {
+                (Some(master), Some(dk)) => Some(EncryptionInfo {
+                    algorithm: "AES-256-GCM".into(),
+                    key_id: master.id().to_string(),
+                    wrapped_data_key: master.wrap(&id, dk),
+                }),
+                _ => None,
+            };
+            manifest.plaintext = format::PlaintextInfo {
+                bytes: w.plaintext_bytes,
+                chunks: w.chunks,
+                sha256: w.plaintext_sha256,
+            };
+            manifest.stored_bytes = w.stored_bytes;
+            manifest.segments = w.segments;
+            let body = serde_json::to_vec_pretty(&manifest).expect("segment manifest serializes");
+            store
+                .put(
+                    &format::object_key(&id, format::MANIFEST_NAME),
+                    Bytes::from(body),
+                )
+                .await
+                .map_err(|source| Error::WriteManifest {
+                    id: id.clone(),
+                    source,
+                })
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        discard(store, &id).await;
+        return Err(e);
+    }
+    Ok(manifest)
+}
+
+/// Deletes a segment's objects, manifest first (best effort).
+pub async fn discard(store: &Arc<dyn Store>, id: &str) {
+    let _ = store
+        .delete(&format::object_key(id, format::MANIFEST_NAME))
+        .await;
+    if let Ok(objects) = store.list(&format::object_key(id, "")).await {
+        for o in objects {
+            if let Err(e) = store.delete(&o.key).await {
+                tracing::warn!(segment = id, key = %o.key, error = %e, "failed to delete");
+            }
+        }
+    }
+}
+
+/// Reads a segment's plaintext with every check (digests, authentication, totals).
+pub async fn read(
+    store: &Arc<dyn Store>,
+    segment: &SegmentManifest,
+    key: Option<&MasterKey>,
+) -> Result<Vec<u8>> {
+    let data_key = match (&segment.encryption, key) {
+        (Some(info), Some(master)) => Some(Arc::new(master.unwrap(&segment.id, info)?)),
+        (Some(_), None) => {
+            return Err(Error::KeyRequired {
+                id: segment.id.clone(),
+            })
+        }
+        _ => None,
+    };
+    let mut sink = WriteSink {
+        out: Vec::with_capacity(segment.plaintext.bytes as usize),
+        what: "memory",
+    };
+    reader::read_backup(
+        store,
+        segment,
+        data_key,
+        Depth::Full,
+        4,
+        Arc::new(Progress::default()),
+        &mut sink,
+    )
+    .await?;
+    Ok(sink.out)
+}
+
+/// Whether an error of the store means the object is gone.
+pub fn is_not_found(e: &StoreError) -> bool {
+    matches!(e, StoreError::NotFound { .. })
+}

@@ -1,0 +1,11 @@
+//! MariaDB binary log events as the archive handles them: raw event framing and checksums
+//! ([`event`]), GTID positions ([`position`]) and the grouping of a replication stream into
+//! whole transactions ([`assemble`]). Pure: no I/O, so every rule is table-tested.
+
+pub mod assemble;
+pub mod event;
+pub mod position;
+
+pub use assemble::{Assembler, Step, Transaction};
+pub use event::{EventError, RawEvent};
+pub use position::{Gtid, GtidPos};

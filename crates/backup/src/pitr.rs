@@ -1,0 +1,332 @@
+//! The binary's point-in-time commands: `archive` (stream binary logs into the repository
+//! until stopped), `replay` (apply the archive after a backup to a running server), and the
+//! `--until`/`--until-gtid` options `restore` shares with `replay`.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use clap::Args;
+use mysql_backup::archive::archiver::{self, ArchiveOptions};
+use mysql_backup::archive::replay::{self, ReplayOutcome};
+use mysql_backup::archive::{store, window, Target, Window};
+use mysql_backup::binlog::GtidPos;
+use mysql_backup::cli::args::{
+    open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs,
+};
+use mysql_backup::cli::output::{human_bytes, print_json};
+use mysql_backup::crypto::MasterKey;
+use mysql_backup::format::{self, Flavor};
+use mysql_backup::repo::{CompleteBackup, Repository};
+use mysql_backup::source::{self, Connection, ToolJob};
+use mysql_backup::writer::WriteOptions;
+use mysql_backup::Error;
+
+#[derive(Args)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Commit a segment at least this often while transactions arrive.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "MYSQL_BACKUP_ARCHIVE_FLUSH_EVERY")]
+    flush_every: std::time::Duration,
+    /// ... and as soon as it holds this much binlog.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size, env = "MYSQL_BACKUP_ARCHIVE_SEGMENT_SIZE")]
+    segment_size: u64,
+    /// Server id to register with; must differ from every server's and replica's.
+    #[arg(
+        long,
+        default_value_t = 4_000_000_001,
+        env = "MYSQL_BACKUP_ARCHIVE_SERVER_ID"
+    )]
+    server_id: u32,
+    /// Where to start when the repository holds no archive yet (default: the newest
+    /// backup's consistent point, else the server's current position).
+    #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_START_GTID")]
+    start_gtid: Option<String>,
+    /// Heartbeat the server sends while idle; three missed ones mean reconnect.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    heartbeat: std::time::Duration,
+}
+
+/// A point-in-time target.
+#[derive(Args, Default)]
+pub struct UntilArgs {
+    /// Replay the binlog archive after the backup up to this time (UTC, whole seconds, e.g.
+    /// 2026-11-25T03:15:00Z), or `latest`: every transaction whose commit is stamped at or
+    /// before it, as long as the log runs in that order.
+    #[arg(long, conflicts_with = "until_gtid")]
+    pub until: Option<String>,
+    /// Replay the binlog archive after the backup up to and including this MariaDB GTID
+    /// position (e.g. 0-1-5012).
+    #[arg(long)]
+    pub until_gtid: Option<String>,
+}
+
+impl UntilArgs {
+    pub fn target(&self) -> Result<Option<Target>, Error> {
+        if let Some(p) = &self.until_gtid {
+            let pos = GtidPos::parse(p).map_err(Error::InvalidArgument)?;
+            if pos.is_empty() {
+                return Err(Error::InvalidArgument("--until-gtid is empty".into()));
+            }
+            return Ok(Some(Target::Gtid(pos)));
+        }
+        self.until.as_deref().map(parse_until).transpose()
+    }
+}
+
+/// `latest`, RFC 3339, or `YYYY-MM-DD HH:MM:SS` (UTC); whole seconds only.
+pub fn parse_until(s: &str) -> Result<Target, Error> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("latest") {
+        return Ok(Target::Latest);
+    }
+    let t = DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").map(|t| t.and_utc()))
+        .map_err(|_| {
+            Error::InvalidArgument(format!(
+                "--until {s:?} is not `latest` or a time like 2026-11-25T03:15:00Z"
+            ))
+        })?;
+    if t.timestamp_subsec_nanos() != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "--until {s:?} has a fraction of a second; MariaDB stamps binlog events with whole seconds, so give a whole second or use --until-gtid"
+        )));
+    }
+    Ok(Target::Time(t))
+}
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub until: UntilArgs,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
+    let key = a.key.load()?;
+    if !a.conn.given() {
+        return Err(Error::InvalidArgument(
+            "archive needs the server: --mysql-socket or --mysql-host".into(),
+        )
+        .into());
+    }
+    let conn = a.conn.connection()?;
+    let start = a
+        .start_gtid
+        .as_deref()
+        .map(GtidPos::parse)
+        .transpose()
+        .map_err(Error::InvalidArgument)?;
+    let repo = open_repo(&a.repo, a.segment_size).await?;
+    let opts = ArchiveOptions {
+        flush_every: a.flush_every,
+        segment_bytes: a.segment_size as usize,
+        server_id: a.server_id,
+        start,
+        heartbeat: a.heartbeat,
+        write: WriteOptions {
+            chunk_size: format::DEFAULT_CHUNK_SIZE,
+            level: 1,
+            workers: 1,
+            segment_size: format::DEFAULT_SEGMENT_SIZE,
+        },
+    };
+    let report = archiver::run(&repo, &conn, key.as_ref(), &opts, shutdown_signal()).await?;
+    println!(
+        "archived {} transactions in {} segments; the archive reaches {}",
+        report.transactions, report.segments, report.through
+    );
+    Ok(())
+}
+
+pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
+    let target = a.until.target()?.unwrap_or(Target::Latest);
+    if !a.conn.given() {
+        return Err(Error::InvalidArgument(
+            "replay needs the server to apply to: --mysql-socket or --mysql-host".into(),
+        )
+        .into());
+    }
+    let conn = a.conn.connection()?;
+    let (repo, backup, key) = a.backup.open().await?;
+    let outcome = replay_into(&repo, &backup, key.as_ref(), &target, &conn).await?;
+    print_outcome(&outcome, a.json);
+    Ok(())
+}
+
+/// Replays the archive after `backup` up to `target` into the server at `conn`.
+pub async fn replay_into(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    key: Option<&MasterKey>,
+    target: &Target,
+    conn: &Connection,
+) -> Result<ReplayOutcome, Error> {
+    let flavor = backup.manifest.source.flavor;
+    if flavor != Flavor::Mariadb {
+        return Err(Error::ArchiveUnsupported(format!(
+            "a MariaDB backup; {} is from MySQL",
+            backup.manifest.id
+        )));
+    }
+    let tools = replay::ReplayTools {
+        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
+        client: source::find_tool(flavor, ToolJob::Client, None)?,
+    };
+    let listing = store::list(repo.store()).await?;
+    let work = replay::apply(
+        repo.store(),
+        key,
+        backup,
+        &listing.segments,
+        target,
+        conn,
+        &tools,
+    );
+    tokio::select! {
+        r = work => r,
+        _ = shutdown_signal() => Err(Error::Interrupted),
+    }
+}
+
+pub fn print_outcome(o: &ReplayOutcome, json: bool) {
+    if json {
+        print_json(&serde_json::to_value(o).expect("outcome serializes"));
+    } else {
+        println!(
+            "replayed {} transactions ({}) from {} archived segments after backup {}; the server is at {}{}",
+            o.transactions,
+            human_bytes(o.bytes),
+            o.segments,
+            o.backup_id,
+            o.reached,
+            o.last_commit
+                .map(|t| format!(", last commit stamped {}", t.format("%Y-%m-%dT%H:%M:%SZ")))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// The archive as `list` shows it: totals, gaps, and each backup's recovery window.
+pub struct ArchiveView {
+    pub json: serde_json::Value,
+    /// Per backup id: the end of its recovery window, when the archive continues it.
+    pub windows: std::collections::BTreeMap<String, Window>,
+    pub lines: Vec<String>,
+}
+
+pub async fn archive_view(
+    repo: &Repository,
+    backups: &[CompleteBackup],
+) -> Result<ArchiveView, Error> {
+    let listing = store::list(repo.store()).await?;
+    let segments = &listing.segments;
+    let mut windows = std::collections::BTreeMap::new();
+    for b in backups {
+        if let Ok((w, chain)) = replay::window_of(b, segments) {
+            if !chain.is_empty() {
+                windows.insert(b.manifest.id.clone(), w);
+            }
+        }
+    }
+    let gaps = window::gaps(segments);
+    let newest = segments
+        .iter()
+        .max_by_key(|s| (s.received_at, s.id.clone()));
+    let transactions: u64 = segments.iter().map(|s| s.transactions).sum();
+    let stored: u64 = segments.iter().map(|s| s.stored_bytes).sum();
+    let json = serde_json::json!({
+        "segments": segments.len(),
+        "transactions": transactions,
+        "storedBytes": stored,
+        "through": newest.map(|s| s.through.to_string()),
+        "lastCommit": newest.map(|s| s.last_commit),
+        "lastReceived": newest.map(|s| s.received_at),
+        "incomplete": listing.incomplete.iter().map(|(id, why)| serde_json::json!({"id": id, "reason": why})).collect::<Vec<_>>(),
+        "gaps": gaps.iter().map(|g| serde_json::json!({
+            "after": g.after.as_ref().map(ToString::to_string),
+            "resumedAt": g.resumed_at.to_string(),
+            "resumedReceived": g.resumed_received,
+        })).collect::<Vec<_>>(),
+    });
+    let mut lines = Vec::new();
+    if let Some(n) = newest {
+        lines.push(format!(
+            "binlog archive: {} segments, {} transactions, {} stored; reaches {} (last commit {}, received {})",
+            segments.len(),
+            transactions,
+            human_bytes(stored),
+            n.through,
+            n.last_commit.format("%Y-%m-%d %H:%M:%S"),
+            n.received_at.format("%Y-%m-%d %H:%M:%S"),
+        ));
+    }
+    for g in &gaps {
+        lines.push(format!(
+            "binlog archive GAP: continuous up to {}, resumed at {} (received {}); windows restart at the next backup",
+            g.after.as_ref().map_or("(nothing)".into(), ToString::to_string),
+            g.resumed_at,
+            g.resumed_received.format("%Y-%m-%d %H:%M:%S"),
+        ));
+    }
+    if !listing.incomplete.is_empty() {
+        lines.push(format!(
+            "binlog archive: {} segment(s) without a valid manifest (never replayed)",
+            listing.incomplete.len()
+        ));
+    }
+    Ok(ArchiveView {
+        json,
+        windows,
+        lines,
+    })
+}
+
+/// A backup's window for JSON.
+pub fn window_json(w: &Window) -> serde_json::Value {
+    serde_json::json!({
+        "from": w.from.to_string(),
+        "fromTime": w.from_time,
+        "to": w.to.to_string(),
+        "toTime": w.to_time,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_targets() {
+        let ok = [
+            ("latest", "the latest archived transaction"),
+            ("2026-11-25T03:15:00Z", "2026-11-25T03:15:00Z"),
+            ("2026-11-25T04:15:00+01:00", "2026-11-25T03:15:00Z"),
+            ("2026-11-25 03:15:00", "2026-11-25T03:15:00Z"),
+        ];
+        for (s, shown) in ok {
+            assert_eq!(parse_until(s).unwrap().to_string(), shown, "{s}");
+        }
+        for (s, cause) in [
+            ("2026-11-25T03:15:00.5Z", "whole seconds"),
+            ("yesterday", "is not `latest` or a time"),
+        ] {
+            let e = parse_until(s).unwrap_err().to_string();
+            assert!(e.contains(cause), "{e}");
+        }
+        let gtid = UntilArgs {
+            until: None,
+            until_gtid: Some("0-1-x".into()),
+        };
+        assert!(gtid.target().is_err());
+    }
+}
