@@ -516,9 +516,9 @@ async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
 
 async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let until = a.until.target()?;
-    if until.is_some() && a.target_dir.is_some() {
+    if until.is_some() && a.skip_prepare {
         return Err(Error::InvalidArgument(
-            "--until/--until-gtid apply binary logs through a server: restore the physical backup with --target-dir, start a server on it, then run `mysql-backup replay` with the same target".into(),
+            "--until/--until-gtid replay binary logs into the prepared datadir; drop --skip-prepare".into(),
         )
         .into());
     }
@@ -571,12 +571,16 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     };
     reporter.finish().await;
     let outcome = result?;
-    let replayed = match &until {
-        Some(until) => {
-            let connection = a.conn.connection()?;
-            Some(pitr::replay_into(&repo, &backup, key.as_ref(), until, &connection).await?)
+    let replayed = match (&until, &a.target_dir) {
+        (Some(until), Some(dir)) => {
+            let into = pitr::ReplayInto::Datadir(absolute(dir)?);
+            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
         }
-        None => None,
+        (Some(until), None) => {
+            let into = pitr::ReplayInto::Server(a.conn.connection()?);
+            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
+        }
+        (None, _) => None,
     };
     if a.json {
         let mut v = serde_json::to_value(&outcome)?;
@@ -629,7 +633,10 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     };
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
-    let plan = prune::plan(&catalog, &policy, a.orphan_grace, Utc::now());
+    let segments = mysql_backup::archive::store::list(repo.store())
+        .await?
+        .segments;
+    let plan = prune::plan(&catalog, &segments, &policy, a.orphan_grace, Utc::now());
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
     }
@@ -646,6 +653,7 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
             "keepWithin": a.keep_within.map(|d| d.num_seconds()),
             "decisions": decisions,
             "incompleteRemoved": stale.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+            "segmentsRemoved": plan.segments.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
             "removed": removed,
         }));
         return Ok(());
@@ -680,6 +688,21 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
                 format!(
                     "incomplete for more than {}",
                     humantime::format_duration(a.orphan_grace.to_std().unwrap_or_default())
+                ),
+            ]
+        }))
+        .chain(plan.segments.iter().map(|s| {
+            vec![
+                s.id.clone(),
+                s.received_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                if a.dry_run {
+                    "would remove".into()
+                } else {
+                    "removed".into()
+                },
+                format!(
+                    "binlog {}..{}, needed by no retained backup",
+                    s.first_gtid, s.last_gtid
                 ),
             ]
         }))

@@ -6,7 +6,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use clap::Args;
 use mysql_backup::archive::archiver::{self, ArchiveOptions};
 use mysql_backup::archive::replay::{self, ReplayOutcome};
-use mysql_backup::archive::{store, window, Target, Window};
+use mysql_backup::archive::{offline, store, window, Target, Window};
 use mysql_backup::binlog::GtidPos;
 use mysql_backup::cli::args::{
     open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs,
@@ -158,18 +158,33 @@ pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     }
     let conn = a.conn.connection()?;
     let (repo, backup, key) = a.backup.open().await?;
-    let outcome = replay_into(&repo, &backup, key.as_ref(), &target, &conn).await?;
+    let outcome = replay(
+        &repo,
+        &backup,
+        key.as_ref(),
+        &target,
+        ReplayInto::Server(conn),
+    )
+    .await?;
     print_outcome(&outcome, a.json);
     Ok(())
 }
 
-/// Replays the archive after `backup` up to `target` into the server at `conn`.
-pub async fn replay_into(
+/// Where a replay goes.
+pub enum ReplayInto {
+    /// A running server that holds the restored backup.
+    Server(Connection),
+    /// A restored, prepared datadir (a temporary server is started on it).
+    Datadir(std::path::PathBuf),
+}
+
+/// Replays the archive after `backup` up to `target`.
+pub async fn replay(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
     target: &Target,
-    conn: &Connection,
+    into: ReplayInto,
 ) -> Result<ReplayOutcome, Error> {
     let flavor = backup.manifest.source.flavor;
     if flavor != Flavor::Mariadb {
@@ -183,15 +198,22 @@ pub async fn replay_into(
         client: source::find_tool(flavor, ToolJob::Client, None)?,
     };
     let listing = store::list(repo.store()).await?;
-    let work = replay::apply(
-        repo.store(),
-        key,
-        backup,
-        &listing.segments,
-        target,
-        conn,
-        &tools,
-    );
+    let segments = &listing.segments;
+    let store = repo.store();
+    let work = async {
+        match &into {
+            ReplayInto::Server(conn) => {
+                replay::apply(store, key, backup, segments, target, conn, &tools).await
+            }
+            ReplayInto::Datadir(dir) => {
+                let server = offline::find_server()?;
+                offline::replay_into_datadir(
+                    store, key, backup, segments, target, dir, &server, &tools,
+                )
+                .await
+            }
+        }
+    };
     tokio::select! {
         r = work => r,
         _ = shutdown_signal() => Err(Error::Interrupted),
@@ -203,7 +225,7 @@ pub fn print_outcome(o: &ReplayOutcome, json: bool) {
         print_json(&serde_json::to_value(o).expect("outcome serializes"));
     } else {
         println!(
-            "replayed {} transactions ({}) from {} archived segments after backup {}; the server is at {}{}",
+            "replayed {} transactions ({}) from {} archived segments after backup {}; the data is at GTID position {}{}",
             o.transactions,
             human_bytes(o.bytes),
             o.segments,

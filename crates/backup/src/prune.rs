@@ -1,9 +1,14 @@
-//! What `prune` removes: complete backups the retention rules do not keep, and incomplete
-//! backups (no manifest) untouched for longer than the orphan grace. Damaged backups are never
-//! removed automatically. The plan is pure; [`execute`] carries it out, manifests first.
+//! What `prune` removes: complete backups the retention rules do not keep (but never the base
+//! of the current recovery window), archived binlog segments no retained backup needs, and
+//! incomplete backups (no manifest) untouched for longer than the orphan grace. Damaged backups
+//! are never removed automatically. The plan is pure; [`execute`] carries it out, manifests
+//! first.
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::archive::retain::{self, BackupPoint};
+use crate::archive::SegmentManifest;
+use crate::binlog::GtidPos;
 use crate::repo::{Catalog, IncompleteBackup, IncompleteState, Repository};
 use crate::retention::{self, Candidate, Decision, KeepPolicy};
 use crate::Result;
@@ -17,11 +22,17 @@ pub struct PrunePlan<'a> {
     pub stale: Vec<&'a IncompleteBackup>,
     /// Damaged backups: left alone, reported.
     pub damaged: Vec<&'a IncompleteBackup>,
+    /// Archived binlog segments no retained backup needs: removed.
+    pub segments: Vec<&'a SegmentManifest>,
 }
+
+/// The reason a backup the rules would drop is kept.
+pub const WINDOW_BASE: &str = "base of the current recovery window";
 
 /// Plans a prune of `catalog` at `now`.
 pub fn plan<'a>(
     catalog: &'a Catalog,
+    segments: &'a [SegmentManifest],
     policy: &KeepPolicy,
     orphan_grace: Duration,
     now: DateTime<Utc>,
@@ -34,8 +45,31 @@ pub fn plan<'a>(
             time: b.manifest.finished_at,
         })
         .collect();
+    let mut decisions = retention::plan(policy, &candidates);
+    let points: Vec<BackupPoint> = catalog
+        .complete
+        .iter()
+        .map(|b| BackupPoint {
+            id: b.manifest.id.clone(),
+            point: b
+                .manifest
+                .consistent_point
+                .gtid_set
+                .as_deref()
+                .and_then(|p| GtidPos::parse(p).ok()),
+            kept: decisions.iter().any(|d| d.id == b.manifest.id && d.keep),
+        })
+        .collect();
+    let archive = retain::plan(&points, segments);
+    if let Some(id) = &archive.rescued {
+        if let Some(d) = decisions.iter_mut().find(|d| &d.id == id) {
+            d.keep = true;
+            d.reasons.push(WINDOW_BASE.into());
+        }
+    }
     PrunePlan {
-        decisions: retention::plan(policy, &candidates),
+        decisions,
+        segments: archive.remove.iter().map(|i| &segments[*i]).collect(),
         stale: catalog
             .incomplete
             .iter()
@@ -63,6 +97,11 @@ pub async fn execute(
         repo.delete_backup(&d.id, &catalog.objects[&d.id]).await?;
         tracing::info!(backup_id = %d.id, "backup removed");
         removed.push(d.id.clone());
+    }
+    for s in &plan.segments {
+        crate::archive::store::delete(repo.store(), &s.id).await?;
+        tracing::info!(segment = %s.id, "binlog segment removed");
+        removed.push(s.id.clone());
     }
     for o in &plan.stale {
         repo.delete_backup(&o.id, &o.objects).await?;

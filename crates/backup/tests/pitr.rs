@@ -185,6 +185,14 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
         &[],
     );
     let id = b["id"].as_str().unwrap().to_string();
+    let p = backup(
+        &repo,
+        &source,
+        &["--encryption-key-file", key.to_str().unwrap()],
+        &[],
+    );
+    let physical = p["id"].as_str().unwrap().to_string();
+    let baseline_physical: BTreeSet<u64> = ids(&source);
 
     let archiver = Archiver::start(&repo, &source, &key, work.path(), "archiver");
     let rows = write_for(&source, Duration::from_millis(3500));
@@ -243,11 +251,43 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
         "replayed transactions keep their GTIDs"
     );
 
+    // A physical backup into a directory: replayed under a temporary server, which stops
+    // cleanly, and the directory then starts as a server holding exactly those rows.
+    let dir = work.path().join("physical");
+    let out = ok(cli(&[
+        "restore",
+        "--repo",
+        &repo,
+        "--encryption-key-file",
+        key.to_str().unwrap(),
+        &physical,
+        "--target-dir",
+        dir.to_str().unwrap(),
+        "--until-gtid",
+        &middle.gtid,
+    ]));
+    assert!(
+        out.contains(&format!("the data is at GTID position {}", middle.gtid)),
+        "{out}"
+    );
+    let restored = MariaDb::start_with_datadir(&dir).unwrap();
+    let want: BTreeSet<u64> = baseline_physical
+        .iter()
+        .copied()
+        .chain(
+            rows.iter()
+                .filter(|r| seq(&r.gtid) <= seq(&middle.gtid))
+                .map(|r| r.id),
+        )
+        .collect();
+    assert_eq!(ids(&restored), want, "physical restore --until-gtid: {out}");
+    drop(restored);
+
     // Latest: every row, and the same rows as the source.
     let (latest, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
     assert_eq!(ids(&latest), ids(&source), "{out}");
     assert!(
-        out.contains(&format!("the server is at {}", last.gtid)),
+        out.contains(&format!("the data is at GTID position {}", last.gtid)),
         "{out}"
     );
 
@@ -401,6 +441,38 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
         "{listing}"
     );
 
+    // Retention: keeping only the newest backup removes the older one and every segment only
+    // it needed; the newest backup's window stays whole.
+    let segments_before = listing["archive"]["segments"].as_u64().unwrap();
+    let dry: serde_json::Value = serde_json::from_str(&ok(cli(&[
+        "prune",
+        "--repo",
+        &repo,
+        "--keep-last",
+        "1",
+        "--dry-run",
+        "--json",
+    ])))
+    .unwrap();
+    let doomed = dry["segmentsRemoved"].as_array().unwrap().len() as u64;
+    assert!(doomed > 0 && doomed < segments_before, "{dry}");
+    assert_eq!(
+        list(&repo, &[])["archive"]["segments"],
+        segments_before,
+        "dry run removed"
+    );
+    ok(cli(&["prune", "--repo", &repo, "--keep-last", "1"]));
+    let listing = list(&repo, &[]);
+    assert_eq!(complete_ids(&listing), vec![second_backup.clone()]);
+    assert_eq!(
+        listing["archive"]["segments"].as_u64().unwrap(),
+        segments_before - doomed
+    );
+    assert_eq!(
+        backup_window_to(&listing, &second_backup).as_deref(),
+        Some(more.last().unwrap().gtid.as_str())
+    );
+
     // A changed byte in an archived segment fails the replay before it is applied.
     let seg_dir = Path::new(&repo).join("binlogs");
     let mut dirs: Vec<_> = std::fs::read_dir(&seg_dir)
@@ -419,7 +491,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
         repo.clone(),
         "--encryption-key-file".into(),
         keyarg.into(),
-        first_backup.clone(),
+        second_backup.clone(),
     ];
     args.extend(fresh.cli_args());
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -5,8 +5,10 @@
 
 pub mod archiver;
 pub mod manifest;
+pub mod offline;
 pub mod pending;
 pub mod replay;
+pub mod retain;
 pub mod store;
 pub mod window;
 

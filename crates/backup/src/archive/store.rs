@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, EncryptionInfo};
 use crate::progress::Progress;
 use crate::reader::{self, Depth, WriteSink};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// Segments whose manifest loaded, and those present without a valid one.
 #[derive(Debug, Default)]
@@ -153,6 +153,27 @@ pub async fn discard(store: &Arc<dyn Store>, id: &str) {
     }
 }
 
+/// Deletes a segment, manifest first (it stops existing before its data goes).
+pub async fn delete(store: &Arc<dyn Store>, id: &str) -> Result<()> {
+    let manifest = format::object_key(id, format::MANIFEST_NAME);
+    let objects = store
+        .list(&format::object_key(id, ""))
+        .await
+        .map_err(Error::ListRepository)?;
+    for key in std::iter::once(manifest.clone()).chain(
+        objects
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| *k != manifest),
+    ) {
+        store
+            .delete(&key)
+            .await
+            .map_err(|source| Error::Delete { key, source })?;
+    }
+    Ok(())
+}
+
 /// Reads a segment's plaintext with every check (digests, authentication, totals).
 pub async fn read(
     store: &Arc<dyn Store>,
@@ -183,9 +204,4 @@ pub async fn read(
     )
     .await?;
     Ok(sink.out)
-}
-
-/// Whether an error of the store means the object is gone.
-pub fn is_not_found(e: &StoreError) -> bool {
-    matches!(e, StoreError::NotFound { .. })
 }

@@ -164,20 +164,20 @@ fn show(p: &GtidPos) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use super::*;
     use crate::archive::manifest::{ArchiveSource, ARCHIVE_FORMAT_NAME};
     use crate::format::{Chunking, PlaintextInfo};
 
-    fn at(s: u32) -> DateTime<Utc> {
+    pub fn at(s: u32) -> DateTime<Utc> {
         DateTime::from_timestamp(1_795_000_000 + i64::from(s), 0).unwrap()
     }
 
-    fn pos(s: &str) -> GtidPos {
+    pub fn pos(s: &str) -> GtidPos {
         GtidPos::parse(s).unwrap()
     }
 
-    fn seg(id: &str, after: &str, through: &str, received: u32) -> SegmentManifest {
+    pub fn seg(id: &str, after: &str, through: &str, received: u32) -> SegmentManifest {
         SegmentManifest {
             format: ARCHIVE_FORMAT_NAME.into(),
             format_version: 1,
@@ -210,6 +210,12 @@ mod tests {
             segments: vec![],
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::{at, pos, seg};
+    use super::*;
 
     fn ids(segments: &[SegmentManifest], chain: &Chain) -> Vec<String> {
         chain

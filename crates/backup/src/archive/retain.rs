@@ -1,0 +1,144 @@
+//! What retention means for the archive: the newest backup from which the archive reaches its
+//! latest point is the base of the current recovery window and is never removed; a segment
+//! stays while a retained backup's chain uses it, or while no retained backup is past it (it
+//! may yet serve one being taken). Pure; table-tested.
+
+use super::manifest::SegmentManifest;
+use super::window;
+use crate::binlog::GtidPos;
+
+/// A complete backup as retention sees it.
+#[derive(Debug, Clone)]
+pub struct BackupPoint {
+    pub id: String,
+    /// Its consistent point (`None` when it recorded none).
+    pub point: Option<GtidPos>,
+    /// Whether the retention rules keep it.
+    pub kept: bool,
+}
+
+/// The archive's part of a prune.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ArchivePrune {
+    /// The backup the current window starts from, when the rules would remove it.
+    pub rescued: Option<String>,
+    /// Segments (indices) to remove.
+    pub remove: Vec<usize>,
+}
+
+/// Plans the archive's part of a prune. `backups` are in any order; `kept` reflects the rules.
+pub fn plan(backups: &[BackupPoint], segments: &[SegmentManifest]) -> ArchivePrune {
+    let mut out = ArchivePrune::default();
+    let newest = segments
+        .iter()
+        .max_by_key(|s| (s.received_at, s.id.clone()));
+    let mut kept: Vec<&GtidPos> = Vec::new();
+    let mut base: Option<(&BackupPoint, &GtidPos)> = None;
+    for b in backups {
+        let Some(point) = &b.point else { continue };
+        if let Some(n) = newest {
+            let reaches = window::chain_from(segments, point)
+                .reached
+                .covers(&n.through);
+            // The newest such backup: its point covers every other's.
+            if reaches && base.is_none_or(|(_, p)| point.covers(p)) {
+                base = Some((b, point));
+            }
+        }
+        if b.kept {
+            kept.push(point);
+        }
+    }
+    if let Some((b, point)) = base {
+        if !b.kept {
+            out.rescued = Some(b.id.clone());
+            kept.push(point);
+        }
+    }
+    let mut used = vec![false; segments.len()];
+    for point in &kept {
+        for i in window::chain_from(segments, point).segments {
+            used[i] = true;
+        }
+    }
+    out.remove = segments
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| !used[*i] && kept.iter().any(|p| p.covers(&s.through)))
+        .map(|(i, _)| i)
+        .collect();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::window::tests_support::seg;
+
+    fn b(id: &str, point: &str, kept: bool) -> BackupPoint {
+        BackupPoint {
+            id: id.into(),
+            point: Some(GtidPos::parse(point).unwrap()),
+            kept,
+        }
+    }
+
+    fn removed(segs: &[SegmentManifest], p: &ArchivePrune) -> Vec<String> {
+        p.remove.iter().map(|i| segs[*i].id.clone()).collect()
+    }
+
+    #[test]
+    fn segments_before_the_oldest_kept_backup_go_the_rest_stay() {
+        let segs = vec![
+            seg("s1", "0-1-0", "0-1-10", 10),
+            seg("s2", "0-1-10", "0-1-20", 20),
+            seg("s3", "0-1-20", "0-1-30", 30),
+            seg("s4", "0-1-30", "0-1-40", 40),
+        ];
+        let cases = [
+            // (backups, rescued, removed)
+            (
+                vec![b("b1", "0-1-5", false), b("b2", "0-1-25", true)],
+                None,
+                vec!["s1", "s2"],
+            ),
+            (
+                vec![b("b1", "0-1-5", true), b("b2", "0-1-25", true)],
+                None,
+                vec![],
+            ),
+            // The rules keep nothing: the newest backup reaching the end is kept anyway.
+            (
+                vec![b("b1", "0-1-5", false), b("b2", "0-1-25", false)],
+                Some("b2"),
+                vec!["s1", "s2"],
+            ),
+            // A backup at the very end: its chain is empty, everything before it goes.
+            (
+                vec![b("b3", "0-1-40", true)],
+                None,
+                vec!["s1", "s2", "s3", "s4"],
+            ),
+        ];
+        for (backups, rescued, want) in cases {
+            let p = plan(&backups, &segs);
+            assert_eq!(p.rescued.as_deref(), rescued, "{backups:?}");
+            assert_eq!(removed(&segs, &p), want, "{backups:?}");
+        }
+    }
+
+    #[test]
+    fn segments_after_a_gap_wait_for_a_backup_past_them() {
+        let segs = vec![
+            seg("s1", "0-1-0", "0-1-10", 10),
+            seg("after-gap", "0-1-50", "0-1-60", 50),
+            seg("s3", "0-1-60", "0-1-70", 60),
+        ];
+        // Only a backup before the gap: the segments after it stay (a backup may be under way).
+        let p = plan(&[b("b1", "0-1-5", true)], &segs);
+        assert_eq!(removed(&segs, &p), Vec::<String>::new());
+        // A backup past them: they serve nobody.
+        let p = plan(&[b("b1", "0-1-5", true), b("b2", "0-1-65", true)], &segs);
+        assert_eq!(removed(&segs, &p), vec!["after-gap"]);
+    }
+}
