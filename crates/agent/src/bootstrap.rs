@@ -14,6 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mysql_backup::archive::replay::{ReplayOutcome, ReplayTools};
+use mysql_backup::archive::{offline, store as archive_store, Target};
 use mysql_backup::crypto::MasterKey;
 use mysql_backup::format::{self, Method};
 use mysql_backup::outfile::{self, OutfileError};
@@ -213,17 +215,21 @@ pub struct PhysicalBootstrap {
     pub outcome: RestoreOutcome,
     /// The GTID position left for the agent.
     pub gtid: RestoredGtid,
+    /// The binlog replay after the backup, when a point in time was asked for.
+    pub replayed: Option<ReplayOutcome>,
 }
 
 /// Restores a physical backup into `datadir` (empty but for ignorable entries and, after an
 /// interruption, the marker): marker, extraction and prepare in the staging directory, entries
-/// moved in, the backup's GTID position written to `gtid_file`, marker removed. The GTID file
-/// is written before the marker goes, so a restore that completed always left it.
+/// moved in, the binlog archive replayed up to `until` (if given) under a temporary server, the
+/// GTID position reached written to `gtid_file`, marker removed. The GTID file is written
+/// before the marker goes, so a restore that completed always left it.
 #[allow(clippy::too_many_arguments)]
 pub async fn restore_physical(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
+    until: Option<&Target>,
     datadir: &Path,
     gtid_file: &Path,
     tool: Option<&str>,
@@ -246,23 +252,31 @@ pub async fn restore_physical(
     // One from an earlier, interrupted attempt describes a restore that never completed.
     remove_restored_gtid(gtid_file)?;
     clear(datadir)?;
-    let restored =
-        stage_and_move(repo, backup, dk, datadir, &prepare_tool, parallel, progress).await;
+    let restored = async {
+        let staged =
+            stage_and_move(repo, backup, dk, datadir, &prepare_tool, parallel, progress).await?;
+        let replayed = match until {
+            Some(target) => Some(replay_archive(repo, backup, key, target, datadir).await?),
+            None => None,
+        };
+        Ok::<_, BootstrapError>((staged, replayed))
+    }
+    .await;
     if restored.is_err() {
         // Free the space now; the marker stays, so nothing here passes for a server.
         if let Err(e) = clear(datadir) {
             tracing::warn!(datadir = %datadir.display(), error = %mysql_backup::error::chain(&e), "failed to clear the datadir after a failed restore");
         }
     }
-    let staged = restored?;
+    let (staged, replayed) = restored?;
     let gtid = RestoredGtid {
         backup_id: m.id.clone(),
-        gtid_set: match m
-            .consistent_point
-            .gtid_set
-            .as_deref()
-            .map(normalize_gtid_set)
-        {
+        gtid_set: match replayed.as_ref().map(|r| r.reached.clone()).or_else(|| {
+            m.consistent_point
+                .gtid_set
+                .as_deref()
+                .map(normalize_gtid_set)
+        }) {
             Some(g) if !g.is_empty() => g,
             _ => binlog_info_gtid(datadir)?.unwrap_or_default(),
         },
@@ -278,7 +292,38 @@ pub async fn restore_physical(
     Ok(PhysicalBootstrap {
         outcome: staged.outcome(datadir),
         gtid,
+        replayed,
     })
+}
+
+/// Replays the binlog archive after `backup` up to `target` into the restored `datadir`.
+async fn replay_archive(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    key: Option<&MasterKey>,
+    target: &Target,
+    datadir: &Path,
+) -> Result<ReplayOutcome, BootstrapError> {
+    let flavor = backup.manifest.source.flavor;
+    let tools = ReplayTools {
+        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
+        client: source::find_tool(flavor, ToolJob::Client, None)?,
+    };
+    let server = offline::find_server()?;
+    let segments = archive_store::list(repo.store()).await?.segments;
+    let outcome = offline::replay_into_datadir(
+        repo.store(),
+        key,
+        backup,
+        &segments,
+        target,
+        datadir,
+        &server,
+        &tools,
+    )
+    .await?;
+    tracing::info!(backup_id = %backup.manifest.id, transactions = outcome.transactions, reached = %outcome.reached, "binlog archive replayed into the restored datadir");
+    Ok(outcome)
 }
 
 async fn stage_and_move(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use mysql_backup::cli::args::{
     absolute, read_parallel, s3_options, shutdown_signal, BackupSelector, KeyArgs, ProgressArgs,
-    S3Args,
+    S3Args, UntilArgs,
 };
 use mysql_backup::cli::output::{print_json, LogFormat};
 use mysql_backup::format::{Flavor, Method};
@@ -53,7 +53,7 @@ pub enum AgentCommand {
     Init(InitArgs),
     /// Bootstrap an empty datadir from a backup (an init container after `init`); a datadir
     /// that already holds a server is left alone.
-    Restore(RestoreArgs),
+    Restore(Box<RestoreArgs>),
     /// Copy a running member's data into an empty datadir of a cluster that has data (an init
     /// container after `init`, before `restore`); a datadir that holds a server is left alone,
     /// and nothing is copied while no member has data.
@@ -118,6 +118,9 @@ pub struct RestoreArgs {
     /// Tool for --prepare instead of the detected one.
     #[arg(long, env = "MYSQL_BACKUP_TOOL")]
     pub tool: Option<String>,
+    /// A point in time to bring the restored data to, from the repository's binlog archive.
+    #[command(flatten)]
+    pub until: UntilArgs,
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -245,7 +248,7 @@ pub struct AgentArgs {
 pub async fn run(command: AgentCommand) -> anyhow::Result<()> {
     match command {
         AgentCommand::Init(a) => cmd_init(a),
-        AgentCommand::Restore(a) => cmd_restore(a).await,
+        AgentCommand::Restore(a) => cmd_restore(*a).await,
         AgentCommand::Seed(a) => cmd_seed(a).await,
         AgentCommand::Run(a) => cmd_agent(*a).await,
     }
@@ -368,7 +371,15 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         }
         DatadirState::Empty => {}
     }
+    let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
+    if until.is_some() && backup.manifest.method == Method::Logical {
+        return Err(Error::InvalidArgument(format!(
+            "a point-in-time bootstrap needs a physical backup; {} is logical",
+            backup.manifest.id
+        ))
+        .into());
+    }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
     let id = backup.manifest.id.clone();
@@ -378,6 +389,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 &repo,
                 &backup,
                 key.as_ref(),
+                until.as_ref(),
                 &datadir,
                 &gtid_file,
                 a.tool.as_deref(),
@@ -419,7 +431,11 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     };
     reporter.finish().await;
     match result? {
-        Some(bootstrap::PhysicalBootstrap { outcome, gtid }) => {
+        Some(bootstrap::PhysicalBootstrap {
+            outcome,
+            gtid,
+            replayed,
+        }) => {
             tracing::info!(backup_id = %id, datadir = %datadir.display(), files = outcome.files, gtid_set = %gtid.gtid_set, gtid_file = %gtid_file.display(), "datadir restored");
             if a.json {
                 print_json(&json!({
@@ -430,6 +446,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                     "files": outcome.files,
                     "gtidSet": gtid.gtid_set,
                     "gtidFile": gtid_file,
+                    "replay": replayed,
                 }));
             } else {
                 let at = match gtid.gtid_set.as_str() {
@@ -563,7 +580,7 @@ mod tests {
 
     #[test]
     fn the_operators_restore_command_parses() {
-        let built = command::Restore::for_pod(repository(), "20261122T031633Z-4a0760");
+        let built = command::Restore::for_pod(repository(), "20261122T031633Z-4a0760", None);
         let AgentCommand::Restore(a) = parse(built.argv()) else {
             panic!("not restore")
         };
@@ -589,6 +606,31 @@ mod tests {
             Some(paths::PENDING_LOGICAL_RESTORE)
         );
         assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+        assert!(a.until.target().unwrap().is_none());
+
+        // A point-in-time bootstrap: each kind of target reaches the parser as given.
+        for (pit, shown) in [
+            (
+                command::PointInTime::Until("2026-11-25T03:15:00Z".into()),
+                "2026-11-25T03:15:00Z",
+            ),
+            (
+                command::PointInTime::Until("latest".into()),
+                "the latest archived transaction",
+            ),
+            (
+                command::PointInTime::UntilGtid("0-1-5012".into()),
+                "GTID 0-1-5012",
+            ),
+        ] {
+            let built =
+                command::Restore::for_pod(repository(), "20261122T031633Z-4a0760", Some(pit));
+            let AgentCommand::Restore(a) = parse(built.argv()) else {
+                panic!("not restore")
+            };
+            assert_eq!(a.until.target().unwrap().unwrap().to_string(), shown);
+            assert_eq!(a.backup.id, "20261122T031633Z-4a0760");
+        }
     }
 
     #[test]

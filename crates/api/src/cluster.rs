@@ -652,6 +652,8 @@ pub struct BootstrapSpec {
     "has(self.backupRef) ? !has(self.storage) && !has(self.backupId) : has(self.storage) && has(self.backupId)"
 )
 .message("fromBackup needs either backupRef, or both storage and backupId"))]
+#[x_kube(validation = Rule::new("!(has(self.until) && has(self.untilGtid))")
+.message("fromBackup takes until or untilGtid, not both"))]
 pub struct BootstrapFromBackup {
     /// MySQLBackup object, in the cluster's namespace, to restore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -665,6 +667,19 @@ pub struct BootstrapFromBackup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub backup_id: Option<String>,
+    /// Brings the restored data to a point in time with the binlog archive of the backup's
+    /// storage: `latest`, or a UTC time in whole seconds such as `2026-11-25T03:15:00Z` (every
+    /// transaction whose commit is stamped at or before it). Needs a physical backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(latest|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2}))$"
+    ))]
+    pub until: Option<String>,
+    /// Brings the restored data up to and including this MariaDB GTID position (such as
+    /// `0-1-5012`) with the binlog archive of the backup's storage. Needs a physical backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$"))]
+    pub until_gtid: Option<String>,
 }
 
 /// Observed state of a MySQL or MariaDB cluster.

@@ -173,7 +173,7 @@ struct RestoreArgs {
     #[arg(long, env = "MYSQL_BACKUP_TOOL")]
     tool: Option<String>,
     #[command(flatten)]
-    until: pitr::UntilArgs,
+    until: mysql_backup::cli::args::UntilArgs,
     /// JSON on stdout.
     #[arg(long)]
     json: bool,

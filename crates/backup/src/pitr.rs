@@ -2,14 +2,13 @@
 //! until stopped), `replay` (apply the archive after a backup to a running server), and the
 //! `--until`/`--until-gtid` options `restore` shares with `replay`.
 
-use chrono::{DateTime, NaiveDateTime, Utc};
 use clap::Args;
 use mysql_backup::archive::archiver::{self, ArchiveOptions};
 use mysql_backup::archive::replay::{self, ReplayOutcome};
 use mysql_backup::archive::{offline, store, window, Target, Window};
 use mysql_backup::binlog::GtidPos;
 use mysql_backup::cli::args::{
-    open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs,
+    open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs, UntilArgs,
 };
 use mysql_backup::cli::output::{human_bytes, print_json};
 use mysql_backup::crypto::MasterKey;
@@ -47,55 +46,6 @@ pub struct ArchiveArgs {
     /// Heartbeat the server sends while idle; three missed ones mean reconnect.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     heartbeat: std::time::Duration,
-}
-
-/// A point-in-time target.
-#[derive(Args, Default)]
-pub struct UntilArgs {
-    /// Replay the binlog archive after the backup up to this time (UTC, whole seconds, e.g.
-    /// 2026-11-25T03:15:00Z), or `latest`: every transaction whose commit is stamped at or
-    /// before it, as long as the log runs in that order.
-    #[arg(long, conflicts_with = "until_gtid")]
-    pub until: Option<String>,
-    /// Replay the binlog archive after the backup up to and including this MariaDB GTID
-    /// position (e.g. 0-1-5012).
-    #[arg(long)]
-    pub until_gtid: Option<String>,
-}
-
-impl UntilArgs {
-    pub fn target(&self) -> Result<Option<Target>, Error> {
-        if let Some(p) = &self.until_gtid {
-            let pos = GtidPos::parse(p).map_err(Error::InvalidArgument)?;
-            if pos.is_empty() {
-                return Err(Error::InvalidArgument("--until-gtid is empty".into()));
-            }
-            return Ok(Some(Target::Gtid(pos)));
-        }
-        self.until.as_deref().map(parse_until).transpose()
-    }
-}
-
-/// `latest`, RFC 3339, or `YYYY-MM-DD HH:MM:SS` (UTC); whole seconds only.
-pub fn parse_until(s: &str) -> Result<Target, Error> {
-    let s = s.trim();
-    if s.eq_ignore_ascii_case("latest") {
-        return Ok(Target::Latest);
-    }
-    let t = DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").map(|t| t.and_utc()))
-        .map_err(|_| {
-            Error::InvalidArgument(format!(
-                "--until {s:?} is not `latest` or a time like 2026-11-25T03:15:00Z"
-            ))
-        })?;
-    if t.timestamp_subsec_nanos() != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "--until {s:?} has a fraction of a second; MariaDB stamps binlog events with whole seconds, so give a whole second or use --until-gtid"
-        )));
-    }
-    Ok(Target::Time(t))
 }
 
 #[derive(Args)]
@@ -321,34 +271,4 @@ pub fn window_json(w: &Window) -> serde_json::Value {
         "to": w.to.to_string(),
         "toTime": w.to_time,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn until_targets() {
-        let ok = [
-            ("latest", "the latest archived transaction"),
-            ("2026-11-25T03:15:00Z", "2026-11-25T03:15:00Z"),
-            ("2026-11-25T04:15:00+01:00", "2026-11-25T03:15:00Z"),
-            ("2026-11-25 03:15:00", "2026-11-25T03:15:00Z"),
-        ];
-        for (s, shown) in ok {
-            assert_eq!(parse_until(s).unwrap().to_string(), shown, "{s}");
-        }
-        for (s, cause) in [
-            ("2026-11-25T03:15:00.5Z", "whole seconds"),
-            ("yesterday", "is not `latest` or a time"),
-        ] {
-            let e = parse_until(s).unwrap_err().to_string();
-            assert!(e.contains(cause), "{e}");
-        }
-        let gtid = UntilArgs {
-            until: None,
-            until_gtid: Some("0-1-x".into()),
-        };
-        assert!(gtid.target().is_err());
-    }
 }

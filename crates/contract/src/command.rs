@@ -235,17 +235,29 @@ pub struct Restore {
     pub pending_file: String,
     /// Where a physical restore leaves its GTID position for the agent.
     pub gtid_file: String,
+    /// The point in time to bring the data to from the binlog archive.
+    pub until: Option<PointInTime>,
+}
+
+/// A point-in-time target, as `--until` / `--until-gtid` take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointInTime {
+    /// `latest`, or a UTC time in whole seconds (`2026-11-25T03:15:00Z`).
+    Until(String),
+    /// A MariaDB GTID position.
+    UntilGtid(String),
 }
 
 impl Restore {
     /// The command of the server pods' `restore` container.
-    pub fn for_pod(repository: Repository, backup_id: &str) -> Restore {
+    pub fn for_pod(repository: Repository, backup_id: &str, until: Option<PointInTime>) -> Restore {
         Restore {
             repository,
             backup_id: backup_id.to_owned(),
             datadir: paths::DATADIR.to_owned(),
             pending_file: paths::PENDING_LOGICAL_RESTORE.to_owned(),
             gtid_file: paths::RESTORED_GTID.to_owned(),
+            until,
         }
     }
 
@@ -255,9 +267,17 @@ impl Restore {
         self.repository.push(&mut a);
         a.flag("datadir", &self.datadir)
             .flag("pending-file", &self.pending_file)
-            .flag("gtid-file", &self.gtid_file)
-            .arg("--")
-            .arg(&self.backup_id);
+            .flag("gtid-file", &self.gtid_file);
+        match &self.until {
+            Some(PointInTime::Until(t)) => {
+                a.flag("until", t);
+            }
+            Some(PointInTime::UntilGtid(g)) => {
+                a.flag("until-gtid", g);
+            }
+            None => {}
+        }
+        a.arg("--").arg(&self.backup_id);
         a
     }
 }

@@ -122,6 +122,8 @@ fn a_cluster_bootstrapped_from_a_backup() {
         backup_id: "20261101T000000Z-0a0b0c".into(),
         storage: backup.storages[1].clone(),
         encryption: backup.encryption.clone(),
+        until: None,
+        until_gtid: Some("0-1-5012".into()),
     };
     let v = validated(&c);
     let set = build::stateful_set(&c, &v, "quarry-config-x", &images(), Some(&source));

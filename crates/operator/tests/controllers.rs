@@ -1599,7 +1599,7 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     };
     assert_eq!(
         argv_of(restore),
-        command::Restore::for_pod(repository.clone(), "20261101T000000Z-0a0b").argv()
+        command::Restore::for_pod(repository.clone(), "20261101T000000Z-0a0b", None).argv()
     );
     // The agent finishes the restore (pending logical load, restored GTID history) from the same
     // repository and files.

@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+use chrono::{DateTime, NaiveDateTime, Utc};
 use clap::{Args, ValueEnum};
 use zeroize::Zeroizing;
 
+use crate::archive::Target;
+use crate::binlog::GtidPos;
 use crate::crypto::MasterKey;
 use crate::progress;
 use crate::repo::{CompleteBackup, Repository};
@@ -305,9 +308,58 @@ pub fn shutdown_signal() -> Pin<Box<dyn Future<Output = ()> + Send>> {
     })
 }
 
+/// A point-in-time target.
+#[derive(Args, Default)]
+pub struct UntilArgs {
+    /// Replay the binlog archive after the backup up to this time (UTC, whole seconds, e.g.
+    /// 2026-11-25T03:15:00Z), or `latest`: every transaction whose commit is stamped at or
+    /// before it, as long as the log runs in that order.
+    #[arg(long, conflicts_with = "until_gtid")]
+    pub until: Option<String>,
+    /// Replay the binlog archive after the backup up to and including this MariaDB GTID
+    /// position (e.g. 0-1-5012).
+    #[arg(long)]
+    pub until_gtid: Option<String>,
+}
+
+impl UntilArgs {
+    pub fn target(&self) -> Result<Option<Target>, Error> {
+        if let Some(p) = &self.until_gtid {
+            let pos = GtidPos::parse(p).map_err(Error::InvalidArgument)?;
+            if pos.is_empty() {
+                return Err(Error::InvalidArgument("--until-gtid is empty".into()));
+            }
+            return Ok(Some(Target::Gtid(pos)));
+        }
+        self.until.as_deref().map(parse_until).transpose()
+    }
+}
+
+/// `latest`, RFC 3339, or `YYYY-MM-DD HH:MM:SS` (UTC); whole seconds only.
+pub fn parse_until(s: &str) -> Result<Target, Error> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("latest") {
+        return Ok(Target::Latest);
+    }
+    let t = DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").map(|t| t.and_utc()))
+        .map_err(|_| {
+            Error::InvalidArgument(format!(
+                "--until {s:?} is not `latest` or a time like 2026-11-25T03:15:00Z"
+            ))
+        })?;
+    if t.timestamp_subsec_nanos() != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "--until {s:?} has a fraction of a second; MariaDB stamps binlog events with whole seconds, so give a whole second or use --until-gtid"
+        )));
+    }
+    Ok(Target::Time(t))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parallel_within, parse_size, read_parallel};
+    use super::*;
 
     #[test]
     fn readers_fit_in_the_memory_limit() {
@@ -335,5 +387,30 @@ mod tests {
         assert_eq!(parse_size("512"), Ok(512));
         assert!(parse_size("8 parsecs").is_err());
         assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn until_targets() {
+        let ok = [
+            ("latest", "the latest archived transaction"),
+            ("2026-11-25T03:15:00Z", "2026-11-25T03:15:00Z"),
+            ("2026-11-25T04:15:00+01:00", "2026-11-25T03:15:00Z"),
+            ("2026-11-25 03:15:00", "2026-11-25T03:15:00Z"),
+        ];
+        for (s, shown) in ok {
+            assert_eq!(parse_until(s).unwrap().to_string(), shown, "{s}");
+        }
+        for (s, cause) in [
+            ("2026-11-25T03:15:00.5Z", "whole seconds"),
+            ("yesterday", "is not `latest` or a time"),
+        ] {
+            let e = parse_until(s).unwrap_err().to_string();
+            assert!(e.contains(cause), "{e}");
+        }
+        let gtid = UntilArgs {
+            until: None,
+            until_gtid: Some("0-1-x".into()),
+        };
+        assert!(gtid.target().is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 use bulwark_api::cluster::{BackupEncryption, BackupStorage};
 use bulwark_api::MySQLCluster;
+use bulwark_contract::command::PointInTime;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
@@ -20,12 +21,27 @@ pub struct RestoreSource {
     pub storage: BackupStorage,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<BackupEncryption>,
+    /// The point in time to bring the data to (`bootstrap.fromBackup.until`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// The GTID position to bring the data to (`bootstrap.fromBackup.untilGtid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_gtid: Option<String>,
 }
 
 impl RestoreSource {
     /// How the restore reaches the storage; `None` for a storage of no kind.
     pub fn access(&self) -> Option<StorageAccess> {
         storage_access(&self.storage, self.encryption.as_ref())
+    }
+
+    /// The point in time the restore container is given.
+    pub fn point_in_time(&self) -> Option<PointInTime> {
+        match (&self.until, &self.until_gtid) {
+            (_, Some(g)) => Some(PointInTime::UntilGtid(g.clone())),
+            (Some(t), None) => Some(PointInTime::Until(t.clone())),
+            (None, None) => None,
+        }
     }
 
     /// The annotation value recording this source.
@@ -60,6 +76,8 @@ impl RestoreSource {
                 backup_id: status.backup_id.clone()?,
                 storage: status.recorded_storage.clone()?,
                 encryption,
+                until: from.until.clone(),
+                until_gtid: from.until_gtid.clone(),
             });
         }
         let storage = cluster
@@ -73,6 +91,8 @@ impl RestoreSource {
             backup_id: from.backup_id.clone()?,
             storage: storage.clone(),
             encryption,
+            until: from.until.clone(),
+            until_gtid: from.until_gtid.clone(),
         })
     }
 }

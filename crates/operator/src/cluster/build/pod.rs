@@ -265,7 +265,12 @@ fn seed_container(cluster: &MySQLCluster, images: &Images) -> Container {
 
 /// `bulwark-agent restore`: the backup into an empty data volume.
 fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Images) -> Container {
-    let argv = command::Restore::for_pod(access.repository.clone(), &source.backup_id).argv();
+    let argv = command::Restore::for_pod(
+        access.repository.clone(),
+        &source.backup_id,
+        source.point_in_time(),
+    )
+    .argv();
     let mut mounts = vec![
         datadir_mount(),
         mount("data", paths::VOLUME_ROOT, false),
