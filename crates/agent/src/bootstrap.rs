@@ -310,7 +310,8 @@ async fn replay_archive(
         client: source::find_tool(flavor, ToolJob::Client, None)?,
     };
     let server = offline::find_server()?;
-    let segments = archive_store::list(repo.store()).await?.segments;
+    let archive = mysql_backup::archive::manifest::archive_of(&backup.manifest);
+    let segments = archive_store::list(repo.store(), archive).await?.segments;
     let outcome = offline::replay_into_datadir(
         repo.store(),
         key,

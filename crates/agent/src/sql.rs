@@ -121,9 +121,10 @@ pub struct AccountPasswords<'a> {
 pub fn grants(flavor: Flavor, user: &str) -> &'static str {
     match (flavor, user) {
         (_, REPLICATION_USER) => "REPLICATION SLAVE",
+        // REPLICATION SLAVE: the binlog archiver streams the binary logs with this account.
         (Flavor::Mariadb, BACKUP_USER) => {
             "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, SLAVE MONITOR, CONNECTION ADMIN, \
-             SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
+             REPLICATION SLAVE, SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
         }
         (Flavor::Mysql, BACKUP_USER) => {
             "RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, BACKUP_ADMIN, \

@@ -426,6 +426,11 @@ fn default_max_unavailable() -> IntOrString {
 )
 .message("every schedule's storage must name an entry of backup.storages")
 .field_path(".schedules"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.binlogArchive) || self.storages.exists(st, st.name == self.binlogArchive.storage)"
+)
+.message("binlogArchive.storage must name an entry of backup.storages")
+.field_path(".binlogArchive"))]
 pub struct BackupSpec {
     /// Places backups are written to, each with a name that schedules and backups refer to.
     #[schemars(length(min = 1, max = 8))]
@@ -447,6 +452,27 @@ pub struct BackupSpec {
     /// or `Delete`. MySQLBackup objects are not deleted with the cluster.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+
+    /// Continuous archiving of the binary logs for point-in-time recovery: the primary's
+    /// transactions are streamed into a storage's binlog archive, next to its backups, within
+    /// seconds of their commit. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<BinlogArchiveSpec>,
+}
+
+/// Where and how often the binary logs are archived.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogArchiveSpec {
+    /// Name of the entry of `backup.storages` the archive is written to; backups in the same
+    /// storage can be restored to any point the archive covers after them.
+    #[schemars(length(min = 1, max = 63))]
+    pub storage: String,
+    /// Seconds between commits of the archive while transactions arrive (the most a whole-
+    /// cluster loss can lose, besides the archiver's own delay). 5 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300))]
+    pub flush_every_seconds: Option<i32>,
 }
 
 /// A named place backups are written to. Exactly one of `s3`, `pvc` or `nfs` is set.

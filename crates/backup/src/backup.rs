@@ -37,6 +37,8 @@ pub struct BackupRequest {
     /// The id to store the backup under, chosen by the caller (who can then find and delete
     /// it whatever happens to this run); `None` makes one from the start time.
     pub id: Option<String>,
+    /// The binlog archive that continues this backup (`None`: the repository's default one).
+    pub binlog_archive: Option<String>,
 }
 
 /// A committed backup.
@@ -208,6 +210,7 @@ pub async fn run(
                 tool_version,
             },
             consistent_point,
+            binlog_archive: req.binlog_archive.clone(),
             chunking: Chunking {
                 chunk_size: req.write.chunk_size as u64,
                 compression: "zstd".into(),

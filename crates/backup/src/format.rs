@@ -12,8 +12,8 @@ pub const FORMAT_NAME: &str = "bulwark-backup";
 pub const BACKUPS_PREFIX: &str = "backups/";
 /// Archived binlog segments live under this prefix of the repository.
 pub const BINLOGS_PREFIX: &str = "binlogs/";
-/// Ids of archived binlog segments start with this, which keeps them apart from backup ids in
-/// chunk associated data and object keys.
+/// Ids of archived binlog segments start with this (`binlog-<archive>/<stamp>`), which keeps
+/// them apart from backup ids in chunk associated data and object keys.
 pub const ARCHIVE_ID_PREFIX: &str = "binlog-";
 /// The commit marker of a backup, written last.
 pub const MANIFEST_NAME: &str = "manifest.json";
@@ -85,6 +85,9 @@ pub struct Manifest {
     pub source: SourceInfo,
     /// Replication coordinates at the backup's consistent point, as the tool reported them.
     pub consistent_point: ConsistentPoint,
+    /// The binlog archive that continues this backup (`None`: the repository's default one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<String>,
     /// How plaintext was cut and compressed.
     pub chunking: Chunking,
     /// Present when chunks are encrypted.

@@ -7,8 +7,8 @@ use chrono::Utc;
 use clap::{Args, Parser, Subcommand};
 use mysql_backup::backup::{self, BackupRequest};
 use mysql_backup::cli::args::{
-    absolute, open_repo, parse_size, shutdown_signal, workers, BackupSelector, ConnArgs, KeyArgs,
-    ProgressArgs, RepoArgs,
+    absolute, open_repo, parse_archive_name, parse_size, shutdown_signal, workers, BackupSelector,
+    ConnArgs, KeyArgs, ProgressArgs, RepoArgs,
 };
 use mysql_backup::cli::output::{
     human_bytes, init_logging, peak_rss_bytes, print_json, print_table, LogFormat,
@@ -124,6 +124,10 @@ struct BackupArgs {
     /// id before the run, to delete what a run it stops leaves.
     #[arg(long)]
     backup_id: Option<String>,
+    /// The binlog archive (`mysql-backup archive --archive`) that continues this backup, for
+    /// point-in-time restores [default: default].
+    #[arg(long, env = "MYSQL_BACKUP_BINLOG_ARCHIVE", value_parser = parse_archive_name)]
+    binlog_archive: Option<String>,
     #[command(flatten)]
     pub progress: ProgressArgs,
 }
@@ -315,6 +319,7 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
             segment_size: a.segment_size,
         },
         key,
+        binlog_archive: a.binlog_archive,
         id: a.backup_id,
     };
     let progress = Progress::new();
@@ -374,7 +379,7 @@ async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 v
             })
             .collect();
-        let mut out = json!({ "backups": complete, "archive": archive.json });
+        let mut out = json!({ "backups": complete, "archives": archive.json });
         if a.all {
             out["incomplete"] = catalog
                 .incomplete
@@ -550,7 +555,8 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let (repo, backup, key) = a.backup.open().await?;
     if let Some(until) = &until {
         // Refuse a target outside the window before anything is loaded.
-        let listing = mysql_backup::archive::store::list(repo.store()).await?;
+        let archive = mysql_backup::archive::manifest::archive_of(&backup.manifest);
+        let listing = mysql_backup::archive::store::list(repo.store(), archive).await?;
         let (window, _) = mysql_backup::archive::replay::window_of(&backup, &listing.segments)?;
         window.check(until).map_err(Error::PointInTime)?;
     }
@@ -633,10 +639,13 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     };
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
-    let segments = mysql_backup::archive::store::list(repo.store())
-        .await?
-        .segments;
-    let plan = prune::plan(&catalog, &segments, &policy, a.orphan_grace, Utc::now());
+    let archives: Vec<(String, Vec<mysql_backup::archive::SegmentManifest>)> =
+        mysql_backup::archive::store::list_all(repo.store(), &[])
+            .await?
+            .into_iter()
+            .map(|(name, listing)| (name, listing.segments))
+            .collect();
+    let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
     }
@@ -820,6 +829,43 @@ mod tests {
         Cli::try_parse_from(argv.to_vec()).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
     }
 
+    /// What the operator's archiver runs is what this binary parses.
+    #[test]
+    fn the_operators_archive_command_parses() {
+        let built = command::Archive {
+            repository: repository(),
+            archive: "ledger".into(),
+            host: "ledger-primary".into(),
+            port: 3306,
+            user: "bulwark_backup".into(),
+            password_file: "/etc/bulwark/backup-credentials/password".into(),
+            flush_every_seconds: 5,
+            server_id: command::ARCHIVER_SERVER_ID,
+        };
+        let cli = parse(built.argv());
+        let Command::Archive(a) = cli.command else {
+            panic!("not archive")
+        };
+        assert_eq!(a.repo.repo, "s3://bucket/prefix");
+        assert_eq!(
+            a.key.encryption_key_file.unwrap().to_str(),
+            Some("/etc/bulwark/backup-key/master.key")
+        );
+        assert_eq!(a.conn.mysql_host.as_deref(), Some("ledger-primary"));
+        assert_eq!(a.conn.mysql_port, Some(3306));
+        assert_eq!(a.conn.mysql_user, "bulwark_backup");
+        assert_eq!(
+            a.conn
+                .mysql_password_file
+                .as_deref()
+                .and_then(|p| p.to_str()),
+            Some("/etc/bulwark/backup-credentials/password")
+        );
+        assert_eq!(a.archive, "ledger");
+        assert_eq!(a.flush_every, std::time::Duration::from_secs(5));
+        assert_eq!(a.server_id, command::ARCHIVER_SERVER_ID);
+    }
+
     /// What the operator's backup Job runs is what this binary parses.
     #[test]
     fn the_operators_backup_command_parses() {
@@ -838,12 +884,14 @@ mod tests {
                 result_file: "/dev/termination-log".into(),
                 progress_interval_seconds: 5,
                 backup_id: "20261122T031633Z-4a0760".into(),
+                binlog_archive: "db".into(),
             };
             let cli = parse(built.argv());
             assert!(matches!(cli.log_format, super::LogFormat::Json));
             let Command::Backup(a) = cli.command else {
                 panic!("not a backup")
             };
+            assert_eq!(a.binlog_archive.as_deref(), Some("db"));
             assert_eq!(a.repo.repo, "s3://bucket/prefix");
             assert_eq!(a.repo.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
             assert_eq!(a.repo.s3.s3_region.as_deref(), Some("eu-1"));

@@ -5,7 +5,7 @@
 use clap::Args;
 use mysql_backup::archive::archiver::{self, ArchiveOptions};
 use mysql_backup::archive::replay::{self, ReplayOutcome};
-use mysql_backup::archive::{offline, store, window, Target, Window};
+use mysql_backup::archive::{manifest, offline, store, window, Target, Window};
 use mysql_backup::binlog::GtidPos;
 use mysql_backup::cli::args::{
     open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs, UntilArgs,
@@ -26,26 +26,30 @@ pub struct ArchiveArgs {
     pub conn: ConnArgs,
     #[command(flatten)]
     pub key: KeyArgs,
+    /// The archive to write: one per source server or cluster in a repository; backups name
+    /// theirs with `backup --binlog-archive`.
+    #[arg(long, default_value = manifest::DEFAULT_ARCHIVE, value_parser = mysql_backup::cli::args::parse_archive_name, env = "MYSQL_BACKUP_ARCHIVE")]
+    pub archive: String,
     /// Commit a segment at least this often while transactions arrive.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "MYSQL_BACKUP_ARCHIVE_FLUSH_EVERY")]
-    flush_every: std::time::Duration,
+    pub flush_every: std::time::Duration,
     /// ... and as soon as it holds this much binlog.
     #[arg(long, default_value = "64MiB", value_parser = parse_size, env = "MYSQL_BACKUP_ARCHIVE_SEGMENT_SIZE")]
-    segment_size: u64,
+    pub segment_size: u64,
     /// Server id to register with; must differ from every server's and replica's.
     #[arg(
         long,
         default_value_t = 4_000_000_001,
         env = "MYSQL_BACKUP_ARCHIVE_SERVER_ID"
     )]
-    server_id: u32,
+    pub server_id: u32,
     /// Where to start when the repository holds no archive yet (default: the newest
     /// backup's consistent point, else the server's current position).
     #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_START_GTID")]
-    start_gtid: Option<String>,
+    pub start_gtid: Option<String>,
     /// Heartbeat the server sends while idle; three missed ones mean reconnect.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    heartbeat: std::time::Duration,
+    pub heartbeat: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -78,6 +82,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
         .map_err(Error::InvalidArgument)?;
     let repo = open_repo(&a.repo, a.segment_size).await?;
     let opts = ArchiveOptions {
+        archive: a.archive,
         flush_every: a.flush_every,
         segment_bytes: a.segment_size as usize,
         server_id: a.server_id,
@@ -147,7 +152,7 @@ pub async fn replay(
         decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
         client: source::find_tool(flavor, ToolJob::Client, None)?,
     };
-    let listing = store::list(repo.store()).await?;
+    let listing = store::list(repo.store(), manifest::archive_of(&backup.manifest)).await?;
     let segments = &listing.segments;
     let store = repo.store();
     let work = async {
@@ -188,10 +193,12 @@ pub fn print_outcome(o: &ReplayOutcome, json: bool) {
     }
 }
 
-/// The archive as `list` shows it: totals, gaps, and each backup's recovery window.
+/// The archives as `list` shows them: totals and gaps per archive, and each backup's
+/// recovery window in its own archive.
 pub struct ArchiveView {
+    /// By archive name.
     pub json: serde_json::Value,
-    /// Per backup id: the end of its recovery window, when the archive continues it.
+    /// Per backup id: its window, when its archive continues it.
     pub windows: std::collections::BTreeMap<String, Window>,
     pub lines: Vec<String>,
 }
@@ -200,64 +207,74 @@ pub async fn archive_view(
     repo: &Repository,
     backups: &[CompleteBackup],
 ) -> Result<ArchiveView, Error> {
-    let listing = store::list(repo.store()).await?;
-    let segments = &listing.segments;
+    let named: Vec<&str> = backups
+        .iter()
+        .map(|b| manifest::archive_of(&b.manifest))
+        .collect();
+    let all = store::list_all(repo.store(), &[]).await?;
     let mut windows = std::collections::BTreeMap::new();
-    for b in backups {
-        if let Ok((w, chain)) = replay::window_of(b, segments) {
+    for (b, archive) in backups.iter().zip(&named) {
+        let Some(listing) = all.get(*archive) else {
+            continue;
+        };
+        if let Ok((w, chain)) = replay::window_of(b, &listing.segments) {
             if !chain.is_empty() {
                 windows.insert(b.manifest.id.clone(), w);
             }
         }
     }
-    let gaps = window::gaps(segments);
-    let newest = segments
-        .iter()
-        .max_by_key(|s| (s.received_at, s.id.clone()));
-    let transactions: u64 = segments.iter().map(|s| s.transactions).sum();
-    let stored: u64 = segments.iter().map(|s| s.stored_bytes).sum();
-    let json = serde_json::json!({
-        "segments": segments.len(),
-        "transactions": transactions,
-        "storedBytes": stored,
-        "through": newest.map(|s| s.through.to_string()),
-        "lastCommit": newest.map(|s| s.last_commit),
-        "lastReceived": newest.map(|s| s.received_at),
-        "incomplete": listing.incomplete.iter().map(|(id, why)| serde_json::json!({"id": id, "reason": why})).collect::<Vec<_>>(),
-        "gaps": gaps.iter().map(|g| serde_json::json!({
-            "after": g.after.as_ref().map(ToString::to_string),
-            "resumedAt": g.resumed_at.to_string(),
-            "resumedReceived": g.resumed_received,
-        })).collect::<Vec<_>>(),
-    });
+    let mut json = serde_json::Map::new();
     let mut lines = Vec::new();
-    if let Some(n) = newest {
-        lines.push(format!(
-            "binlog archive: {} segments, {} transactions, {} stored; reaches {} (last commit {}, received {})",
-            segments.len(),
-            transactions,
-            human_bytes(stored),
-            n.through,
-            n.last_commit.format("%Y-%m-%d %H:%M:%S"),
-            n.received_at.format("%Y-%m-%d %H:%M:%S"),
-        ));
-    }
-    for g in &gaps {
-        lines.push(format!(
-            "binlog archive GAP: continuous up to {}, resumed at {} (received {}); windows restart at the next backup",
-            g.after.as_ref().map_or("(nothing)".into(), ToString::to_string),
-            g.resumed_at,
-            g.resumed_received.format("%Y-%m-%d %H:%M:%S"),
-        ));
-    }
-    if !listing.incomplete.is_empty() {
-        lines.push(format!(
-            "binlog archive: {} segment(s) without a valid manifest (never replayed)",
-            listing.incomplete.len()
-        ));
+    for (name, listing) in &all {
+        let segments = &listing.segments;
+        let gaps = window::gaps(segments);
+        let newest = segments
+            .iter()
+            .max_by_key(|s| (s.received_at, s.id.clone()));
+        let transactions: u64 = segments.iter().map(|s| s.transactions).sum();
+        let stored: u64 = segments.iter().map(|s| s.stored_bytes).sum();
+        json.insert(name.clone(), serde_json::json!({
+            "segments": segments.len(),
+            "transactions": transactions,
+            "storedBytes": stored,
+            "through": newest.map(|s| s.through.to_string()),
+            "lastCommit": newest.map(|s| s.last_commit),
+            "lastReceived": newest.map(|s| s.received_at),
+            "incomplete": listing.incomplete.iter().map(|(id, why)| serde_json::json!({"id": id, "reason": why})).collect::<Vec<_>>(),
+            "gaps": gaps.iter().map(|g| serde_json::json!({
+                "after": g.after.as_ref().map(ToString::to_string),
+                "resumedAt": g.resumed_at.to_string(),
+                "resumedReceived": g.resumed_received,
+            })).collect::<Vec<_>>(),
+        }));
+        if let Some(n) = newest {
+            lines.push(format!(
+                "binlog archive {name}: {} segments, {} transactions, {} stored; reaches {} (last commit {}, received {})",
+                segments.len(),
+                transactions,
+                human_bytes(stored),
+                n.through,
+                n.last_commit.format("%Y-%m-%d %H:%M:%S"),
+                n.received_at.format("%Y-%m-%d %H:%M:%S"),
+            ));
+        }
+        for g in &gaps {
+            lines.push(format!(
+                "binlog archive {name} GAP: continuous up to {}, resumed at {} (received {}); windows restart at the next backup",
+                g.after.as_ref().map_or("(nothing)".into(), ToString::to_string),
+                g.resumed_at,
+                g.resumed_received.format("%Y-%m-%d %H:%M:%S"),
+            ));
+        }
+        if !listing.incomplete.is_empty() {
+            lines.push(format!(
+                "binlog archive {name}: {} segment(s) without a valid manifest (never replayed)",
+                listing.incomplete.len()
+            ));
+        }
     }
     Ok(ArchiveView {
-        json,
+        json: serde_json::Value::Object(json),
         windows,
         lines,
     })

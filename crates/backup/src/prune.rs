@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::archive::manifest::archive_of;
 use crate::archive::retain::{self, BackupPoint};
 use crate::archive::SegmentManifest;
 use crate::binlog::GtidPos;
@@ -32,7 +33,7 @@ pub const WINDOW_BASE: &str = "base of the current recovery window";
 /// Plans a prune of `catalog` at `now`.
 pub fn plan<'a>(
     catalog: &'a Catalog,
-    segments: &'a [SegmentManifest],
+    archives: &'a [(String, Vec<SegmentManifest>)],
     policy: &KeepPolicy,
     orphan_grace: Duration,
     now: DateTime<Utc>,
@@ -46,30 +47,35 @@ pub fn plan<'a>(
         })
         .collect();
     let mut decisions = retention::plan(policy, &candidates);
-    let points: Vec<BackupPoint> = catalog
-        .complete
-        .iter()
-        .map(|b| BackupPoint {
-            id: b.manifest.id.clone(),
-            point: b
-                .manifest
-                .consistent_point
-                .gtid_set
-                .as_deref()
-                .and_then(|p| GtidPos::parse(p).ok()),
-            kept: decisions.iter().any(|d| d.id == b.manifest.id && d.keep),
-        })
-        .collect();
-    let archive = retain::plan(&points, segments);
-    if let Some(id) = &archive.rescued {
-        if let Some(d) = decisions.iter_mut().find(|d| &d.id == id) {
-            d.keep = true;
-            d.reasons.push(WINDOW_BASE.into());
+    let mut removed_segments = Vec::new();
+    for (archive, segments) in archives {
+        let points: Vec<BackupPoint> = catalog
+            .complete
+            .iter()
+            .filter(|b| archive_of(&b.manifest) == archive)
+            .map(|b| BackupPoint {
+                id: b.manifest.id.clone(),
+                point: b
+                    .manifest
+                    .consistent_point
+                    .gtid_set
+                    .as_deref()
+                    .and_then(|p| GtidPos::parse(p).ok()),
+                kept: decisions.iter().any(|d| d.id == b.manifest.id && d.keep),
+            })
+            .collect();
+        let archive = retain::plan(&points, segments);
+        if let Some(id) = &archive.rescued {
+            if let Some(d) = decisions.iter_mut().find(|d| &d.id == id) {
+                d.keep = true;
+                d.reasons.push(WINDOW_BASE.into());
+            }
         }
+        removed_segments.extend(archive.remove.iter().map(|i| &segments[*i]));
     }
     PrunePlan {
         decisions,
-        segments: archive.remove.iter().map(|i| &segments[*i]).collect(),
+        segments: removed_segments,
         stale: catalog
             .incomplete
             .iter()

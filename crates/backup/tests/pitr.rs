@@ -130,7 +130,7 @@ fn wait_archived(repo: &str, key: &Path, gtid: &str, archiver: &Archiver) -> ser
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let l = list(repo, &[]);
-        let through = l["archive"]["through"]
+        let through = l["archives"]["default"]["through"]
             .as_str()
             .unwrap_or_default()
             .to_string();
@@ -201,7 +201,7 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
     let log = archiver.stop();
     assert!(log.contains("binlog segment archived"), "{log}");
     assert_eq!(
-        listing["archive"]["gaps"],
+        listing["archives"]["default"]["gaps"],
         serde_json::json!([]),
         "{listing}"
     );
@@ -353,12 +353,14 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let listing = wait_archived(&repo, &key, &rows.last().unwrap().gtid, &a);
     a.stop();
     assert_eq!(
-        listing["archive"]["transactions"].as_u64().unwrap(),
+        listing["archives"]["default"]["transactions"]
+            .as_u64()
+            .unwrap(),
         rows.len() as u64,
         "each transaction archived exactly once: {listing}"
     );
     assert_eq!(
-        listing["archive"]["gaps"],
+        listing["archives"]["default"]["gaps"],
         serde_json::json!([]),
         "{listing}"
     );
@@ -405,7 +407,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let listing = wait_archived(&repo, &key, &after_gap.last().unwrap().gtid, &a);
     let log = a.stop();
     assert!(log.contains("purged before they were archived"), "{log}");
-    let gaps = listing["archive"]["gaps"].as_array().unwrap();
+    let gaps = listing["archives"]["default"]["gaps"].as_array().unwrap();
     assert_eq!(gaps.len(), 1, "{listing}");
     assert_eq!(gaps[0]["after"], continuous_to.as_str(), "{listing}");
     assert_eq!(
@@ -418,7 +420,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
         Some(continuous_to.as_str())
     );
     let text = ok(cli(&["list", "--repo", &repo]));
-    assert!(text.contains("binlog archive GAP"), "{text}");
+    assert!(text.contains("binlog archive default GAP"), "{text}");
     let (latest, _) = restore_until(&repo, &key, &first_backup, &["--until", "latest"]);
     let want: BTreeSet<u64> = before.iter().chain(&rows).map(|r| r.id).collect();
     assert_eq!(ids(&latest), want, "replay stops at the gap");
@@ -443,7 +445,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
 
     // Retention: keeping only the newest backup removes the older one and every segment only
     // it needed; the newest backup's window stays whole.
-    let segments_before = listing["archive"]["segments"].as_u64().unwrap();
+    let segments_before = listing["archives"]["default"]["segments"].as_u64().unwrap();
     let dry: serde_json::Value = serde_json::from_str(&ok(cli(&[
         "prune",
         "--repo",
@@ -457,7 +459,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let doomed = dry["segmentsRemoved"].as_array().unwrap().len() as u64;
     assert!(doomed > 0 && doomed < segments_before, "{dry}");
     assert_eq!(
-        list(&repo, &[])["archive"]["segments"],
+        list(&repo, &[])["archives"]["default"]["segments"],
         segments_before,
         "dry run removed"
     );
@@ -465,7 +467,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let listing = list(&repo, &[]);
     assert_eq!(complete_ids(&listing), vec![second_backup.clone()]);
     assert_eq!(
-        listing["archive"]["segments"].as_u64().unwrap(),
+        listing["archives"]["default"]["segments"].as_u64().unwrap(),
         segments_before - doomed
     );
     assert_eq!(
@@ -474,7 +476,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     );
 
     // A changed byte in an archived segment fails the replay before it is applied.
-    let seg_dir = Path::new(&repo).join("binlogs");
+    let seg_dir = Path::new(&repo).join("binlogs").join("default");
     let mut dirs: Vec<_> = std::fs::read_dir(&seg_dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -131,6 +131,8 @@ pub struct Backup {
     pub progress_interval_seconds: u32,
     /// The id the backup is stored under, assigned (and recorded) by the operator beforehand.
     pub backup_id: String,
+    /// The binlog archive that continues the backup (the cluster's name).
+    pub binlog_archive: String,
 }
 
 impl Backup {
@@ -146,11 +148,47 @@ impl Backup {
             .opt("datadir", self.datadir.as_deref())
             .flag("result-file", &self.result_file)
             .flag("backup-id", &self.backup_id)
+            .flag("binlog-archive", &self.binlog_archive)
             .flag("progress", "log")
             .flag(
                 "progress-interval",
                 format!("{}s", self.progress_interval_seconds),
             );
+        a
+    }
+}
+
+/// `mysql-backup archive`: streams the primary's binary logs into the repository until stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archive {
+    pub repository: Repository,
+    /// The archive written (the cluster's name).
+    pub archive: String,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password_file: String,
+    /// Seconds between commits of the archive.
+    pub flush_every_seconds: u32,
+    /// The server id the archiver registers with (unlike every member's).
+    pub server_id: u32,
+}
+
+/// The archiver's server id: above any member's (members take small ids from their ordinal).
+pub const ARCHIVER_SERVER_ID: u32 = 4_000_000_001;
+
+impl Archive {
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(BACKUP_PROGRAM);
+        a.flag("log-format", "json").arg("archive");
+        self.repository.push(&mut a);
+        a.flag("archive", &self.archive)
+            .flag("mysql-host", &self.host)
+            .flag("mysql-port", self.port)
+            .flag("mysql-user", &self.user)
+            .flag("mysql-password-file", &self.password_file)
+            .flag("flush-every", format!("{}s", self.flush_every_seconds))
+            .flag("server-id", self.server_id);
         a
     }
 }

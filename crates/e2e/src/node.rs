@@ -6,6 +6,8 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The MariaDB server image the node holds (tests/node/lib.sh `MARIADB_IMAGE`); never pulled.
@@ -159,4 +161,39 @@ impl Drop for NodeS3 {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Host PIDs of the `mariadbd` processes of the pod with `uid` (the node's processes share the
+/// host's PID namespace; a pod's cgroup path names its uid).
+pub fn servers_of(uid: &str) -> Vec<i32> {
+    let underscored = uid.replace('-', "_");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            comm.trim() == "mariadbd" && (cgroup.contains(uid) || cgroup.contains(&underscored))
+        })
+        .collect()
+}
+
+/// Kills the pod's server whenever it runs, until `stop`; returns how many times it did.
+pub fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut kills = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for pid in servers_of(&uid) {
+                let killed = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                kills += usize::from(killed);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        kills
+    })
 }

@@ -11,45 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bulwark_e2e::node::{keep_killing, servers_of};
 use bulwark_e2e::{
     apply, get_json, operator, secret_value, sql, wait_for, wait_promoted, wait_ready,
     wait_takes_writes, writer, Namespace,
 };
-
-/// Host PIDs of the `mariadbd` processes of the pod with `uid` (the node's processes share the
-/// host's PID namespace; a pod's cgroup path names its uid).
-fn servers_of(uid: &str) -> Vec<i32> {
-    let underscored = uid.replace('-', "_");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            comm.trim() == "mariadbd" && (cgroup.contains(uid) || cgroup.contains(&underscored))
-        })
-        .collect()
-}
-
-/// Kills the pod's server whenever it runs, until `stop`; returns how many times it did.
-fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
-    std::thread::spawn(move || {
-        let mut kills = 0;
-        while !stop.load(Ordering::Relaxed) {
-            for pid in servers_of(&uid) {
-                let killed = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status()
-                    .is_ok_and(|s| s.success());
-                kills += usize::from(killed);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        kills
-    })
-}
 
 fn status(n: &str) -> serde_json::Value {
     get_json(n, "mysqlcluster/ember")

@@ -57,6 +57,8 @@ pub mod component {
     pub const CREDENTIALS: &str = "credentials";
     /// Backup and deletion Jobs.
     pub const BACKUP: &str = "backup";
+    /// The binlog archiver.
+    pub const ARCHIVER: &str = "binlog-archiver";
 }
 
 /// Labels that select a cluster's server pods.
@@ -95,6 +97,11 @@ pub fn headless_service(cluster: &str) -> String {
 /// Service routing to the primary.
 pub fn primary_service(cluster: &str) -> String {
     format!("{cluster}-primary")
+}
+
+/// The binlog archiver's Deployment.
+pub fn binlog_archiver(cluster: &str) -> String {
+    format!("{cluster}-binlog-archiver")
 }
 
 /// Service routing to the replicas.

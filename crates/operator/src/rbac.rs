@@ -79,6 +79,12 @@ const RULES: &[Rule] = &[
         resources: &["statefulsets"],
         verbs: &["get", "list", "watch", "create", "patch"],
     },
+    // The binlog archiver.
+    Rule {
+        group: "apps",
+        resources: &["deployments"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
     // Backup and data deletion Jobs.
     Rule {
         group: "batch",

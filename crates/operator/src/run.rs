@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bulwark_api::{MySQLBackup, MySQLCluster};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -139,6 +139,7 @@ async fn controller_set(
         .owns(scoped::<Service>(&client, scope), owned.clone())
         .owns(scoped::<ConfigMap>(&client, scope), owned.clone())
         .owns(scoped::<PodDisruptionBudget>(&client, scope), owned.clone())
+        .owns(scoped::<Deployment>(&client, scope), owned.clone())
         // Role labels are not in the pod template: a recreated pod is labelled when it appears.
         .watches(
             scoped::<Pod>(&client, scope),

@@ -136,6 +136,27 @@ fn a_cluster_bootstrapped_from_a_backup() {
     insta::assert_yaml_snapshot!(set);
 }
 
+#[test]
+fn the_binlog_archiver_of_a_cluster() {
+    let c: MySQLCluster = fixture("cluster-archived.yaml");
+    let v = validated(&c);
+    let backup = c.spec.backup.clone().unwrap();
+    let access = storage_access(&backup.storages[0], backup.encryption.as_ref()).unwrap();
+    let d = build::binlog_archiver(
+        &c,
+        &v.credentials,
+        &access,
+        "registry.test/mysql-backup:1.2.3",
+    )
+    .expect("an archiving cluster has an archiver");
+    insta::assert_yaml_snapshot!(d);
+    let plain: MySQLCluster = fixture("cluster-minimal.yaml");
+    assert!(
+        build::binlog_archiver(&plain, &validated(&plain).credentials, &access, "x").is_none(),
+        "no archiver without backup.binlogArchive"
+    );
+}
+
 fn backup_job(fixture_name: &str) -> serde_yaml::Value {
     let c: MySQLCluster = fixture("cluster-full.yaml");
     let b: MySQLBackup = fixture(fixture_name);

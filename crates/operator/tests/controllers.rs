@@ -1013,6 +1013,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
             result_file: "/dev/termination-log".into(),
             progress_interval_seconds: 5,
             backup_id: planned_id.clone(),
+            binlog_archive: "vault".into(),
         }
         .argv()
     );

@@ -35,6 +35,8 @@ const SLAVE_CAPABILITY_GTID: u32 = 4;
 /// How the archiver behaves.
 #[derive(Debug, Clone)]
 pub struct ArchiveOptions {
+    /// The archive written (one per source cluster in a repository).
+    pub archive: String,
     /// A segment is committed at least this often while transactions arrive.
     pub flush_every: Duration,
     /// ... and as soon as it holds this many bytes.
@@ -91,7 +93,7 @@ pub async fn run(
     mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
-    let segments = store::list(&store).await?.segments;
+    let segments = store::list(&store, &opts.archive).await?.segments;
     let start = resume_point(repo, conn, &segments, opts).await?;
     let mut archive = Archive {
         store,
@@ -149,7 +151,12 @@ async fn resume_point(
         return Ok(start.clone());
     }
     let catalog = repo.catalog().await?;
-    if let Some(b) = catalog.complete.last() {
+    let newest = catalog
+        .complete
+        .iter()
+        .rev()
+        .find(|b| manifest::archive_of(&b.manifest) == opts.archive);
+    if let Some(b) = newest {
         if let Some(p) = b.manifest.consistent_point.gtid_set.as_deref() {
             if let Ok(pos) = GtidPos::parse(p) {
                 tracing::info!(backup_id = %b.manifest.id, position = %pos, "archive starts at the newest backup's consistent point");
@@ -328,7 +335,7 @@ impl Archive<'_> {
         if pending.is_empty() {
             return Ok(());
         }
-        let id = manifest::new_segment_id(Utc::now());
+        let id = manifest::new_segment_id(&opts.archive, Utc::now());
         let (plain, draft) = pending.seal(id, opts.write.chunk_size as u64, opts.write.level);
         let committed = store::commit(&self.store, plain, self.key, &opts.write, draft).await?;
         let lag = (Utc::now() - committed.last_commit).num_milliseconds() as f64 / 1000.0;

@@ -82,19 +82,39 @@ impl StoredStream for SegmentManifest {
     }
 }
 
-/// A fresh segment id for a segment closed at `at`.
-pub fn new_segment_id(at: DateTime<Utc>) -> String {
+/// The archive backups name when they name none: a repository's one archive.
+pub const DEFAULT_ARCHIVE: &str = "default";
+
+/// The archive that continues backup `m`.
+pub fn archive_of(m: &crate::format::Manifest) -> &str {
+    m.binlog_archive.as_deref().unwrap_or(DEFAULT_ARCHIVE)
+}
+
+/// Whether `name` can name an archive: 1 to 63 of `a-z`, `0-9`, `-`, `.`, `_`, starting with
+/// a letter or digit (it becomes a directory and part of every segment id).
+pub fn is_archive_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._".contains(c))
+}
+
+/// A fresh id for a segment of archive `archive` closed at `at`:
+/// `binlog-<archive>/YYYYMMDDTHHMMSSZ-xxxxxx`.
+pub fn new_segment_id(archive: &str, at: DateTime<Utc>) -> String {
     format!(
-        "{}{}",
+        "{}{archive}/{}",
         format::ARCHIVE_ID_PREFIX,
         bulwark_contract::ids::backup_id(at, rand::random())
     )
 }
 
-/// Whether `s` has the shape of a segment id (guards keys built from listings).
-pub fn is_segment_id(s: &str) -> bool {
-    s.strip_prefix(format::ARCHIVE_ID_PREFIX)
-        .is_some_and(bulwark_contract::ids::is_backup_id)
+/// The archive a segment id belongs to, when `s` has the shape of a segment id (guards keys
+/// built from listings).
+pub fn segment_archive(s: &str) -> Option<&str> {
+    let (archive, stamp) = s.strip_prefix(format::ARCHIVE_ID_PREFIX)?.split_once('/')?;
+    (is_archive_name(archive) && bulwark_contract::ids::is_backup_id(stamp)).then_some(archive)
 }
 
 /// Parses and checks a segment manifest read from the object of segment `id`.
@@ -129,19 +149,21 @@ mod tests {
     #[test]
     fn segment_ids_and_keys_stay_apart_from_backups() {
         let at = "2026-11-25T03:15:00Z".parse().unwrap();
-        let id = new_segment_id(at);
-        assert!(is_segment_id(&id), "{id}");
-        assert!(id.starts_with("binlog-20261125T031500Z-"), "{id}");
-        assert!(!is_segment_id(&id["binlog-".len()..]));
+        let id = new_segment_id("ledger", at);
+        assert_eq!(segment_archive(&id), Some("ledger"), "{id}");
+        assert!(id.starts_with("binlog-ledger/20261125T031500Z-"), "{id}");
+        assert_eq!(segment_archive(&id["binlog-".len()..]), None);
         assert!(!format::is_backup_id(&id));
         let key = format::object_key(&id, "manifest.json");
-        assert_eq!(
-            key,
-            format!("binlogs/{}/manifest.json", &id["binlog-".len()..])
-        );
+        assert!(key.starts_with("binlogs/ledger/20261125T031500Z-"), "{key}");
+        assert!(key.ends_with("/manifest.json"), "{key}");
         assert_eq!(
             format::object_key("20261125T031500Z-abcdef", "manifest.json"),
             "backups/20261125T031500Z-abcdef/manifest.json"
         );
+        for bad in ["", "Ledger", "-x", "a/b", &"x".repeat(64)] {
+            assert!(!is_archive_name(bad), "{bad:?}");
+        }
+        assert!(is_archive_name("prod.ledger-1_a"));
     }
 }

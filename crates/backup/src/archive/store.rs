@@ -25,18 +25,51 @@ pub struct ArchiveListing {
     pub incomplete: Vec<(String, String)>,
 }
 
-/// Lists and loads every segment manifest.
-pub async fn list(store: &Arc<dyn Store>) -> Result<ArchiveListing> {
+/// The names of the archives the repository holds.
+pub async fn archives(store: &Arc<dyn Store>) -> Result<Vec<String>> {
     let objects = store
         .list(format::BINLOGS_PREFIX)
         .await
         .map_err(Error::ListRepository)?;
+    let mut names: Vec<String> = objects
+        .iter()
+        .filter_map(|o| o.key[format::BINLOGS_PREFIX.len()..].split_once('/'))
+        .map(|(name, _)| name.to_owned())
+        .filter(|n| manifest::is_archive_name(n))
+        .collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// Every archive's segments, by archive name, with `also` included even when empty.
+pub async fn list_all(
+    store: &Arc<dyn Store>,
+    also: &[&str],
+) -> Result<BTreeMap<String, ArchiveListing>> {
+    let mut names = archives(store).await?;
+    names.extend(also.iter().map(|s| s.to_string()));
+    names.sort();
+    names.dedup();
+    let mut out = BTreeMap::new();
+    for name in names {
+        let listing = list(store, &name).await?;
+        out.insert(name, listing);
+    }
+    Ok(out)
+}
+
+/// Lists and loads every segment manifest of archive `archive`.
+pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListing> {
+    let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
+    let objects = store.list(&prefix).await.map_err(Error::ListRepository)?;
     let mut by_id: BTreeMap<String, bool> = BTreeMap::new();
     for o in &objects {
-        let rest = &o.key[format::BINLOGS_PREFIX.len()..];
+        let rest = &o.key[prefix.len()..];
         if let Some((dir, name)) = rest.split_once('/') {
-            let id = format!("{}{dir}", format::ARCHIVE_ID_PREFIX);
-            if manifest::is_segment_id(&id) {
+            let id = format!("{}{archive}/{dir}", format::ARCHIVE_ID_PREFIX);
+            if manifest::segment_archive(&id) == Some(archive) {
                 *by_id.entry(id).or_default() |= name == format::MANIFEST_NAME;
             }
         }

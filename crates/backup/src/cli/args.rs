@@ -194,6 +194,17 @@ pub fn absolute(p: &std::path::Path) -> Result<PathBuf, Error> {
     })
 }
 
+/// Checks an archive name (`--archive`, `--binlog-archive`).
+pub fn parse_archive_name(s: &str) -> Result<String, String> {
+    if crate::archive::manifest::is_archive_name(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not an archive name: 1 to 63 of a-z, 0-9, '-', '.', '_', starting with a letter or digit"
+        ))
+    }
+}
+
 /// Parses sizes like `8MiB`, `4GiB`, `512KiB`, `16M` or plain bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bulwark_api::common::condition;
 use bulwark_api::{MySQLBackup, MySQLCluster};
 use chrono::Utc;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -33,6 +33,7 @@ use crate::conditions::{self, Desired, Status};
 use crate::context::{Context, Reason};
 use crate::error::Result;
 use crate::names::{self, component};
+use crate::storage::storage_access;
 use bootstrap::RestoreSource;
 use build::Images;
 use validate::{Refs, Validated};
@@ -255,6 +256,23 @@ async fn apply_children(
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
     let pdb = build::pod_disruption_budget(cluster);
     apply::apply(&pdbs, &name, &pdb, CLUSTER_MANAGER).await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let archiver_name = names::binlog_archiver(&name);
+    let archive_access = cluster.spec.backup.as_ref().and_then(|b| {
+        let archive = b.binlog_archive.as_ref()?;
+        let storage = b.storages.iter().find(|s| s.name == archive.storage)?;
+        storage_access(storage, b.encryption.as_ref())
+    });
+    let archiver = archive_access.and_then(|access| {
+        build::binlog_archiver(cluster, &validated.credentials, &access, &defaults.agent)
+    });
+    match archiver {
+        Some(d) => {
+            apply::apply(&deployments, &archiver_name, &d, CLUSTER_MANAGER).await?;
+        }
+        None => apply::delete_opt(&deployments, &archiver_name).await?,
+    }
 
     Ok(Applied {
         stateful_set,

@@ -165,6 +165,12 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                 }
             }
         }
+        if backup.binlog_archive.is_some() && spec.engine == Engine::MySql {
+            problems.push(
+                "backup.binlogArchive needs engine MariaDB: archiving MySQL binary logs is not built yet"
+                    .to_owned(),
+            );
+        }
         for sc in &backup.schedules {
             if let Err(e) =
                 crate::schedule::plan::CronSchedule::parse(&sc.schedule, sc.time_zone.as_deref())

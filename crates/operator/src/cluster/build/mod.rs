@@ -1,6 +1,7 @@
 //! The desired children of a MySQLCluster, built from the validated spec alone (plus the images
 //! already in use, so that an operator upgrade never changes a running pod template). Pure.
 
+mod archiver;
 mod pod;
 
 use bulwark_contract::order::ORDER_KEY;
@@ -17,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::Resource;
 
+pub use archiver::binlog_archiver;
 pub use pod::stateful_set;
 
 use super::validate::Validated;
