@@ -37,7 +37,7 @@ fn insert(n: &str, pod: &str, password: &str, from: u32, to: u32) -> String {
         pod,
         password,
         "till-primary",
-        &format!("INSERT INTO till.ledger SELECT seq, @@hostname FROM seq_{from}_to_{to}"),
+        &format!("USE till; INSERT INTO ledger SELECT seq, @@hostname FROM seq_{from}_to_{to}"),
     )
     .unwrap_or_else(|e| {
         dump(n);

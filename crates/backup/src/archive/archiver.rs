@@ -82,6 +82,8 @@ struct Archive<'a> {
     segments: Vec<SegmentManifest>,
     pending: Pending,
     report: ArchiveReport,
+    /// Nothing says where to start: the first session starts at the server's position.
+    start_at_server: bool,
 }
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
@@ -94,7 +96,9 @@ pub async fn run(
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
     let segments = store::list(&store, &opts.archive).await?.segments;
-    let start = resume_point(repo, conn, &segments, opts).await?;
+    let start = resume_point(repo, &segments, opts).await?;
+    let start_at_server = start.is_none();
+    let start = start.unwrap_or_default();
     let mut archive = Archive {
         store,
         key,
@@ -105,6 +109,7 @@ pub async fn run(
             ..Default::default()
         },
         pending: Pending::new(start),
+        start_at_server,
     };
     let mut backoff = Duration::from_millis(500);
     loop {
@@ -118,6 +123,8 @@ pub async fn run(
             Ok(SessionEnd::Retry(why)) => {
                 tracing::warn!(reason = %why, through = %archive.pending.through, "binlog stream ended; reconnecting");
             }
+            // Not a MariaDB server: no retry makes it one.
+            Err(e @ Error::ArchiveUnsupported(_)) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %crate::error::chain(&e), through = %archive.pending.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
             }
@@ -133,22 +140,22 @@ pub async fn run(
 }
 
 /// Where archiving continues: after the newest committed segment; with none, the given start,
-/// else the newest backup's consistent point, else the server's current position.
+/// else the newest backup's consistent point; `None`: at the server's current position, read
+/// once it answers.
 async fn resume_point(
     repo: &Repository,
-    conn: &Connection,
     segments: &[SegmentManifest],
     opts: &ArchiveOptions,
-) -> Result<GtidPos> {
+) -> Result<Option<GtidPos>> {
     if let Some(last) = segments
         .iter()
         .max_by_key(|s| (s.received_at, s.id.clone()))
     {
         tracing::info!(segment = %last.id, through = %last.through, "resuming after the newest archived segment");
-        return Ok(last.through.clone());
+        return Ok(Some(last.through.clone()));
     }
     if let Some(start) = &opts.start {
-        return Ok(start.clone());
+        return Ok(Some(start.clone()));
     }
     let catalog = repo.catalog().await?;
     let newest = catalog
@@ -160,19 +167,11 @@ async fn resume_point(
         if let Some(p) = b.manifest.consistent_point.gtid_set.as_deref() {
             if let Ok(pos) = GtidPos::parse(p) {
                 tracing::info!(backup_id = %b.manifest.id, position = %pos, "archive starts at the newest backup's consistent point");
-                return Ok(pos);
+                return Ok(Some(pos));
             }
         }
     }
-    let mut c = connect(conn).await?;
-    let pos: Option<String> = c
-        .query_first("SELECT @@gtid_binlog_pos")
-        .await
-        .map_err(|e| Error::QueryServer(Box::new(e)))?;
-    let _ = c.disconnect().await;
-    let pos = GtidPos::parse(&pos.unwrap_or_default()).map_err(Error::InvalidArgument)?;
-    tracing::warn!(position = %pos, "no backup and no archive: archiving starts at the server's current position; the recovery window begins with the next backup");
-    Ok(pos)
+    Ok(None)
 }
 
 async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
@@ -221,6 +220,17 @@ impl Archive<'_> {
             server_id,
             server_version: version,
         };
+        if self.start_at_server {
+            let pos: Option<String> = c
+                .query_first("SELECT @@gtid_binlog_pos")
+                .await
+                .map_err(|e| Error::QueryServer(Box::new(e)))?;
+            let pos = GtidPos::parse(&pos.unwrap_or_default()).map_err(Error::InvalidArgument)?;
+            tracing::warn!(position = %pos, "no backup and no archive: archiving starts at the server's current position; the recovery window begins with the next backup");
+            self.pending = Pending::new(pos.clone());
+            self.report.through = pos;
+            self.start_at_server = false;
+        }
         if self.pending.source.as_ref() != Some(&source) && !self.pending.is_empty() {
             // One segment, one source: what came from the previous server is committed first.
             self.flush().await?;
