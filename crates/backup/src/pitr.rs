@@ -5,6 +5,7 @@
 use clap::Args;
 use mysql_backup::archive::archiver::{self, ArchiveOptions};
 use mysql_backup::archive::replay::{self, ReplayOutcome};
+use mysql_backup::archive::status::{self, Board};
 use mysql_backup::archive::{manifest, offline, store, window, Target, Window};
 use mysql_backup::binlog::GtidPos;
 use mysql_backup::cli::args::{
@@ -47,6 +48,10 @@ pub struct ArchiveArgs {
     /// backup's consistent point, else the server's current position).
     #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_START_GTID")]
     pub start_gtid: Option<String>,
+    /// Serve the archiver's report (`GET /status`, one JSON line) and `/healthz` here, e.g.
+    /// 0.0.0.0:9083.
+    #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_STATUS_LISTEN")]
+    pub status_listen: Option<std::net::SocketAddr>,
     /// Heartbeat the server sends while idle; three missed ones mean reconnect.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub heartbeat: std::time::Duration,
@@ -95,7 +100,22 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
             segment_size: format::DEFAULT_SEGMENT_SIZE,
         },
     };
-    let report = archiver::run(&repo, &conn, key.as_ref(), &opts, shutdown_signal()).await?;
+    let board = Board::new(&opts.archive);
+    if let Some(addr) = a.status_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::LocalIo {
+                action: "listen on",
+                path: addr.to_string(),
+                source,
+            })?;
+        tokio::spawn(status::serve(
+            listener,
+            board.clone(),
+            std::future::pending(),
+        ));
+    }
+    let report = archiver::run(&repo, &conn, key.as_ref(), &opts, board, shutdown_signal()).await?;
     println!(
         "archived {} transactions in {} segments; the archive reaches {}",
         report.transactions, report.segments, report.through

@@ -68,6 +68,8 @@ fn seq(gtid: &str) -> u64 {
 struct Archiver {
     child: Child,
     log: std::path::PathBuf,
+    /// Where its `/status` is served.
+    status: std::net::SocketAddr,
 }
 
 impl Archiver {
@@ -82,6 +84,11 @@ impl Archiver {
             "--flush-every".into(),
             "1s".into(),
         ];
+        let status = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        args.extend(["--status-listen".into(), status.to_string()]);
         args.extend(db.cli_args());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut c = cli(&argv);
@@ -91,7 +98,20 @@ impl Archiver {
         Archiver {
             child: c.spawn().unwrap(),
             log,
+            status,
         }
+    }
+
+    /// `GET /status`, parsed.
+    fn report(&self) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.status).unwrap();
+        s.write_all(b"GET /status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let body = raw.split_once("\r\n\r\n").unwrap().1;
+        serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {raw}"))
     }
 
     fn log(&self) -> String {
@@ -198,6 +218,17 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
     let rows = write_for(&source, Duration::from_millis(3500));
     let last = rows.last().unwrap().clone();
     let listing = wait_archived(&repo, &key, &last.gtid, &archiver);
+    // The archiver's own report: streaming, at the end, caught up, the window from the backup.
+    let report = archiver.report();
+    assert_eq!(report["streaming"], true, "{report}");
+    assert_eq!(report["through"], last.gtid.as_str(), "{report}");
+    assert_eq!(report["gaps"], 0, "{report}");
+    assert_eq!(
+        report["recoverableFromBackup"],
+        id.as_str(),
+        "the older backup: {report}"
+    );
+    assert!(report["lagSeconds"].as_f64().unwrap() < 3.0, "{report}");
     let log = archiver.stop();
     assert!(log.contains("binlog segment archived"), "{log}");
     assert_eq!(

@@ -6,6 +6,7 @@
 //! No Kubernetes and no async runtime here: this crate sits at the bottom of the workspace.
 
 pub mod accounts;
+pub mod archive;
 pub mod clone;
 pub mod command;
 pub mod gtid;

@@ -18,12 +18,13 @@ use mysql_async::BinlogStreamRequest;
 
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 use super::pending::{Added, Pending};
+use super::status::Board;
 use super::store;
 use crate::binlog::{Assembler, GtidPos, RawEvent, Step};
 use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::format::Flavor;
-use crate::repo::Repository;
+use crate::repo::{CompleteBackup, Repository};
 use crate::source::{self, Connection};
 use crate::writer::WriteOptions;
 
@@ -84,7 +85,16 @@ struct Archive<'a> {
     report: ArchiveReport,
     /// Nothing says where to start: the first session starts at the server's position.
     start_at_server: bool,
+    /// What `/status` reports.
+    board: Arc<Board>,
+    repo: &'a Repository,
+    /// The archive's backups, for the recovery window, and when they were listed.
+    backups: Vec<CompleteBackup>,
+    backups_listed: Option<Instant>,
 }
+
+/// How often the backups are listed again for the recovery window.
+const BACKUPS_RELIST: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
 pub async fn run(
@@ -92,6 +102,7 @@ pub async fn run(
     conn: &Connection,
     key: Option<&MasterKey>,
     opts: &ArchiveOptions,
+    board: Arc<Board>,
     mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
@@ -110,7 +121,15 @@ pub async fn run(
         },
         pending: Pending::new(start),
         start_at_server,
+        board,
+        repo,
+        backups: Vec::new(),
+        backups_listed: None,
     };
+    archive.refresh_backups().await;
+    archive
+        .board
+        .committed(&archive.segments, &archive.backups, None);
     let mut backoff = Duration::from_millis(500);
     loop {
         match archive.session(conn, &mut shutdown).await {
@@ -122,11 +141,14 @@ pub async fn run(
             }
             Ok(SessionEnd::Retry(why)) => {
                 tracing::warn!(reason = %why, through = %archive.pending.through, "binlog stream ended; reconnecting");
+                archive.board.stream(Some(why));
             }
             // Not a MariaDB server: no retry makes it one.
             Err(e @ Error::ArchiveUnsupported(_)) => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %crate::error::chain(&e), through = %archive.pending.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
+                let cause = crate::error::chain(&e);
+                tracing::warn!(error = %cause, through = %archive.pending.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
+                archive.board.stream(Some(cause));
             }
         }
         tokio::select! {
@@ -193,6 +215,24 @@ async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
 }
 
 impl Archive<'_> {
+    /// Lists the archive's backups again (a failure keeps the last list: the window is
+    /// informational and must never stop the archiving).
+    async fn refresh_backups(&mut self) {
+        match self.repo.catalog().await {
+            Ok(catalog) => {
+                self.backups = catalog
+                    .complete
+                    .into_iter()
+                    .filter(|b| manifest::archive_of(&b.manifest) == self.opts.archive)
+                    .collect();
+                self.backups_listed = Some(Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), "failed to list backups for the recovery window");
+            }
+        }
+    }
+
     /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
     async fn session(
         &mut self,
@@ -259,6 +299,7 @@ impl Archive<'_> {
                 source: Box::new(source),
             })?;
         tracing::info!(server = %source.host, server_id, from = %from, "streaming binary logs");
+        self.board.stream(None);
         let mut assembler = Assembler::default();
         let silence = opts.heartbeat * 3 + Duration::from_secs(2);
         loop {
@@ -313,7 +354,8 @@ impl Archive<'_> {
                 source: reason,
             })?;
             match step {
-                Step::Nothing | Step::Heartbeat => {}
+                Step::Nothing => {}
+                Step::Heartbeat => self.board.current(self.pending.opened()),
                 Step::Format(fde) => {
                     if self.pending.format_changes(fde.bytes()) && !self.pending.is_empty() {
                         self.flush().await?;
@@ -334,6 +376,7 @@ impl Archive<'_> {
                     if self.pending.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
                         tracing::debug!(%gtid, "transaction already archived; skipped");
                     }
+                    self.board.current(self.pending.opened());
                 }
             }
         }
@@ -363,6 +406,13 @@ impl Archive<'_> {
         self.report.through = committed.through.clone();
         self.pending = self.pending.next();
         self.segments.push(committed);
+        if self
+            .backups_listed
+            .is_none_or(|t| t.elapsed() > BACKUPS_RELIST)
+        {
+            self.refresh_backups().await;
+        }
+        self.board.committed(&self.segments, &self.backups, None);
         Ok(())
     }
 

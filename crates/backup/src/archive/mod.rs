@@ -9,6 +9,7 @@ pub mod offline;
 pub mod pending;
 pub mod replay;
 pub mod retain;
+pub mod status;
 pub mod store;
 pub mod window;
 

@@ -110,6 +110,11 @@ impl Pending {
             && (self.events.len() >= bytes || self.opened.is_some_and(|o| now >= o + every))
     }
 
+    /// When the oldest transaction held arrived.
+    pub fn opened(&self) -> Option<Instant> {
+        self.opened
+    }
+
     /// When the segment becomes due by age.
     pub fn deadline(&self, every: Duration) -> Option<Instant> {
         self.opened.map(|o| o + every)

@@ -1,0 +1,215 @@
+//! The archiver's report for `GET /status`: how far the archive reaches, how far behind the
+//! server it may be, its gaps and the current recovery window. The archiver loop records what
+//! happens on a [`Board`]; the figures are derived by pure functions, table-tested.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulwark_contract::archive::ArchiveStatus;
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::manifest::SegmentManifest;
+use super::window;
+use crate::repo::CompleteBackup;
+
+/// Seconds the archive may be behind: 0 while streaming with nothing uncommitted; since the
+/// oldest uncommitted transaction arrived; or, while not streaming, since the stream was last
+/// known to be current (else since the archiver started).
+pub fn lag(
+    streaming: bool,
+    oldest_pending: Option<Instant>,
+    last_current: Option<Instant>,
+    started: Instant,
+    now: Instant,
+) -> Duration {
+    let since = |t: Instant| now.saturating_duration_since(t);
+    match (streaming, oldest_pending) {
+        (true, Some(p)) => since(p),
+        (true, None) => Duration::ZERO,
+        (false, p) => since(
+            [p, last_current]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(started),
+        ),
+    }
+}
+
+/// The current recovery window: from the oldest backup whose chain reaches the archive's end
+/// (its finish time and id) to the last archived commit; `None` when no backup reaches it.
+pub fn window(
+    backups: &[CompleteBackup],
+    segments: &[SegmentManifest],
+) -> Option<(DateTime<Utc>, String, DateTime<Utc>)> {
+    let newest = segments
+        .iter()
+        .max_by_key(|s| (s.received_at, s.id.clone()))?;
+    backups
+        .iter()
+        .filter_map(|b| {
+            let (w, _) = super::replay::window_of(b, segments).ok()?;
+            w.to.covers(&newest.through)
+                .then(|| (w.from_time, b.manifest.id.clone(), w.to_time))
+        })
+        .min_by_key(|(from, id, _)| (*from, id.clone()))
+}
+
+/// What the archiver has seen, shared between its loop and its endpoint.
+#[derive(Debug)]
+pub struct Board {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    report: ArchiveStatus,
+    oldest_pending: Option<Instant>,
+    last_current: Option<Instant>,
+    started: Instant,
+}
+
+fn stamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+impl Board {
+    pub fn new(archive: &str) -> Arc<Board> {
+        Arc::new(Board {
+            state: Mutex::new(State {
+                report: ArchiveStatus {
+                    archive: archive.to_owned(),
+                    ..ArchiveStatus::default()
+                },
+                oldest_pending: None,
+                last_current: None,
+                started: Instant::now(),
+            }),
+        })
+    }
+
+    fn with(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.state.lock().expect("board lock"));
+    }
+
+    /// The stream opened (`None`) or failed (`Some(cause)`).
+    pub fn stream(&self, failure: Option<String>) {
+        self.with(|s| {
+            s.report.streaming = failure.is_none();
+            s.report.error = failure;
+            if s.report.streaming {
+                s.last_current = Some(Instant::now());
+            }
+        });
+    }
+
+    /// The server said it has nothing newer (a heartbeat), or sent an event.
+    pub fn current(&self, uncommitted_since: Option<Instant>) {
+        self.with(|s| {
+            s.oldest_pending = uncommitted_since;
+            if uncommitted_since.is_none() {
+                s.last_current = Some(Instant::now());
+            }
+        });
+    }
+
+    /// Segments were committed; `backups` are the archive's backups as last listed.
+    pub fn committed(
+        &self,
+        segments: &[SegmentManifest],
+        backups: &[CompleteBackup],
+        uncommitted_since: Option<Instant>,
+    ) {
+        let gaps = window::gaps(segments);
+        let newest = segments
+            .iter()
+            .max_by_key(|s| (s.received_at, s.id.clone()));
+        let current = window(backups, segments);
+        self.with(|s| {
+            s.oldest_pending = uncommitted_since;
+            if let Some(n) = newest {
+                s.report.through = n.through.to_string();
+                s.report.last_commit = Some(stamp(n.last_commit));
+            }
+            s.report.gaps = gaps.len() as u32;
+            s.report.last_gap_resumed_at = gaps.last().map(|g| g.resumed_at.to_string());
+            s.report.recoverable_from = current.as_ref().map(|c| stamp(c.0));
+            s.report.recoverable_from_backup = current.as_ref().map(|c| c.1.clone());
+            s.report.recoverable_to = current.as_ref().map(|c| stamp(c.2));
+        });
+    }
+
+    /// The report as of now.
+    pub fn report(&self) -> ArchiveStatus {
+        let s = self.state.lock().expect("board lock");
+        let mut r = s.report.clone();
+        let lag = lag(
+            r.streaming,
+            s.oldest_pending,
+            s.last_current,
+            s.started,
+            Instant::now(),
+        );
+        r.lag_seconds = (lag.as_secs_f64() * 10.0).round() / 10.0;
+        r
+    }
+}
+
+/// Serves `GET /status` (the report as one JSON line) and `GET /healthz` on `listener`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    board: Arc<Board>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let status = move || {
+        let board = board.clone();
+        async move {
+            let line = serde_json::to_string(&board.report()).expect("report serializes");
+            bulwark_http::text(StatusCode::OK, &line)
+        }
+    };
+    let app = bulwark_http::get_only(
+        axum::Router::new()
+            .route(bulwark_contract::archive::STATUS_PATH, get(status))
+            .route(
+                "/healthz",
+                get(|| async { bulwark_http::text(StatusCode::OK, "ok") }),
+            ),
+        "not found; try /status or /healthz",
+    );
+    let limits = bulwark_http::Limits {
+        header: Duration::from_secs(5),
+        connection: Duration::from_secs(10),
+        max_connections: 8,
+    };
+    bulwark_http::serve(listener, app, limits, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_counts_what_may_be_missing() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let cases = [
+            // (streaming, oldest pending, last current, now, lag)
+            (true, None, Some(at(5)), at(100), 0),
+            (true, Some(at(97)), Some(at(5)), at(100), 3),
+            (false, None, Some(at(40)), at(100), 60),
+            (false, Some(at(30)), Some(at(40)), at(100), 70),
+            (false, None, None, at(100), 100),
+        ];
+        for (streaming, pending, current, now, want) in cases {
+            let got = lag(streaming, pending, current, t0, now);
+            assert_eq!(
+                got,
+                Duration::from_secs(want),
+                "{streaming} {pending:?} {current:?}"
+            );
+        }
+    }
+}
