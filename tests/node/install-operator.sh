@@ -62,6 +62,11 @@ diagnose() {
 t0="$(now)"
 existed=false
 kubectl -n "$NAMESPACE" get "deploy/$RELEASE" >/dev/null 2>&1 && existed=true
+# Helm installs a chart's CRDs once and never upgrades them: on a reused node, the CRDs of this
+# tree are applied first (as an upgrade must do by hand).
+if [[ "$existed" == true ]]; then
+	kubectl apply --server-side --force-conflicts -f "$repo_dir/charts/mysql-operator/crds/" >/dev/null
+fi
 # The image built here has Debian's mariadb-backup 10.11 and no XtraBackup (PERCONA=false).
 # shellcheck disable=SC2086 # BULWARK_HELM_ARGS is split on purpose
 helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \

@@ -712,7 +712,8 @@ pub struct BootstrapFromBackup {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MySQLClusterStatus {
-    /// Standard conditions: `Ready`, `Progressing`, `Degraded` and `BackupHealthy`.
+    /// Standard conditions: `Ready`, `Progressing`, `Degraded`, `BackupHealthy` and, with
+    /// `backup.binlogArchive`, `BinlogArchiveHealthy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -750,6 +751,43 @@ pub struct MySQLClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub schedules: Vec<ScheduleStatus>,
+    /// The binlog archive, as its archiver last reported (with `backup.binlogArchive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<BinlogArchiveStatus>,
+}
+
+/// The binlog archive and the recovery window it gives.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogArchiveStatus {
+    /// Whether the archiver is streaming from the primary.
+    #[serde(default)]
+    pub streaming: bool,
+    /// GTID position after the last archived transaction.
+    #[serde(default)]
+    pub through: String,
+    /// Commit stamp of the last archived transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit: Option<String>,
+    /// Seconds the archive may be behind the primary.
+    #[serde(default)]
+    pub lag_seconds: i64,
+    /// Gaps in the archive (binary logs purged before they were archived).
+    #[serde(default)]
+    pub gaps: u32,
+    /// Where the newest gap resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_gap_resumed_at: Option<String>,
+    /// The first point in time a new cluster can be restored to, continuously up to
+    /// `recoverableTo`: the finish of the oldest backup the archive continues to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_from: Option<String>,
+    /// That backup's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_from_backup: Option<String>,
+    /// The last point in time a new cluster can be restored to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_to: Option<String>,
 }
 
 /// A successful backup, as recorded in a cluster's status.

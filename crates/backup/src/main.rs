@@ -640,7 +640,7 @@ async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
     let archives: Vec<(String, Vec<mysql_backup::archive::SegmentManifest>)> =
-        mysql_backup::archive::store::list_all(repo.store(), &[])
+        mysql_backup::archive::store::list_all(repo.store())
             .await?
             .into_iter()
             .map(|(name, listing)| (name, listing.segments))
@@ -841,6 +841,7 @@ mod tests {
             password_file: "/etc/bulwark/backup-credentials/password".into(),
             flush_every_seconds: 5,
             server_id: command::ARCHIVER_SERVER_ID,
+            status_listen: "0.0.0.0:9083".into(),
         };
         let cli = parse(built.argv());
         let Command::Archive(a) = cli.command else {
@@ -864,6 +865,7 @@ mod tests {
         assert_eq!(a.archive, "ledger");
         assert_eq!(a.flush_every, std::time::Duration::from_secs(5));
         assert_eq!(a.server_id, command::ARCHIVER_SERVER_ID);
+        assert_eq!(a.status_listen, Some("0.0.0.0:9083".parse().unwrap()));
     }
 
     /// What the operator's backup Job runs is what this binary parses.

@@ -231,7 +231,7 @@ pub async fn archive_view(
         .iter()
         .map(|b| manifest::archive_of(&b.manifest))
         .collect();
-    let all = store::list_all(repo.store(), &[]).await?;
+    let all = store::list_all(repo.store()).await?;
     let mut windows = std::collections::BTreeMap::new();
     for (b, archive) in backups.iter().zip(&named) {
         let Some(listing) = all.get(*archive) else {

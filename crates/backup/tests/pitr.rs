@@ -530,3 +530,106 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     fails(cli(&argv), &["is corrupt"]);
 }
+
+/// Waits until the archive reaches exactly `pos`.
+fn wait_archived_at(repo: &str, pos: &str, archiver: &Archiver) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l = list(repo, &[]);
+        let through = l["archives"]["default"]["through"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if through == pos {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "archive did not reach {pos} in 30 s (at {through:?}); archiver log: {}",
+            archiver.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn after_a_failover_to_a_replica_without_the_last_transactions_the_archive_follows_the_survivor() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let old = MariaDb::start().unwrap();
+    let new = MariaDb::start_with_args(&["--server-id=2", "--log-slave-updates"]).unwrap();
+    new.sql(&format!(
+        "CHANGE MASTER TO master_host='127.0.0.1', master_port={}, master_user='root', \
+         master_use_gtid=slave_pos; START SLAVE;",
+        old.port()
+    ))
+    .unwrap();
+    let caught_up = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while new.query("SELECT @@gtid_binlog_pos").unwrap()[0][0] != want {
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not reach {want}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    old.sql(SCHEMA).unwrap();
+    let mut kept: Vec<Row> = (0..3).map(|_| write_row(&old)).collect();
+    let b = backup(
+        &repo,
+        &old,
+        &[
+            "--method",
+            "logical",
+            "--encryption-key-file",
+            key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let id = b["id"].as_str().unwrap().to_string();
+
+    // Archived from the old primary, replicated.
+    let a = Archiver::start(&repo, &old, &key, work.path(), "old");
+    kept.extend((0..5).map(|_| write_row(&old)));
+    caught_up(&kept.last().unwrap().gtid);
+    // Archived, but never replicated: the old primary's last transactions.
+    new.sql("STOP SLAVE").unwrap();
+    let orphans: Vec<Row> = (0..4).map(|_| write_row(&old)).collect();
+    wait_archived_at(&repo, &orphans.last().unwrap().gtid, &a);
+    a.stop();
+
+    // The replica takes over and writes; the archiver now reaches it at the same address.
+    new.sql("RESET SLAVE ALL").unwrap();
+    kept.extend((0..6).map(|_| write_row(&new)));
+    let a = Archiver::start(&repo, &new, &key, work.path(), "new");
+    let at = new.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
+    wait_archived_at(&repo, &at, &a);
+    let log = a.stop();
+    assert!(log.contains("lacks archived transactions"), "{log}");
+
+    // The survivor's rows exactly (its new rows reuse the lost ones' ids; their times differ).
+    let (restored, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
+    let rows = |db: &MariaDb| db.query("SELECT id, at FROM pitr.w ORDER BY id").unwrap();
+    assert_eq!(rows(&restored), rows(&new), "{out}");
+    assert_eq!(
+        ids(&restored),
+        kept.iter().map(|r| r.id).collect::<BTreeSet<u64>>()
+    );
+    let lost: Vec<Vec<String>> = orphans
+        .iter()
+        .flat_map(|r| {
+            old.query(&format!("SELECT id, at FROM pitr.w WHERE id = {}", r.id))
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        lost.iter().all(|r| !rows(&restored).contains(r)),
+        "a lost row came back"
+    );
+    assert_eq!(
+        restored.query("SELECT @@gtid_binlog_pos").unwrap()[0][0],
+        at
+    );
+}

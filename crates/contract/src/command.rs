@@ -172,6 +172,8 @@ pub struct Archive {
     pub flush_every_seconds: u32,
     /// The server id the archiver registers with (unlike every member's).
     pub server_id: u32,
+    /// Where the archiver serves its `/status` (all addresses, [`crate::ports::ARCHIVER`]).
+    pub status_listen: String,
 }
 
 /// The archiver's server id: above any member's (members take small ids from their ordinal).
@@ -188,7 +190,8 @@ impl Archive {
             .flag("mysql-user", &self.user)
             .flag("mysql-password-file", &self.password_file)
             .flag("flush-every", format!("{}s", self.flush_every_seconds))
-            .flag("server-id", self.server_id);
+            .flag("server-id", self.server_id)
+            .flag("status-listen", &self.status_listen);
         a
     }
 }

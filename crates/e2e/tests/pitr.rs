@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{keep_killing, NodeS3, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY};
 use bulwark_e2e::{
-    apply, binaries_dir, dump, get_json, operator, secret_value, sql, take_backup, wait_for,
-    wait_promoted, wait_ready, wait_takes_writes, Namespace,
+    apply, binaries_dir, condition, dump, get_json, operator, secret_value, sql, take_backup,
+    wait_for, wait_promoted, wait_ready, wait_takes_writes, Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
@@ -87,7 +87,10 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
     )
     .unwrap();
     insert(n, "till-0", &password, 1, 1000);
-    take_backup(n, "till", "base", "harbor", "physical");
+    let base_id = take_backup(n, "till", "base", "harbor", "physical")["backupId"]
+        .as_str()
+        .expect("backupId")
+        .to_owned();
 
     // After the backup, on the first primary.
     let old_primary = get_json(n, "mysqlcluster/till").unwrap()["status"]["currentPrimary"]
@@ -151,6 +154,36 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         "{listing}"
     );
     let _ = std::fs::remove_file(&key_file);
+
+    // The cluster's status shows the archive and its recovery window, from the archiver's report.
+    let shown = wait_for(
+        n,
+        "the cluster's status to show the archive at the last rows",
+        Duration::from_secs(90),
+        || {
+            let status = get_json(n, "mysqlcluster/till").unwrap()["status"].clone();
+            let archive = status["binlogArchive"].clone();
+            let healthy = condition(&status, "BinlogArchiveHealthy");
+            (archive["through"] == beyond.as_str() && healthy["status"] == "True")
+                .then(|| (archive.clone(), healthy.clone()))
+                .ok_or(format!("{archive} {healthy}"))
+        },
+    );
+    assert_eq!(
+        shown.0["recoverableFromBackup"],
+        base_id.as_str(),
+        "{}",
+        shown.0
+    );
+    assert_eq!(shown.0["gaps"], 0, "{}", shown.0);
+    assert!(
+        shown.1["message"]
+            .as_str()
+            .unwrap()
+            .contains("recoverable from"),
+        "{}",
+        shown.1
+    );
 
     // A new cluster from the backup, to the target: the rows of both primaries up to it.
     let started = Instant::now();

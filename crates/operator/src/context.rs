@@ -131,6 +131,8 @@ pub enum Reason {
     ReplicationBroken,
     /// A member was restarted to run the current spec (a rolling change).
     RollingRestart,
+    /// The binlog archive has a new gap (binary logs purged before they were archived).
+    BinlogArchiveGap,
 }
 
 impl Reason {
@@ -147,6 +149,7 @@ impl Reason {
             Reason::SwitchoverAborted => "SwitchoverAborted",
             Reason::ReplicationBroken => "ReplicationBroken",
             Reason::RollingRestart => "RollingRestart",
+            Reason::BinlogArchiveGap => "BinlogArchiveGap",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -171,6 +174,7 @@ impl Reason {
             | Reason::BackupDataDeleteFailed
             | Reason::BackupsUnhealthy
             | Reason::ReconcileFailed
+            | Reason::BinlogArchiveGap
             | Reason::Failover
             | Reason::PrimaryLost
             | Reason::SwitchoverRefused
@@ -194,6 +198,7 @@ impl Reason {
                 "Switchover"
             }
             Reason::RollingRestart => "Rollout",
+            Reason::BinlogArchiveGap => "Archive",
         }
     }
 }

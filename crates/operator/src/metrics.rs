@@ -61,6 +61,7 @@ pub struct Metrics {
     backups_failed: Family<ClusterLabels, Counter>,
     failovers: Family<ClusterLabels, Counter>,
     switchovers: Family<ClusterLabels, Counter>,
+    archive_lag: Family<ClusterLabels, FloatGauge>,
     /// Clusters that have series. The families cannot be iterated, and the three "last" gauges
     /// change together: holding this lock makes a record and a forget of a cluster atomic.
     clusters: Mutex<BTreeSet<ClusterLabels>>,
@@ -79,6 +80,7 @@ impl Default for Metrics {
             backups_failed: Family::default(),
             failovers: Family::default(),
             switchovers: Family::default(),
+            archive_lag: Family::default(),
             clusters: Mutex::default(),
         };
         let mut registry = Registry::default();
@@ -128,6 +130,11 @@ impl Default for Metrics {
             "bulwark_cluster_switchovers",
             "Completed planned switchovers of the cluster since the operator started",
             m.switchovers.clone(),
+        );
+        registry.register(
+            "bulwark_binlog_archive_lag_seconds",
+            "Seconds the cluster's binlog archive may be behind its primary, as its archiver last reported",
+            m.archive_lag.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -199,6 +206,14 @@ impl Metrics {
         self.count(&self.switchovers, ns, cluster);
     }
 
+    /// Records how far behind the cluster's binlog archive may be.
+    pub fn archive_lag(&self, ns: &str, cluster: &str, seconds: f64) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.archive_lag.get_or_create(&labels).set(seconds);
+        clusters.insert(labels);
+    }
+
     /// Adds one to a cluster's counter in `family`, remembering the cluster's series.
     fn count(&self, family: &Family<ClusterLabels, Counter>, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
@@ -234,6 +249,7 @@ impl Metrics {
         self.backups_failed.remove(labels);
         self.failovers.remove(labels);
         self.switchovers.remove(labels);
+        self.archive_lag.remove(labels);
     }
 
     /// The metrics in the OpenMetrics text format (see [`CONTENT_TYPE`]).

@@ -37,23 +37,15 @@ pub async fn archives(store: &Arc<dyn Store>) -> Result<Vec<String>> {
         .map(|(name, _)| name.to_owned())
         .filter(|n| manifest::is_archive_name(n))
         .collect();
-    names.dedup();
     names.sort();
     names.dedup();
     Ok(names)
 }
 
-/// Every archive's segments, by archive name, with `also` included even when empty.
-pub async fn list_all(
-    store: &Arc<dyn Store>,
-    also: &[&str],
-) -> Result<BTreeMap<String, ArchiveListing>> {
-    let mut names = archives(store).await?;
-    names.extend(also.iter().map(|s| s.to_string()));
-    names.sort();
-    names.dedup();
+/// Every archive's segments, by archive name.
+pub async fn list_all(store: &Arc<dyn Store>) -> Result<BTreeMap<String, ArchiveListing>> {
     let mut out = BTreeMap::new();
-    for name in names {
+    for name in archives(store).await? {
         let listing = list(store, &name).await?;
         out.insert(name, listing);
     }

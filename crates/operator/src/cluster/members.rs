@@ -90,7 +90,7 @@ async fn read_report(pod: &Pod, path: String, limit: Duration) -> Result<MemberS
 }
 
 /// One request: status code and body.
-async fn exchange(addr: &str, request: &str) -> Result<(u16, String), String> {
+pub(crate) async fn exchange(addr: &str, request: &str) -> Result<(u16, String), String> {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;

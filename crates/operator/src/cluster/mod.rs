@@ -1,6 +1,7 @@
 //! The MySQLCluster controller: read the referenced objects → validate → build the children →
 //! server-side apply them → maintain the role labels → write the status from what was applied.
 
+pub mod archive;
 pub mod bootstrap;
 pub mod build;
 pub mod config;
@@ -96,7 +97,15 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // member whose agent is not ready (its pod's condition may not say so yet) is again.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    Ok(if ready {
+    let archiving = cluster
+        .spec
+        .backup
+        .as_ref()
+        .is_some_and(|b| b.binlog_archive.is_some());
+    Ok(if ready && archiving {
+        // The archive's status is read, not watched.
+        Action::requeue(Duration::from_secs(30))
+    } else if ready {
         Action::requeue(Duration::from_secs(300))
     } else {
         // Pod and StatefulSet changes wake the controller through its watches; the timer only
@@ -494,7 +503,7 @@ async fn report(
                     .map(|w| ("ScaleDownWaiting", w))
             }),
     };
-    let (ready, mut desired) = observe(
+    let (ready, desired) = observe(
         cluster.spec.replicas,
         &applied.stateful_set,
         primary,
@@ -502,6 +511,7 @@ async fn report(
         &settled.unready,
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
     );
+    let mut desired = desired.to_vec();
     if let Some(step) = settled.rollout.progress() {
         if desired[1].reason == "RollingOut" {
             desired[1].message = format!("{}; {step}", desired[1].message);
@@ -519,8 +529,8 @@ async fn report(
         }
         desired[0].message = format!("{}; {broken}", desired[0].message);
     }
-    let ready_cond = &desired[0];
-    if conditions::flipped(ready_cond, &previous) {
+    let ready_cond = desired[0].clone();
+    if conditions::flipped(&ready_cond, &previous) {
         let reason = if ready_cond.status == Status::True {
             Reason::ClusterReady
         } else {
@@ -573,7 +583,38 @@ async fn report(
         ctx.event(cluster, Reason::PrimaryLost, waiting.clone())
             .await;
     }
+    let mut archive_status = None;
+    if let Some(spec) = cluster
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.binlog_archive.as_ref())
+    {
+        let name = cluster.name_any();
+        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let read = archive::read(&pods_api, &name).await;
+        let previous_gaps = st.binlog_archive.as_ref().map_or(0, |a| a.gaps);
+        let flush = spec
+            .flush_every_seconds
+            .unwrap_or(build::archiver::DEFAULT_FLUSH_EVERY_SECONDS);
+        let observed =
+            archive::observe(read.as_ref().map_err(String::as_str), flush, previous_gaps);
+        if let Some(message) = observed.new_gap {
+            ctx.event(cluster, Reason::BinlogArchiveGap, message).await;
+        }
+        if let Some(lag) = observed.lag_seconds {
+            ctx.metrics.archive_lag(ns, &name, lag);
+        }
+        desired.push(observed.condition);
+        // An unreadable report keeps the last one shown (the condition says why).
+        archive_status = Some(if observed.status.is_null() {
+            serde_json::to_value(&st.binlog_archive).unwrap_or_default()
+        } else {
+            observed.status
+        });
+    }
     let extra = serde_json::json!({
+        "binlogArchive": archive_status,
         "readyReplicas": ready,
         "currentPrimary": primary,
         "primarySince": primary_since,

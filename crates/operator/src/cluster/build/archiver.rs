@@ -7,7 +7,9 @@ use bulwark_api::MySQLCluster;
 use bulwark_contract::command::{self, ARCHIVER_SERVER_ID};
 use bulwark_contract::{paths, ports, Account};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, PodSpec, PodTemplateSpec, ResourceRequirements,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
@@ -41,6 +43,7 @@ pub fn binlog_archiver(
             .unwrap_or(DEFAULT_FLUSH_EVERY_SECONDS)
             .max(1) as u32,
         server_id: ARCHIVER_SERVER_ID,
+        status_listen: format!("0.0.0.0:{}", ports::ARCHIVER),
     }
     .argv();
     let mut volumes = vec![
@@ -72,6 +75,11 @@ pub fn binlog_archiver(
             limits: Some([("memory".into(), quantity("512Mi"))].into()),
             ..ResourceRequirements::default()
         }),
+        ports: Some(vec![ContainerPort {
+            name: Some("status".to_owned()),
+            container_port: i32::from(ports::ARCHIVER),
+            ..ContainerPort::default()
+        }]),
         ..command_container("archiver", image, argv)
     };
     let labels = names::labels(name, component::ARCHIVER);

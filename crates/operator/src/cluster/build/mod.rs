@@ -1,7 +1,7 @@
 //! The desired children of a MySQLCluster, built from the validated spec alone (plus the images
 //! already in use, so that an operator upgrade never changes a running pod template). Pure.
 
-mod archiver;
+pub mod archiver;
 mod pod;
 
 use bulwark_contract::order::ORDER_KEY;

@@ -1,0 +1,223 @@
+//! The binlog archiver in the cluster's status: its report (read from its pod's `/status`)
+//! becomes `status.binlogArchive`, the `BinlogArchiveHealthy` condition and a lag metric; a
+//! new gap is announced by an event. The decision is pure; reading the report is the thin edge.
+
+use bulwark_api::cluster::BinlogArchiveStatus;
+use bulwark_contract::archive::{ArchiveStatus, STATUS_PATH};
+use bulwark_contract::ports;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+
+use crate::conditions::{Desired, Status};
+use crate::names::{self, component};
+
+/// Type of the condition.
+pub const CONDITION: &str = "BinlogArchiveHealthy";
+/// Lag tolerated besides a few flush intervals.
+const LAG_MARGIN_SECONDS: f64 = 30.0;
+
+/// What the cluster's status shows of the archive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub condition: Desired,
+    /// `status.binlogArchive` (null while no report was read).
+    pub status: serde_json::Value,
+    /// A gap appeared since the last status: the event's message.
+    pub new_gap: Option<String>,
+    /// Seconds the archive may be behind, for the metric.
+    pub lag_seconds: Option<f64>,
+}
+
+/// Decides the archive's part of the status from the report (or why there is none), the flush
+/// interval and the gaps the last status recorded.
+pub fn observe(
+    report: Result<&ArchiveStatus, &str>,
+    flush_every: i32,
+    previous_gaps: u32,
+) -> Observed {
+    let report = match report {
+        Ok(r) => r,
+        Err(why) => {
+            return Observed {
+                condition: Desired::new(
+                    CONDITION,
+                    Status::False,
+                    "ArchiverUnreachable",
+                    format!("no report from the binlog archiver: {why}"),
+                ),
+                status: serde_json::Value::Null,
+                new_gap: None,
+                lag_seconds: None,
+            }
+        }
+    };
+    let lag = report.lag_seconds;
+    let tolerated = 3.0 * f64::from(flush_every.max(1)) + LAG_MARGIN_SECONDS;
+    let window = match (&report.recoverable_from, &report.recoverable_to, &report.recoverable_from_backup) {
+        (Some(from), Some(to), Some(backup)) => format!("recoverable from {from} (backup {backup}) to {to}"),
+        _ => "no backup is continued by the archive yet, so nothing is recoverable to a point in time".to_owned(),
+    };
+    let at = if report.through.is_empty() {
+        "(nothing yet)"
+    } else {
+        report.through.as_str()
+    };
+    let condition = if !report.streaming {
+        Desired::new(
+            CONDITION,
+            Status::False,
+            "NotStreaming",
+            format!(
+                "not streaming from the primary ({}); the archive reaches {at}, up to {lag:.0}s behind",
+                report.error.as_deref().unwrap_or("connecting")
+            ),
+        )
+    } else if report.gaps > 0 && report.recoverable_to.is_none() {
+        Desired::new(
+            CONDITION,
+            Status::False,
+            "Gap",
+            format!(
+                "the archive has a gap (resumed at {}): binary logs were purged before they were archived; a new backup starts a new recovery window",
+                report.last_gap_resumed_at.as_deref().unwrap_or("?")
+            ),
+        )
+    } else if lag > tolerated {
+        Desired::new(
+            CONDITION,
+            Status::False,
+            "Lagging",
+            format!("the archive is {lag:.0}s behind the primary (tolerated {tolerated:.0}s); it reaches {at}"),
+        )
+    } else {
+        Desired::new(
+            CONDITION,
+            Status::True,
+            "Archiving",
+            format!("the archive reaches {at}; {window}"),
+        )
+    };
+    let new_gap = (report.gaps > previous_gaps).then(|| {
+        format!(
+            "the binlog archive has a new gap (resumed at {}): binary logs were purged before they were archived; the recovery window restarts at the next backup",
+            report.last_gap_resumed_at.as_deref().unwrap_or("?")
+        )
+    });
+    Observed {
+        condition,
+        // Absent fields are left out, not null: server-side apply refuses nulls in a typed
+        // object (500).
+        status: serde_json::to_value(BinlogArchiveStatus {
+            streaming: report.streaming,
+            through: report.through.clone(),
+            last_commit: report.last_commit.clone(),
+            lag_seconds: lag.round() as i64,
+            gaps: report.gaps,
+            last_gap_resumed_at: report.last_gap_resumed_at.clone(),
+            recoverable_from: report.recoverable_from.clone(),
+            recoverable_from_backup: report.recoverable_from_backup.clone(),
+            recoverable_to: report.recoverable_to.clone(),
+        })
+        .expect("status serializes"),
+        new_gap,
+        lag_seconds: Some(lag),
+    }
+}
+
+/// Reads the report of the cluster's archiver pod.
+pub async fn read(pods: &Api<Pod>, cluster: &str) -> Result<ArchiveStatus, String> {
+    let selector = names::selector_string(&names::labels(cluster, component::ARCHIVER));
+    let list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("cannot list the archiver's pods: {e}"))?;
+    let pod = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+        .ok_or_else(|| "no archiver pod is running".to_owned())?;
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_default();
+    let addr = format!("{ip}:{}", ports::ARCHIVER);
+    let request =
+        format!("GET {STATUS_PATH} HTTP/1.1\r\nHost: archiver\r\nConnection: close\r\n\r\n");
+    let (code, body) = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        super::members::exchange(&addr, &request),
+    )
+    .await
+    .map_err(|_| format!("{} did not answer within 3s", pod.name_any()))??;
+    if code != 200 {
+        return Err(format!("{} answered {code}", pod.name_any()));
+    }
+    serde_json::from_str(body.trim())
+        .map_err(|e| format!("{} sent an unreadable report: {e}", pod.name_any()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(streaming: bool, lag: f64, gaps: u32, window: bool) -> ArchiveStatus {
+        ArchiveStatus {
+            archive: "ledger".into(),
+            streaming,
+            error: (!streaming).then(|| "connection refused".into()),
+            through: "0-101-500".into(),
+            last_commit: Some("2026-11-25T03:00:00Z".into()),
+            lag_seconds: lag,
+            gaps,
+            last_gap_resumed_at: (gaps > 0).then(|| "0-101-400".into()),
+            recoverable_from: window.then(|| "2026-11-24T00:00:00Z".into()),
+            recoverable_from_backup: window.then(|| "20261124T000000Z-0a0b0c".into()),
+            recoverable_to: window.then(|| "2026-11-25T03:00:00Z".into()),
+        }
+    }
+
+    #[test]
+    fn the_condition_says_what_is_wrong_first() {
+        let cases = [
+            (report(true, 1.0, 0, true), 0, Status::True, "Archiving", "recoverable from 2026-11-24T00:00:00Z (backup 20261124T000000Z-0a0b0c) to 2026-11-25T03:00:00Z"),
+            (report(true, 1.0, 0, false), 0, Status::True, "Archiving", "no backup is continued"),
+            (report(false, 80.0, 0, true), 0, Status::False, "NotStreaming", "connection refused"),
+            (report(true, 1.0, 1, false), 0, Status::False, "Gap", "resumed at 0-101-400"),
+            // A gap behind a newer backup's window: healthy again.
+            (report(true, 1.0, 1, true), 1, Status::True, "Archiving", "recoverable from"),
+            (report(true, 50.0, 0, true), 0, Status::False, "Lagging", "50s behind the primary (tolerated 45s)"),
+        ];
+        for (r, previous_gaps, status, reason, message) in cases {
+            let o = observe(Ok(&r), 5, previous_gaps);
+            assert_eq!(
+                (o.condition.status, o.condition.reason),
+                (status, reason),
+                "{r:?}"
+            );
+            assert!(
+                o.condition.message.contains(message),
+                "{}",
+                o.condition.message
+            );
+            assert_eq!(o.status["through"], "0-101-500");
+            assert!(
+                o.status.as_object().unwrap().values().all(|v| !v.is_null()),
+                "no nulls for server-side apply: {}",
+                o.status
+            );
+        }
+        let o = observe(Err("no archiver pod is running"), 5, 0);
+        assert_eq!(o.condition.reason, "ArchiverUnreachable");
+        assert!(o.status.is_null() && o.lag_seconds.is_none());
+    }
+
+    #[test]
+    fn a_new_gap_is_announced_once() {
+        let r = report(true, 1.0, 2, true);
+        assert!(observe(Ok(&r), 5, 1).new_gap.unwrap().contains("0-101-400"));
+        assert!(observe(Ok(&r), 5, 2).new_gap.is_none());
+    }
+}
