@@ -122,6 +122,11 @@ impl Repository {
         parse_manifest(id, &raw)
     }
 
+    /// Ids of the backups that have a manifest (one listing, no manifest read).
+    pub async fn manifest_ids(&self) -> Result<Vec<String>> {
+        Ok(ids_with_manifest(&self.objects_by_id().await?))
+    }
+
     /// Lists every backup and loads the manifests.
     pub async fn catalog(&self) -> Result<Catalog> {
         let by_id = self.objects_by_id().await?;

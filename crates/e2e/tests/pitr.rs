@@ -164,9 +164,11 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
             let status = get_json(n, "mysqlcluster/till").unwrap()["status"].clone();
             let archive = status["binlogArchive"].clone();
             let healthy = condition(&status, "BinlogArchiveHealthy");
-            (archive["through"] == beyond.as_str() && healthy["status"] == "True")
-                .then(|| (archive.clone(), healthy.clone()))
-                .ok_or(format!("{archive} {healthy}"))
+            (archive["through"] == beyond.as_str()
+                && healthy["status"] == "True"
+                && archive["recoverableFromBackup"] == base_id.as_str())
+            .then(|| (archive.clone(), healthy.clone()))
+            .ok_or(format!("{archive} {healthy}"))
         },
     );
     assert_eq!(

@@ -90,11 +90,13 @@ struct Archive<'a> {
     repo: &'a Repository,
     /// The archive's backups, for the recovery window, and when they were listed.
     backups: Vec<CompleteBackup>,
+    /// Backup ids whose manifests were read (whatever their archive).
+    seen: std::collections::BTreeSet<String>,
     backups_listed: Option<Instant>,
 }
 
 /// How often the backups are listed again for the recovery window.
-const BACKUPS_RELIST: Duration = Duration::from_secs(60);
+const BACKUPS_RELIST: Duration = Duration::from_secs(20);
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
 pub async fn run(
@@ -124,6 +126,7 @@ pub async fn run(
         board,
         repo,
         backups: Vec::new(),
+        seen: std::collections::BTreeSet::new(),
         backups_listed: None,
     };
     archive.refresh_backups().await;
@@ -217,20 +220,38 @@ async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
 impl Archive<'_> {
     /// Lists the archive's backups again (a failure keeps the last list: the window is
     /// informational and must never stop the archiving).
+    /// Only manifests not seen before are read: the list is refreshed every
+    /// [`BACKUPS_RELIST`], and a repository may hold many backups.
     async fn refresh_backups(&mut self) {
-        match self.repo.catalog().await {
-            Ok(catalog) => {
-                self.backups = catalog
-                    .complete
-                    .into_iter()
-                    .filter(|b| manifest::archive_of(&b.manifest) == self.opts.archive)
-                    .collect();
-                self.backups_listed = Some(Instant::now());
-            }
+        let ids = match self.repo.manifest_ids().await {
+            Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(error = %crate::error::chain(&e), "failed to list backups for the recovery window");
+                return;
+            }
+        };
+        self.backups_listed = Some(Instant::now());
+        self.backups.retain(|b| ids.contains(&b.manifest.id));
+        self.seen.retain(|id| ids.contains(id));
+        for id in ids {
+            if self.seen.contains(&id) {
+                continue;
+            }
+            match self.repo.load_manifest(&id).await {
+                Ok(b) => {
+                    if manifest::archive_of(&b.manifest) == self.opts.archive {
+                        self.backups.push(b);
+                    }
+                    self.seen.insert(id);
+                }
+                // Damaged or just deleted: looked at again next time.
+                Err(e) => {
+                    tracing::debug!(backup_id = %id, error = %crate::error::chain(&e), "backup not read for the recovery window")
+                }
             }
         }
+        self.board
+            .committed(&self.segments, &self.backups, self.pending.opened());
     }
 
     /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
@@ -308,6 +329,13 @@ impl Archive<'_> {
                 .due(Instant::now(), opts.flush_every, opts.segment_bytes)
             {
                 self.flush().await?;
+            }
+            // A heartbeat a second keeps this loop turning while the server is idle.
+            if self
+                .backups_listed
+                .is_none_or(|t| t.elapsed() > BACKUPS_RELIST)
+            {
+                self.refresh_backups().await;
             }
             let deadline = self
                 .pending
@@ -406,12 +434,6 @@ impl Archive<'_> {
         self.report.through = committed.through.clone();
         self.pending = self.pending.next();
         self.segments.push(committed);
-        if self
-            .backups_listed
-            .is_none_or(|t| t.elapsed() > BACKUPS_RELIST)
-        {
-            self.refresh_backups().await;
-        }
         self.board.committed(&self.segments, &self.backups, None);
         Ok(())
     }
