@@ -35,7 +35,7 @@ pub struct ArchiveArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "MYSQL_BACKUP_ARCHIVE_FLUSH_EVERY")]
     pub flush_every: std::time::Duration,
     /// ... and as soon as it holds this much binlog.
-    #[arg(long, default_value = "64MiB", value_parser = parse_size, env = "MYSQL_BACKUP_ARCHIVE_SEGMENT_SIZE")]
+    #[arg(long, default_value = "16MiB", value_parser = parse_size, env = "MYSQL_BACKUP_ARCHIVE_SEGMENT_SIZE")]
     pub segment_size: u64,
     /// Server id to register with; must differ from every server's and replica's.
     #[arg(

@@ -167,11 +167,17 @@ fn wait_archived(repo: &str, key: &Path, gtid: &str, archiver: &Archiver) -> ser
     }
 }
 
-/// A fresh server with the backup restored and the archive replayed to `until`.
-fn restore_until(repo: &str, key: &Path, id: &str, until: &[&str]) -> (MariaDb, String) {
-    let db = MariaDb::start().unwrap();
+/// `mysql-backup <verb>` of backup `id` into the server `db`, with `extra` arguments.
+fn into_server(
+    verb: &str,
+    repo: &str,
+    key: &Path,
+    id: &str,
+    db: &MariaDb,
+    extra: &[&str],
+) -> std::process::Command {
     let mut args = vec![
-        "restore".to_string(),
+        verb.to_string(),
         "--repo".into(),
         repo.into(),
         "--encryption-key-file".into(),
@@ -179,9 +185,15 @@ fn restore_until(repo: &str, key: &Path, id: &str, until: &[&str]) -> (MariaDb, 
         id.into(),
     ];
     args.extend(db.cli_args());
-    args.extend(until.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = ok(cli(&argv));
+    cli(&argv)
+}
+
+/// A fresh server with the backup restored and the archive replayed to `until`.
+fn restore_until(repo: &str, key: &Path, id: &str, until: &[&str]) -> (MariaDb, String) {
+    let db = MariaDb::start().unwrap();
+    let out = ok(into_server("restore", repo, key, id, &db, until));
     (db, out)
 }
 
@@ -328,18 +340,10 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
         ["--until", "2001-01-01T00:00:00Z"],
         ["--until-gtid", "0-1-999999"],
     ] {
-        let mut args = vec![
-            "restore".to_string(),
-            "--repo".into(),
-            repo.clone(),
-            "--encryption-key-file".into(),
-            key.display().to_string(),
-            id.clone(),
-        ];
-        args.extend(empty.cli_args());
-        args.extend(until.iter().map(|s| s.to_string()));
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        fails(cli(&argv), &["outside the recovery window", &last.gtid]);
+        fails(
+            into_server("restore", &repo, &key, &id, &empty, &until),
+            &["outside the recovery window", &last.gtid],
+        );
     }
     let schemas = empty.query("SHOW DATABASES LIKE 'pitr'").unwrap();
     assert!(schemas.is_empty(), "a refused restore loaded data");
@@ -518,17 +522,10 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     bytes[10] ^= 0x01;
     std::fs::write(&victim, bytes).unwrap();
     let fresh = MariaDb::start().unwrap();
-    let mut args = vec![
-        "replay".to_string(),
-        "--repo".into(),
-        repo.clone(),
-        "--encryption-key-file".into(),
-        keyarg.into(),
-        second_backup.clone(),
-    ];
-    args.extend(fresh.cli_args());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    fails(cli(&argv), &["is corrupt"]);
+    fails(
+        into_server("replay", &repo, &key, &second_backup, &fresh, &[]),
+        &["is corrupt"],
+    );
 }
 
 /// Waits until the archive reaches exactly `pos`.

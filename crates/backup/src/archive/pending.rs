@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::manifest::{ArchiveSource, SegmentManifest, ARCHIVE_FORMAT_NAME};
@@ -18,7 +19,12 @@ pub struct Pending {
     /// Position after the last transaction.
     pub through: GtidPos,
     format: Option<Vec<u8>>,
+    /// The segment's plaintext so far: magic, format description, then whole transactions
+    /// (empty until the first transaction), built in place so sealing copies nothing.
     events: Vec<u8>,
+    /// The plaintext handed to a commit, kept until the commit succeeds (a failed one is
+    /// retried with it, or more transactions are appended to it).
+    sealed: Option<Bytes>,
     first_gtid: Option<String>,
     last_gtid: String,
     transactions: u64,
@@ -47,6 +53,7 @@ impl Pending {
             after,
             format: None,
             events: Vec::new(),
+            sealed: None,
             first_gtid: None,
             last_gtid: String::new(),
             transactions: 0,
@@ -65,7 +72,7 @@ impl Pending {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.events.len()
+        self.sealed.as_ref().map_or(self.events.len(), Bytes::len)
     }
 
     /// The format description transactions are written under; a different one may only be
@@ -90,6 +97,15 @@ impl Pending {
         if self.through.includes(trx.gtid) {
             return Added::Duplicate;
         }
+        if let Some(sealed) = self.sealed.take() {
+            // Unshared once its commit failed: taken back without a copy.
+            self.events = Vec::from(sealed);
+        }
+        if self.events.is_empty() {
+            self.events.extend_from_slice(&BINLOG_MAGIC);
+            self.events
+                .extend_from_slice(self.format.as_deref().unwrap_or_default());
+        }
         if self.first_gtid.is_none() {
             self.first_gtid = Some(trx.gtid.to_string());
             self.first_commit = trx.committed;
@@ -106,8 +122,7 @@ impl Pending {
 
     /// Whether the segment should be closed: it is older than `every`, or holds `bytes`.
     pub fn due(&self, now: Instant, every: Duration, bytes: usize) -> bool {
-        !self.is_empty()
-            && (self.events.len() >= bytes || self.opened.is_some_and(|o| now >= o + every))
+        !self.is_empty() && (self.bytes() >= bytes || self.opened.is_some_and(|o| now >= o + every))
     }
 
     /// When the oldest transaction held arrived.
@@ -121,17 +136,20 @@ impl Pending {
     }
 
     /// The plaintext (a binlog file) and the manifest to complete once it is stored.
-    pub fn seal(&self, id: String, chunk_size: u64, level: i32) -> (Vec<u8>, SegmentManifest) {
+    pub fn seal(&mut self, id: String, chunk_size: u64, level: i32) -> (Bytes, SegmentManifest) {
         let source = self.source.clone().unwrap_or(ArchiveSource {
             host: String::new(),
             server_id: 0,
             server_version: String::new(),
         });
-        let format = self.format.as_deref().unwrap_or_default();
-        let mut plain = Vec::with_capacity(4 + format.len() + self.events.len());
-        plain.extend_from_slice(&BINLOG_MAGIC);
-        plain.extend_from_slice(format);
-        plain.extend_from_slice(&self.events);
+        let plain = match &self.sealed {
+            Some(sealed) => sealed.clone(),
+            None => {
+                let sealed = Bytes::from(std::mem::take(&mut self.events));
+                self.sealed = Some(sealed.clone());
+                sealed
+            }
+        };
         let stamp = |s: u32| DateTime::from_timestamp(i64::from(s), 0).unwrap_or_default();
         let manifest = SegmentManifest {
             format: ARCHIVE_FORMAT_NAME.into(),

@@ -237,38 +237,44 @@ pub async fn apply(
     let mut to_decoder = decoder.stdin.take().expect("piped stdin");
     let mut bytes = 0u64;
     let mut read = 0usize;
-    let mut fed: Result<()> = Ok(());
-    for i in &chain {
-        if selector.done() {
-            break;
+    // The next segment is fetched and verified while the tools apply the current one.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Result<Vec<u8>>)>(1);
+    let producer = async move {
+        for i in chain {
+            let plain = store::read(store, &segments[i], key).await;
+            let failed = plain.is_err();
+            if tx.send((i, plain)).await.is_err() || failed {
+                return;
+            }
         }
-        let seg = &segments[*i];
-        let plain = match store::read(store, seg, key).await {
-            Ok(p) => p,
-            Err(e) => {
-                fed = Err(e);
+    };
+    let consumer = async {
+        while let Some((i, plain)) = rx.recv().await {
+            let seg = &segments[i];
+            read += 1;
+            let mut out = Vec::new();
+            if bytes == 0 {
+                out.extend_from_slice(&BINLOG_MAGIC);
+            }
+            selector.take(&seg.id, &plain?, &mut out)?;
+            to_decoder
+                .write_all(&out)
+                .await
+                .map_err(|source| Error::LocalIo {
+                    action: "feed",
+                    path: binlog_tool.display().to_string(),
+                    source,
+                })?;
+            bytes += out.len() as u64;
+            if selector.done() {
                 break;
             }
-        };
-        read += 1;
-        let mut out = Vec::new();
-        if bytes == 0 {
-            out.extend_from_slice(&BINLOG_MAGIC);
         }
-        if let Err(e) = selector.take(&seg.id, &plain, &mut out) {
-            fed = Err(e);
-            break;
-        }
-        if let Err(source) = to_decoder.write_all(&out).await {
-            fed = Err(Error::LocalIo {
-                action: "feed",
-                path: binlog_tool.display().to_string(),
-                source,
-            });
-            break;
-        }
-        bytes += out.len() as u64;
-    }
+        // Stops the producer when the target came before the end of the chain.
+        drop(rx);
+        Ok::<(), Error>(())
+    };
+    let ((), fed) = futures::future::join(producer, consumer).await;
     if fed.is_ok() && bytes == 0 {
         // Nothing after the backup: still a valid (empty) binlog for the tools.
         let _ = to_decoder.write_all(&BINLOG_MAGIC).await;

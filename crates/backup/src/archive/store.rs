@@ -109,7 +109,7 @@ pub async fn load(store: &Arc<dyn Store>, id: &str) -> Result<SegmentManifest> {
 /// written are deleted (best effort; a leftover has no manifest and is never read).
 pub async fn commit(
     store: &Arc<dyn Store>,
-    plaintext: Vec<u8>,
+    plaintext: Bytes,
     key: Option<&MasterKey>,
     write: &crate::writer::WriteOptions,
     mut manifest: SegmentManifest,

@@ -63,7 +63,8 @@ pub fn binlog_archiver(
     let quantity = |s: &str| Quantity(s.to_owned());
     let container = Container {
         volume_mounts: Some(mounts),
-        // A segment is at most 64 MiB of binlog, held once plus its encoded chunks.
+        // A segment is 16 MiB of binlog by default (more when one transaction is larger), held
+        // once, plus the chunks being encoded.
         resources: Some(ResourceRequirements {
             requests: Some(
                 [
