@@ -842,6 +842,7 @@ mod tests {
             flush_every_seconds: 5,
             server_id: command::ARCHIVER_SERVER_ID,
             status_listen: "0.0.0.0:9083".into(),
+            prune_unneeded: true,
         };
         let cli = parse(built.argv());
         let Command::Archive(a) = cli.command else {
@@ -866,6 +867,7 @@ mod tests {
         assert_eq!(a.flush_every, std::time::Duration::from_secs(5));
         assert_eq!(a.server_id, command::ARCHIVER_SERVER_ID);
         assert_eq!(a.status_listen, Some("0.0.0.0:9083".parse().unwrap()));
+        assert!(a.prune_unneeded);
     }
 
     /// What the operator's backup Job runs is what this binary parses.

@@ -52,6 +52,11 @@ pub struct ArchiveArgs {
     /// 0.0.0.0:9083.
     #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_STATUS_LISTEN")]
     pub status_listen: Option<std::net::SocketAddr>,
+    /// Delete the archive's segments that no backup in the repository can use (before the
+    /// oldest backup's position, or after a gap and before the next backup), as retention
+    /// removes backups.
+    #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_PRUNE_UNNEEDED")]
+    pub prune_unneeded: bool,
     /// Heartbeat the server sends while idle; three missed ones mean reconnect.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub heartbeat: std::time::Duration,
@@ -88,6 +93,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
     let repo = open_repo(&a.repo, a.segment_size).await?;
     let opts = ArchiveOptions {
         archive: a.archive,
+        prune_unneeded: a.prune_unneeded,
         flush_every: a.flush_every,
         segment_bytes: a.segment_size as usize,
         server_id: a.server_id,

@@ -74,6 +74,17 @@ struct Archiver {
 
 impl Archiver {
     fn start(repo: &str, db: &MariaDb, key: &Path, work: &Path, name: &str) -> Archiver {
+        Self::start_with(repo, db, key, work, name, &[])
+    }
+
+    fn start_with(
+        repo: &str,
+        db: &MariaDb,
+        key: &Path,
+        work: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> Archiver {
         let log = work.join(format!("{name}.log"));
         let mut args = vec![
             "archive".to_string(),
@@ -89,6 +100,7 @@ impl Archiver {
             .local_addr()
             .unwrap();
         args.extend(["--status-listen".into(), status.to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
         args.extend(db.cli_args());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut c = cli(&argv);
@@ -629,4 +641,79 @@ fn after_a_failover_to_a_replica_without_the_last_transactions_the_archive_follo
         restored.query("SELECT @@gtid_binlog_pos").unwrap()[0][0],
         at
     );
+}
+
+#[test]
+fn an_archiver_removes_the_segments_no_backup_needs_once_their_backups_are_gone() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let keyarg = key.to_str().unwrap();
+    let source = MariaDb::start().unwrap();
+    source.sql(SCHEMA).unwrap();
+    let a = Archiver::start_with(
+        &repo,
+        &source,
+        &key,
+        work.path(),
+        "pruning",
+        &["--prune-unneeded"],
+    );
+    let take = || {
+        let b = backup(
+            &repo,
+            &source,
+            &["--method", "logical", "--encryption-key-file", keyarg],
+            &[],
+        );
+        b["id"].as_str().unwrap().to_string()
+    };
+    let mut rows = write_for(&source, Duration::from_millis(1500));
+    wait_archived(&repo, &key, &rows.last().unwrap().gtid, &a);
+    let first = take();
+    rows.extend(write_for(&source, Duration::from_millis(1500)));
+    wait_archived(&repo, &key, &rows.last().unwrap().gtid, &a);
+    let second = take();
+    rows.extend(write_for(&source, Duration::from_millis(1500)));
+    wait_archived(&repo, &key, &rows.last().unwrap().gtid, &a);
+    let before = list(&repo, &[])["archives"]["default"]["segments"]
+        .as_u64()
+        .unwrap();
+
+    // Retention removes the older backup; the archiver removes what only it needed.
+    ok(cli(&["delete", "--repo", &repo, &first]));
+    let unneeded = || -> usize {
+        let dry: serde_json::Value = serde_json::from_str(&ok(cli(&[
+            "prune",
+            "--repo",
+            &repo,
+            "--keep-last",
+            "1",
+            "--dry-run",
+            "--json",
+        ])))
+        .unwrap();
+        dry["segmentsRemoved"].as_array().unwrap().len()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while unneeded() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "segments no backup needs stayed: {}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let listing = list(&repo, &[]);
+    let after = listing["archives"]["default"]["segments"].as_u64().unwrap();
+    assert!(after < before, "{before} segments before, {after} after");
+    assert_eq!(
+        backup_window_to(&listing, &second).as_deref(),
+        Some(rows.last().unwrap().gtid.as_str()),
+        "{listing}"
+    );
+    let log = a.stop();
+    assert!(log.contains("no backup needs removed"), "{log}");
+    let (restored, _) = restore_until(&repo, &key, &second, &["--until", "latest"]);
+    assert_eq!(ids(&restored), ids(&source));
 }

@@ -174,6 +174,8 @@ pub struct Archive {
     pub server_id: u32,
     /// Where the archiver serves its `/status` (all addresses, [`crate::ports::ARCHIVER`]).
     pub status_listen: String,
+    /// Delete the segments no backup can use (they follow the backups' retention).
+    pub prune_unneeded: bool,
 }
 
 /// The archiver's server id: above any member's (members take small ids from their ordinal).
@@ -192,6 +194,9 @@ impl Archive {
             .flag("flush-every", format!("{}s", self.flush_every_seconds))
             .flag("server-id", self.server_id)
             .flag("status-listen", &self.status_listen);
+        if self.prune_unneeded {
+            a.arg("--prune-unneeded");
+        }
         a
     }
 }

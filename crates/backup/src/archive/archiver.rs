@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::StreamExt;
-use mysql_async::binlog::{BinlogChecksumAlg, BinlogVersion};
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
 
+use super::follow;
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 use super::pending::{Added, Pending};
 use super::status::Board;
-use super::store;
-use crate::binlog::{Assembler, GtidPos, RawEvent, Step};
+use super::{retain, store};
+use crate::binlog::{Assembler, GtidPos, Step};
 use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::format::Flavor;
@@ -29,7 +29,7 @@ use crate::source::{self, Connection};
 use crate::writer::WriteOptions;
 
 /// MariaDB's "could not find the requested position" replication error.
-const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+pub(super) const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 /// MariaDB replication capability with GTID support (`MARIA_SLAVE_CAPABILITY_GTID`).
 const SLAVE_CAPABILITY_GTID: u32 = 4;
 
@@ -51,6 +51,9 @@ pub struct ArchiveOptions {
     pub heartbeat: Duration,
     /// Chunking of segment plaintext.
     pub write: WriteOptions,
+    /// Delete the segments no backup in the repository can use (checked when backups are
+    /// listed), so the archive shrinks as retention removes backups.
+    pub prune_unneeded: bool,
 }
 
 /// What one run did.
@@ -199,7 +202,7 @@ async fn resume_point(
     Ok(None)
 }
 
-async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
+pub(super) async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
     let attempt =
         tokio::time::timeout(Duration::from_secs(30), mysql_async::Conn::new(conn.opts()));
     match attempt.await {
@@ -223,6 +226,7 @@ impl Archive<'_> {
     /// Only manifests not seen before are read: the list is refreshed every
     /// [`BACKUPS_RELIST`], and a repository may hold many backups.
     async fn refresh_backups(&mut self) {
+        let mut complete = true;
         let ids = match self.repo.manifest_ids().await {
             Ok(ids) => ids,
             Err(e) => {
@@ -244,14 +248,39 @@ impl Archive<'_> {
                     }
                     self.seen.insert(id);
                 }
-                // Damaged or just deleted: looked at again next time.
+                // Damaged or just deleted: looked at again next time, and no segment is
+                // deleted on a list that may lack a backup.
                 Err(e) => {
+                    complete = false;
                     tracing::debug!(backup_id = %id, error = %crate::error::chain(&e), "backup not read for the recovery window")
                 }
             }
         }
+        if complete && self.opts.prune_unneeded {
+            self.prune_unneeded().await;
+        }
         self.board
             .committed(&self.segments, &self.backups, self.pending.opened());
+    }
+
+    /// Deletes the segments no backup of the archive can use (manifest first). A failure is
+    /// logged and the segment stays for the next look.
+    async fn prune_unneeded(&mut self) {
+        let doomed = retain::unneeded(&self.backups, &self.segments);
+        let mut gone = Vec::new();
+        for i in doomed {
+            let id = self.segments[i].id.clone();
+            match store::delete(&self.store, &id).await {
+                Ok(()) => {
+                    tracing::info!(segment = %id, "binlog segment no backup needs removed");
+                    gone.push(id);
+                }
+                Err(e) => {
+                    tracing::warn!(segment = %id, error = %crate::error::chain(&e), "failed to remove a binlog segment no backup needs")
+                }
+            }
+        }
+        self.segments.retain(|s| !gone.contains(&s.id));
     }
 
     /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
@@ -362,7 +391,7 @@ impl Archive<'_> {
                     tracing::warn!(server = %source.host, error = %e.message, "the server cannot continue the archive from its position");
                     drop(stream);
                     return Ok(SessionEnd::Restart(
-                        step_back(conn, &self.segments, &self.pending.through).await?,
+                        follow::step_back(conn, &self.segments, &self.pending.through).await?,
                     ));
                 }
                 Ok(Some(Err(source))) => {
@@ -373,7 +402,7 @@ impl Archive<'_> {
                 }
                 Ok(Some(Ok(event))) => event,
             };
-            let raw = exact_bytes(&event).map_err(|reason| Error::ArchiveStream {
+            let raw = follow::exact_bytes(&event).map_err(|reason| Error::ArchiveStream {
                 target: conn.describe(),
                 source: reason,
             })?;
@@ -454,101 +483,4 @@ impl Archive<'_> {
             }
         }
     }
-}
-
-/// The event's bytes as the server sent them. mysql_async re-serializes events and computes a
-/// fresh CRC32, so the checksum it received is compared first: a corrupted event is refused,
-/// never re-sealed.
-fn exact_bytes(
-    event: &mysql_async::binlog::events::Event,
-) -> std::result::Result<RawEvent, crate::binlog::assemble::AssembleError> {
-    let header = event.header();
-    let corrupt = crate::binlog::EventError::Checksum {
-        kind: header.event_type_raw(),
-        log_pos: header.log_pos(),
-    };
-    match (event.footer().get_checksum_alg(), event.checksum()) {
-        (Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)), Some(sent)) => {
-            if u32::from_le_bytes(sent)
-                != event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
-            {
-                return Err(corrupt.into());
-            }
-        }
-        // The stream always asks for CRC32 (`@master_binlog_checksum`); anything else cannot be
-        // checked and is not archived.
-        _ if header.event_type_raw() == crate::binlog::event::kind::ROTATE
-            && header.log_pos() == 0 => {}
-        _ => return Err(corrupt.into()),
-    }
-    let mut bytes = Vec::with_capacity(header.event_size() as usize);
-    event
-        .write(BinlogVersion::Version4, &mut bytes)
-        .map_err(|_| crate::binlog::assemble::AssembleError::from(corrupt.clone()))?;
-    Ok(RawEvent::checked(bytes)?)
-}
-
-/// Where to continue when the server cannot stream from `through`. When the server has every
-/// transaction up to `through` (by its binlog history), its binary logs were purged past it:
-/// the archive continues from the oldest binlog it still has, and the gap is recorded by the
-/// segments' positions. Otherwise the archive ran ahead of this server (a primary that took
-/// over without the old one's last transactions): continue from the newest archived position
-/// the server has, so the segments received next supersede the lost ones.
-async fn step_back(
-    conn: &Connection,
-    segments: &[SegmentManifest],
-    through: &GtidPos,
-) -> Result<GtidPos> {
-    let mut c = connect(conn).await?;
-    let q = |e| Error::QueryServer(Box::new(e));
-    let row: Option<(String, String)> = c
-        .query_first("SELECT @@gtid_binlog_pos, @@gtid_binlog_state")
-        .await
-        .map_err(q)?;
-    let (pos, state) = row.unwrap_or_default();
-    let has = |p: &GtidPos| {
-        bulwark_contract::gtid::within_history(
-            bulwark_contract::command::Engine::MariaDb,
-            &p.to_string(),
-            &pos,
-            &state,
-        )
-    };
-    if !has(through) {
-        let mut known: Vec<&SegmentManifest> = segments.iter().collect();
-        known.sort_by_key(|s| std::cmp::Reverse((s.received_at, s.id.clone())));
-        let back = known
-            .iter()
-            .flat_map(|s| [&s.through, &s.after])
-            .find(|p| has(p))
-            .cloned();
-        if let Some(back) = back {
-            tracing::warn!(from = %through, to = %back, server_position = %pos, "the server lacks archived transactions; continuing from the newest archived position it has");
-            let _ = c.disconnect().await;
-            return Ok(back);
-        }
-    }
-    let logs: Vec<(String, u64)> = c.query("SHOW BINARY LOGS").await.map_err(q)?;
-    let first = logs
-        .first()
-        .map(|(name, _)| name.clone())
-        .unwrap_or_default();
-    let events: Vec<mysql_async::Row> = c
-        .query(format!(
-            "SHOW BINLOG EVENTS IN '{}' LIMIT 4",
-            first.replace('\'', "")
-        ))
-        .await
-        .map_err(q)?;
-    let _ = c.disconnect().await;
-    let oldest = events
-        .iter()
-        .filter(|r| r.get::<String, _>("Event_type").as_deref() == Some("Gtid_list"))
-        .filter_map(|r| r.get::<String, _>("Info"))
-        .next()
-        .map(|info| info.trim_matches(|c| c == '[' || c == ']').to_string())
-        .unwrap_or_default();
-    let oldest = GtidPos::parse(&oldest).map_err(Error::InvalidArgument)?;
-    tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
-    Ok(oldest)
 }

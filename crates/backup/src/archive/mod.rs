@@ -4,6 +4,7 @@
 //! ([`archiver`]) and the replay of a chain into a server ([`replay`]).
 
 pub mod archiver;
+mod follow;
 pub mod manifest;
 pub mod offline;
 pub mod pending;

@@ -70,6 +70,29 @@ pub fn plan(backups: &[BackupPoint], segments: &[SegmentManifest]) -> ArchivePru
     out
 }
 
+/// The segments no existing backup of `backups` can use: the archiver's own housekeeping,
+/// where every backup still in the repository counts as retained (retention decides elsewhere
+/// which backups go; once they are gone, so are the segments only they needed).
+pub fn unneeded(
+    backups: &[crate::repo::CompleteBackup],
+    segments: &[SegmentManifest],
+) -> Vec<usize> {
+    let points: Vec<BackupPoint> = backups
+        .iter()
+        .map(|b| BackupPoint {
+            id: b.manifest.id.clone(),
+            point: b
+                .manifest
+                .consistent_point
+                .gtid_set
+                .as_deref()
+                .and_then(|p| GtidPos::parse(p).ok()),
+            kept: true,
+        })
+        .collect();
+    plan(&points, segments).remove
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,8 @@ pub fn binlog_archiver(
             .max(1) as u32,
         server_id: ARCHIVER_SERVER_ID,
         status_listen: format!("0.0.0.0:{}", ports::ARCHIVER),
+        // The operator's retention deletes backups; their segments go with them.
+        prune_unneeded: true,
     }
     .argv();
     let mut volumes = vec![
