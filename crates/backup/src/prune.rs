@@ -9,7 +9,6 @@ use chrono::{DateTime, Duration, Utc};
 use crate::archive::manifest::archive_of;
 use crate::archive::retain::{self, BackupPoint};
 use crate::archive::SegmentManifest;
-use crate::binlog::GtidPos;
 use crate::repo::{Catalog, IncompleteBackup, IncompleteState, Repository};
 use crate::retention::{self, Candidate, Decision, KeepPolicy};
 use crate::Result;
@@ -53,15 +52,9 @@ pub fn plan<'a>(
             .complete
             .iter()
             .filter(|b| archive_of(&b.manifest) == archive)
-            .map(|b| BackupPoint {
-                id: b.manifest.id.clone(),
-                point: b
-                    .manifest
-                    .consistent_point
-                    .gtid_set
-                    .as_deref()
-                    .and_then(|p| GtidPos::parse(p).ok()),
-                kept: decisions.iter().any(|d| d.id == b.manifest.id && d.keep),
+            .map(|b| {
+                let kept = decisions.iter().any(|d| d.id == b.manifest.id && d.keep);
+                BackupPoint::of(b, kept)
             })
             .collect();
         let archive = retain::plan(&points, segments);

@@ -17,6 +17,22 @@ pub struct BackupPoint {
     pub kept: bool,
 }
 
+impl BackupPoint {
+    /// A backup as retention sees it (a consistent point that does not parse counts as none).
+    pub fn of(backup: &crate::repo::CompleteBackup, kept: bool) -> BackupPoint {
+        BackupPoint {
+            id: backup.manifest.id.clone(),
+            point: backup
+                .manifest
+                .consistent_point
+                .gtid_set
+                .as_deref()
+                .and_then(|p| GtidPos::parse(p).ok()),
+            kept,
+        }
+    }
+}
+
 /// The archive's part of a prune.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ArchivePrune {
@@ -77,19 +93,7 @@ pub fn unneeded(
     backups: &[crate::repo::CompleteBackup],
     segments: &[SegmentManifest],
 ) -> Vec<usize> {
-    let points: Vec<BackupPoint> = backups
-        .iter()
-        .map(|b| BackupPoint {
-            id: b.manifest.id.clone(),
-            point: b
-                .manifest
-                .consistent_point
-                .gtid_set
-                .as_deref()
-                .and_then(|p| GtidPos::parse(p).ok()),
-            kept: true,
-        })
-        .collect();
+    let points: Vec<BackupPoint> = backups.iter().map(|b| BackupPoint::of(b, true)).collect();
     plan(&points, segments).remove
 }
 
