@@ -14,8 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mysql_backup::archive::replay::{ReplayOutcome, ReplayTools};
-use mysql_backup::archive::{offline, store as archive_store, Target};
+use mysql_backup::archive::recover::{self, ReplayInto};
+use mysql_backup::archive::replay::ReplayOutcome;
+use mysql_backup::archive::Target;
 use mysql_backup::crypto::MasterKey;
 use mysql_backup::format::{self, Method};
 use mysql_backup::outfile::{self, OutfileError};
@@ -304,25 +305,8 @@ async fn replay_archive(
     target: &Target,
     datadir: &Path,
 ) -> Result<ReplayOutcome, BootstrapError> {
-    let flavor = backup.manifest.source.flavor;
-    let tools = ReplayTools {
-        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
-        client: source::find_tool(flavor, ToolJob::Client, None)?,
-    };
-    let server = offline::find_server()?;
-    let archive = mysql_backup::archive::manifest::archive_of(&backup.manifest);
-    let segments = archive_store::list(repo.store(), archive).await?.segments;
-    let outcome = offline::replay_into_datadir(
-        repo.store(),
-        key,
-        backup,
-        &segments,
-        target,
-        datadir,
-        &server,
-        &tools,
-    )
-    .await?;
+    let into = ReplayInto::Datadir(datadir.to_path_buf());
+    let outcome = recover::replay_after(repo, backup, key, target, &into).await?;
     tracing::info!(backup_id = %backup.manifest.id, transactions = outcome.transactions, reached = %outcome.reached, "binlog archive replayed into the restored datadir");
     Ok(outcome)
 }

@@ -4,18 +4,18 @@
 
 use clap::Args;
 use mysql_backup::archive::archiver::{self, ArchiveOptions};
+pub use mysql_backup::archive::recover::ReplayInto;
 use mysql_backup::archive::replay::{self, ReplayOutcome};
 use mysql_backup::archive::status::{self, Board};
-use mysql_backup::archive::{manifest, offline, store, window, Target, Window};
+use mysql_backup::archive::{manifest, recover, store, window, Target, Window};
 use mysql_backup::binlog::GtidPos;
 use mysql_backup::cli::args::{
     open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs, UntilArgs,
 };
 use mysql_backup::cli::output::{human_bytes, print_json};
 use mysql_backup::crypto::MasterKey;
-use mysql_backup::format::{self, Flavor};
+use mysql_backup::format;
 use mysql_backup::repo::{CompleteBackup, Repository};
-use mysql_backup::source::{self, Connection, ToolJob};
 use mysql_backup::writer::WriteOptions;
 use mysql_backup::Error;
 
@@ -151,15 +151,7 @@ pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where a replay goes.
-pub enum ReplayInto {
-    /// A running server that holds the restored backup.
-    Server(Connection),
-    /// A restored, prepared datadir (a temporary server is started on it).
-    Datadir(std::path::PathBuf),
-}
-
-/// Replays the archive after `backup` up to `target`.
+/// Replays the archive after `backup` up to `target`; SIGINT/SIGTERM stop it.
 pub async fn replay(
     repo: &Repository,
     backup: &CompleteBackup,
@@ -167,36 +159,8 @@ pub async fn replay(
     target: &Target,
     into: ReplayInto,
 ) -> Result<ReplayOutcome, Error> {
-    let flavor = backup.manifest.source.flavor;
-    if flavor != Flavor::Mariadb {
-        return Err(Error::ArchiveUnsupported(format!(
-            "a MariaDB backup; {} is from MySQL",
-            backup.manifest.id
-        )));
-    }
-    let tools = replay::ReplayTools {
-        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
-        client: source::find_tool(flavor, ToolJob::Client, None)?,
-    };
-    let listing = store::list(repo.store(), manifest::archive_of(&backup.manifest)).await?;
-    let segments = &listing.segments;
-    let store = repo.store();
-    let work = async {
-        match &into {
-            ReplayInto::Server(conn) => {
-                replay::apply(store, key, backup, segments, target, conn, &tools).await
-            }
-            ReplayInto::Datadir(dir) => {
-                let server = offline::find_server()?;
-                offline::replay_into_datadir(
-                    store, key, backup, segments, target, dir, &server, &tools,
-                )
-                .await
-            }
-        }
-    };
     tokio::select! {
-        r = work => r,
+        r = recover::replay_after(repo, backup, key, target, &into) => r,
         _ = shutdown_signal() => Err(Error::Interrupted),
     }
 }

@@ -132,10 +132,8 @@ pub async fn run(
         seen: std::collections::BTreeSet::new(),
         backups_listed: None,
     };
+    // Also shows the archive found at start (windows, gaps) on the board.
     archive.refresh_backups().await;
-    archive
-        .board
-        .committed(&archive.segments, &archive.backups, None);
     let mut backoff = Duration::from_millis(500);
     loop {
         match archive.session(conn, &mut shutdown).await {
@@ -226,6 +224,8 @@ impl Archive<'_> {
     /// Only manifests not seen before are read: the list is refreshed every
     /// [`BACKUPS_RELIST`], and a repository may hold many backups.
     async fn refresh_backups(&mut self) {
+        // Also when the listing fails: it is tried again after the interval, not on every event.
+        self.backups_listed = Some(Instant::now());
         let mut complete = true;
         let ids = match self.repo.manifest_ids().await {
             Ok(ids) => ids,
@@ -234,7 +234,6 @@ impl Archive<'_> {
                 return;
             }
         };
-        self.backups_listed = Some(Instant::now());
         self.backups.retain(|b| ids.contains(&b.manifest.id));
         self.seen.retain(|id| ids.contains(id));
         for id in ids {
@@ -260,7 +259,7 @@ impl Archive<'_> {
             self.prune_unneeded().await;
         }
         self.board
-            .committed(&self.segments, &self.backups, self.pending.opened());
+            .reviewed(&self.segments, &self.backups, self.pending.opened());
     }
 
     /// Deletes the segments no backup of the archive can use (manifest first). A failure is
@@ -423,10 +422,7 @@ impl Archive<'_> {
                     if !self.pending.has_format() {
                         return Err(Error::ArchiveStream {
                             target: conn.describe(),
-                            source: crate::binlog::assemble::AssembleError::Stray {
-                                kind: crate::binlog::event::kind::GTID,
-                                log_pos: 0,
-                            },
+                            source: crate::binlog::assemble::AssembleError::NoFormat(trx.gtid),
                         });
                     }
                     let gtid = trx.gtid;
@@ -462,8 +458,11 @@ impl Archive<'_> {
         self.report.transactions += committed.transactions;
         self.report.through = committed.through.clone();
         self.pending = self.pending.next();
+        let extended = self.board.advanced(&committed);
         self.segments.push(committed);
-        self.board.committed(&self.segments, &self.backups, None);
+        if !extended {
+            self.board.reviewed(&self.segments, &self.backups, None);
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ mod follow;
 pub mod manifest;
 pub mod offline;
 pub mod pending;
+pub mod recover;
 pub mod replay;
 pub mod retain;
 pub mod status;

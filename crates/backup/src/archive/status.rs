@@ -113,8 +113,28 @@ impl Board {
         });
     }
 
-    /// Segments were committed; `backups` are the archive's backups as last listed.
-    pub fn committed(
+    /// A segment was committed: the archive reaches further, and so does the recovery window
+    /// when there is one and the segment continues the archive's end. Returns false when that
+    /// is not so and the caller must [`Self::reviewed`] (which walks every segment: too much for
+    /// each commit of a steady archive).
+    pub fn advanced(&self, segment: &SegmentManifest) -> bool {
+        let mut extended = false;
+        self.with(|s| {
+            s.oldest_pending = None;
+            let continues = s.report.through == segment.after.to_string();
+            s.report.through = segment.through.to_string();
+            s.report.last_commit = Some(stamp(segment.last_commit));
+            if continues && s.report.recoverable_to.is_some() {
+                s.report.recoverable_to = Some(stamp(segment.last_commit));
+                extended = true;
+            }
+        });
+        extended
+    }
+
+    /// Windows and gaps recomputed from every segment; `backups` are the archive's backups as
+    /// last listed.
+    pub fn reviewed(
         &self,
         segments: &[SegmentManifest],
         backups: &[CompleteBackup],

@@ -166,15 +166,8 @@ pub async fn commit(
 
 /// Deletes a segment's objects, manifest first (best effort).
 pub async fn discard(store: &Arc<dyn Store>, id: &str) {
-    let _ = store
-        .delete(&format::object_key(id, format::MANIFEST_NAME))
-        .await;
-    if let Ok(objects) = store.list(&format::object_key(id, "")).await {
-        for o in objects {
-            if let Err(e) = store.delete(&o.key).await {
-                tracing::warn!(segment = id, key = %o.key, error = %e, "failed to delete");
-            }
-        }
+    if let Err(e) = delete(store, id).await {
+        tracing::warn!(segment = id, error = %crate::error::chain(&e), "failed to delete what a failed segment commit wrote; it has no manifest and is never read");
     }
 }
 

@@ -41,6 +41,8 @@ pub enum AssembleError {
     Incident { log_pos: u32 },
     #[error("event of type {kind} at position {log_pos} is outside any transaction")]
     Stray { kind: u8, log_pos: u32 },
+    #[error("transaction {0} arrived before the server described its binlog format")]
+    NoFormat(Gtid),
     #[error("a format description arrived inside transaction {0}")]
     FormatInTransaction(Gtid),
     #[error(transparent)]
