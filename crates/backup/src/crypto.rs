@@ -33,6 +33,7 @@ pub enum KeyError {
 }
 
 /// The user's long-lived key; it only ever encrypts data keys.
+#[derive(Clone)]
 pub struct MasterKey {
     key: Zeroizing<[u8; 32]>,
     id: String,

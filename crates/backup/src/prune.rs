@@ -1,6 +1,7 @@
 //! What `prune` removes: complete backups the retention rules do not keep (but never the base
-//! of the current recovery window), archived binlog segments no retained backup needs, and
-//! incomplete backups (no manifest) untouched for longer than the orphan grace. Damaged backups
+//! of the current recovery window), archived binlog segments no retained backup needs (with
+//! the segments a compacted one replaced), and incomplete backups and segments (no manifest)
+//! untouched for longer than the orphan grace. Damaged backups
 //! are never removed automatically. The plan is pure; [`execute`] carries it out, manifests
 //! first.
 
@@ -8,6 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::archive::manifest::archive_of;
 use crate::archive::retain::{self, BackupPoint};
+use crate::archive::store::{ArchiveListing, IncompleteSegment};
 use crate::archive::SegmentManifest;
 use crate::repo::{Catalog, IncompleteBackup, IncompleteState, Repository};
 use crate::retention::{self, Candidate, Decision, KeepPolicy};
@@ -24,6 +26,10 @@ pub struct PrunePlan<'a> {
     pub damaged: Vec<&'a IncompleteBackup>,
     /// Archived binlog segments no retained backup needs: removed.
     pub segments: Vec<&'a SegmentManifest>,
+    /// Segments a compacted one replaced, past the grace or with it: removed first.
+    pub replaced: Vec<&'a SegmentManifest>,
+    /// Segments without a manifest (an interrupted commit) past the grace: removed.
+    pub stale_segments: Vec<&'a IncompleteSegment>,
 }
 
 /// The reason a backup the rules would drop is kept.
@@ -32,7 +38,7 @@ pub const WINDOW_BASE: &str = "base of the current recovery window";
 /// Plans a prune of `catalog` at `now`.
 pub fn plan<'a>(
     catalog: &'a Catalog,
-    archives: &'a [(String, Vec<SegmentManifest>)],
+    archives: &'a std::collections::BTreeMap<String, ArchiveListing>,
     policy: &KeepPolicy,
     orphan_grace: Duration,
     now: DateTime<Utc>,
@@ -47,7 +53,10 @@ pub fn plan<'a>(
         .collect();
     let mut decisions = retention::plan(policy, &candidates);
     let mut removed_segments = Vec::new();
-    for (archive, segments) in archives {
+    let mut replaced = Vec::new();
+    let mut stale_segments = Vec::new();
+    for (archive, listing) in archives {
+        let segments = &listing.segments;
         let points: Vec<BackupPoint> = catalog
             .complete
             .iter()
@@ -64,11 +73,27 @@ pub fn plan<'a>(
                 d.reasons.push(WINDOW_BASE.into());
             }
         }
-        removed_segments.extend(archive.remove.iter().map(|i| &segments[*i]));
+        let removed: Vec<&SegmentManifest> = archive.remove.iter().map(|i| &segments[*i]).collect();
+        replaced.extend(
+            listing
+                .superseded
+                .iter()
+                .filter(|s| now - s.since > orphan_grace || removed.iter().any(|r| r.id == s.by))
+                .map(|s| &s.manifest),
+        );
+        removed_segments.extend(removed);
+        stale_segments.extend(
+            listing
+                .incomplete
+                .iter()
+                .filter(|i| !i.damaged && i.newest.is_some_and(|t| now - t > orphan_grace)),
+        );
     }
     PrunePlan {
         decisions,
         segments: removed_segments,
+        replaced,
+        stale_segments,
         stale: catalog
             .incomplete
             .iter()
@@ -97,9 +122,15 @@ pub async fn execute(
         tracing::info!(backup_id = %d.id, "backup removed");
         removed.push(d.id.clone());
     }
-    for s in &plan.segments {
+    // Replaced segments before the compacted ones: they must not become the archive's again.
+    for s in plan.replaced.iter().chain(&plan.segments) {
         crate::archive::store::delete(repo.store(), &s.id).await?;
         tracing::info!(segment = %s.id, "binlog segment removed");
+        removed.push(s.id.clone());
+    }
+    for s in &plan.stale_segments {
+        crate::archive::store::delete(repo.store(), &s.id).await?;
+        tracing::info!(segment = %s.id, "incomplete binlog segment removed");
         removed.push(s.id.clone());
     }
     for o in &plan.stale {

@@ -1,7 +1,9 @@
-//! Master key rotation: re-wraps the data keys of backups encrypted with the old key. Only
-//! manifests change, each replaced atomically; backups already on the new key are skipped, so
-//! an interrupted rotation is finished by running it again.
+//! Master key rotation: re-wraps the data keys of backups and archived binlog segments
+//! encrypted with the old key. Only manifests change, each replaced atomically; those already on
+//! the new key are skipped, so an interrupted rotation is finished by running it again (as is
+//! one that ran while an archiver still wrote with the old key).
 
+use crate::archive;
 use crate::crypto::{self, MasterKey};
 use crate::repo::Repository;
 use crate::{Error, Result};
@@ -27,8 +29,22 @@ impl std::fmt::Display for RewrapOutcome {
     }
 }
 
-/// Re-wraps every complete backup of `repo` from `old` to `new`; returns each backup's id and
-/// outcome, in catalog order.
+/// What to do with one manifest's encryption.
+fn decide(
+    encryption: Option<&crate::format::EncryptionInfo>,
+    old: &MasterKey,
+    new: &MasterKey,
+) -> Option<RewrapOutcome> {
+    match encryption {
+        None => Some(RewrapOutcome::NotEncrypted),
+        Some(e) if e.key_id == new.id() => Some(RewrapOutcome::AlreadyOnNewKey),
+        Some(e) if e.key_id != old.id() => Some(RewrapOutcome::OtherKey(e.key_id.clone())),
+        Some(_) => None,
+    }
+}
+
+/// Re-wraps every complete backup of `repo`, then every archived binlog segment, from `old` to
+/// `new`; returns each id and outcome, backups in catalog order, then segments by id.
 pub async fn rewrap_all(
     repo: &Repository,
     old: &MasterKey,
@@ -43,11 +59,10 @@ pub async fn rewrap_all(
     let mut results = Vec::new();
     for b in &catalog.complete {
         let m = &b.manifest;
-        let outcome = match &m.encryption {
-            None => RewrapOutcome::NotEncrypted,
-            Some(e) if e.key_id == new.id() => RewrapOutcome::AlreadyOnNewKey,
-            Some(e) if e.key_id != old.id() => RewrapOutcome::OtherKey(e.key_id.clone()),
-            Some(e) => {
+        let outcome = match (decide(m.encryption.as_ref(), old, new), &m.encryption) {
+            (Some(skip), _) => skip,
+            (None, None) => RewrapOutcome::NotEncrypted,
+            (None, Some(e)) => {
                 let mut updated = m.clone();
                 updated.encryption = Some(crypto::rewrap(&m.id, e, old, new)?);
                 repo.commit(&updated).await?;
@@ -56,6 +71,27 @@ pub async fn rewrap_all(
             }
         };
         results.push((m.id.clone(), outcome));
+    }
+    let store = repo.store();
+    for (_, listing) in archive::store::list_all(store).await? {
+        let segments = listing
+            .segments
+            .into_iter()
+            .chain(listing.superseded.into_iter().map(|s| s.manifest));
+        for m in segments {
+            let outcome = match (decide(m.encryption.as_ref(), old, new), &m.encryption) {
+                (Some(skip), _) => skip,
+                (None, Some(e)) => {
+                    let mut updated = m.clone();
+                    updated.encryption = Some(crypto::rewrap(&m.id, e, old, new)?);
+                    archive::store::put_manifest(store, &updated).await?;
+                    tracing::info!(segment = %m.id, old_key = %old.id(), new_key = %new.id(), "data key re-wrapped");
+                    RewrapOutcome::Rewrapped
+                }
+                (None, None) => RewrapOutcome::NotEncrypted,
+            };
+            results.push((m.id.clone(), outcome));
+        }
     }
     Ok(results)
 }

@@ -15,16 +15,18 @@ use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
 
+use super::compact::CompactRules;
 use super::follow;
+use super::housekeeping::{self, Housekeeping};
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 use super::pending::{Added, Pending};
 use super::status::Board;
-use super::{retain, store};
+use super::store;
 use crate::binlog::{Assembler, GtidPos, Step};
 use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::format::Flavor;
-use crate::repo::{CompleteBackup, Repository};
+use crate::repo::Repository;
 use crate::source::{self, Connection};
 use crate::writer::WriteOptions;
 
@@ -54,6 +56,8 @@ pub struct ArchiveOptions {
     /// Delete the segments no backup in the repository can use (checked when backups are
     /// listed), so the archive shrinks as retention removes backups.
     pub prune_unneeded: bool,
+    /// Merge small segments once their span of time is over (`None`: never).
+    pub compact: Option<CompactRules>,
 }
 
 /// What one run did.
@@ -90,16 +94,9 @@ struct Archive<'a> {
     start_at_server: bool,
     /// What `/status` reports.
     board: Arc<Board>,
-    repo: &'a Repository,
-    /// The archive's backups, for the recovery window, and when they were listed.
-    backups: Vec<CompleteBackup>,
-    /// Backup ids whose manifests were read (whatever their archive).
-    seen: std::collections::BTreeSet<String>,
-    backups_listed: Option<Instant>,
+    /// Backups listed again, segments pruned and compacted.
+    housekeeping: Housekeeping<'a>,
 }
-
-/// How often the backups are listed again for the recovery window.
-const BACKUPS_RELIST: Duration = Duration::from_secs(20);
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
 pub async fn run(
@@ -111,7 +108,9 @@ pub async fn run(
     mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
-    let segments = store::list(&store, &opts.archive).await?.segments;
+    let listing = store::list(&store, &opts.archive).await?;
+    housekeeping::remove_incomplete(&store, &listing.incomplete).await;
+    let segments = listing.segments;
     let start = resume_point(repo, &segments, opts).await?;
     let start_at_server = start.is_none();
     let start = start.unwrap_or_default();
@@ -127,15 +126,13 @@ pub async fn run(
         pending: Pending::new(start),
         start_at_server,
         board,
-        repo,
-        backups: Vec::new(),
-        seen: std::collections::BTreeSet::new(),
-        backups_listed: None,
+        housekeeping: Housekeeping::new(repo, key, opts, listing.superseded),
     };
     // Also shows the archive found at start (windows, gaps) on the board.
-    archive.refresh_backups().await;
+    archive.housekeep().await;
     let mut backoff = Duration::from_millis(500);
     loop {
+        archive.board.turned();
         match archive.session(conn, &mut shutdown).await {
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::Restart(at)) => {
@@ -219,67 +216,11 @@ pub(super) async fn connect(conn: &Connection) -> Result<mysql_async::Conn> {
 }
 
 impl Archive<'_> {
-    /// Lists the archive's backups again (a failure keeps the last list: the window is
-    /// informational and must never stop the archiving).
-    /// Only manifests not seen before are read: the list is refreshed every
-    /// [`BACKUPS_RELIST`], and a repository may hold many backups.
-    async fn refresh_backups(&mut self) {
-        // Also when the listing fails: it is tried again after the interval, not on every event.
-        self.backups_listed = Some(Instant::now());
-        let mut complete = true;
-        let ids = match self.repo.manifest_ids().await {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::warn!(error = %crate::error::chain(&e), "failed to list backups for the recovery window");
-                return;
-            }
-        };
-        self.backups.retain(|b| ids.contains(&b.manifest.id));
-        self.seen.retain(|id| ids.contains(id));
-        for id in ids {
-            if self.seen.contains(&id) {
-                continue;
-            }
-            match self.repo.load_manifest(&id).await {
-                Ok(b) => {
-                    if manifest::archive_of(&b.manifest) == self.opts.archive {
-                        self.backups.push(b);
-                    }
-                    self.seen.insert(id);
-                }
-                // Damaged or just deleted: looked at again next time, and no segment is
-                // deleted on a list that may lack a backup.
-                Err(e) => {
-                    complete = false;
-                    tracing::debug!(backup_id = %id, error = %crate::error::chain(&e), "backup not read for the recovery window")
-                }
-            }
-        }
-        if complete && self.opts.prune_unneeded {
-            self.prune_unneeded().await;
-        }
-        self.board
-            .reviewed(&self.segments, &self.backups, self.pending.opened());
-    }
-
-    /// Deletes the segments no backup of the archive can use (manifest first). A failure is
-    /// logged and the segment stays for the next look.
-    async fn prune_unneeded(&mut self) {
-        let doomed = retain::unneeded(&self.backups, &self.segments);
-        let mut gone = Vec::new();
-        for i in doomed {
-            let id = self.segments[i].id.clone();
-            match store::delete(&self.store, &id).await {
-                Ok(()) => {
-                    tracing::info!(segment = %id, "binlog segment no backup needs removed");
-                    gone.push(id);
-                }
-                Err(e) => {
-                    tracing::warn!(segment = %id, error = %crate::error::chain(&e), "failed to remove a binlog segment no backup needs")
-                }
-            }
-        }
-        self.segments.retain(|s| !gone.contains(&s.id));
+    async fn housekeep(&mut self) {
+        let opened = self.pending.opened();
+        self.housekeeping
+            .run(&mut self.segments, &self.board, opened)
+            .await;
     }
 
     /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
@@ -352,6 +293,7 @@ impl Archive<'_> {
         let mut assembler = Assembler::default();
         let silence = opts.heartbeat * 3 + Duration::from_secs(2);
         loop {
+            self.board.turned();
             if self
                 .pending
                 .due(Instant::now(), opts.flush_every, opts.segment_bytes)
@@ -359,11 +301,8 @@ impl Archive<'_> {
                 self.flush().await?;
             }
             // A heartbeat a second keeps this loop turning while the server is idle.
-            if self
-                .backups_listed
-                .is_none_or(|t| t.elapsed() > BACKUPS_RELIST)
-            {
-                self.refresh_backups().await;
+            if self.housekeeping.due() {
+                self.housekeep().await;
             }
             let deadline = self
                 .pending
@@ -461,7 +400,8 @@ impl Archive<'_> {
         let extended = self.board.advanced(&committed);
         self.segments.push(committed);
         if !extended {
-            self.board.reviewed(&self.segments, &self.backups, None);
+            self.board
+                .reviewed(&self.segments, &self.housekeeping.backups, None);
         }
         Ok(())
     }

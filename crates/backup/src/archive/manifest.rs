@@ -51,6 +51,13 @@ pub struct SegmentManifest {
     pub stored_bytes: u64,
     /// Segment objects in stream order.
     pub segments: Vec<SegmentInfo>,
+    /// A compacted segment: the segments it holds the transactions of, which it supersedes
+    /// (they are deleted after a grace, so a replay that listed them still reads them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+    /// When a compacted segment was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted_at: Option<DateTime<Utc>>,
 }
 
 /// Where the transactions came from.

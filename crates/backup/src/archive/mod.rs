@@ -4,7 +4,10 @@
 //! ([`archiver`]) and the replay of a chain into a server ([`replay`]).
 
 pub mod archiver;
+pub mod compact;
+pub mod feed;
 mod follow;
+mod housekeeping;
 pub mod manifest;
 pub mod offline;
 pub mod pending;

@@ -177,6 +177,8 @@ impl Pending {
             },
             stored_bytes: 0,
             segments: Vec::new(),
+            replaces: Vec::new(),
+            compacted_at: None,
         };
         (plain, manifest)
     }

@@ -11,10 +11,9 @@ use chrono::{DateTime, Utc};
 use tokio::io::AsyncWriteExt;
 
 use super::manifest::SegmentManifest;
-use super::store;
 use super::window::{self, Target, Window};
 use crate::binlog::event::BINLOG_MAGIC;
-use crate::binlog::{Assembler, GtidPos, RawEvent, Step};
+use crate::binlog::{Assembler, GtidPos, Step};
 use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::repo::CompleteBackup;
@@ -26,7 +25,6 @@ use crate::source::{Connection, DefaultsFile};
 /// the log, never a selection from it).
 #[derive(Debug)]
 pub struct Selector {
-    start: GtidPos,
     target: Target,
     reached: GtidPos,
     format: Option<Vec<u8>>,
@@ -40,8 +38,7 @@ pub struct Selector {
 impl Selector {
     pub fn new(start: GtidPos, target: Target) -> Selector {
         Selector {
-            reached: start.clone(),
-            start,
+            reached: start,
             target,
             format: None,
             done: false,
@@ -71,21 +68,11 @@ impl Selector {
             .strip_prefix(&BINLOG_MAGIC[..])
             .ok_or_else(|| damaged("it does not start with the binlog magic".into()))?;
         let mut assembler = Assembler::default();
-        let mut rest = body;
-        while !rest.is_empty() && !self.done {
-            let size = rest
-                .get(9..13)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-                .ok_or_else(|| damaged("it ends inside an event header".into()))?;
-            if size > rest.len() || size < crate::binlog::event::HEADER_LEN {
-                return Err(damaged(format!(
-                    "an event says {size} bytes, {} remain",
-                    rest.len()
-                )));
+        for event in crate::binlog::event::events(body) {
+            if self.done {
+                break;
             }
-            let (bytes, tail) = rest.split_at(size);
-            rest = tail;
-            let event = RawEvent::checked(bytes.to_vec()).map_err(|e| damaged(e.to_string()))?;
+            let event = event.map_err(damaged)?;
             match assembler.push(event).map_err(|e| damaged(e.to_string()))? {
                 Step::Format(fde) => {
                     if self.format.as_deref() != Some(fde.bytes()) {
@@ -94,7 +81,9 @@ impl Selector {
                     }
                 }
                 Step::Transaction(trx) => {
-                    if self.start.includes(trx.gtid) {
+                    // Also what an earlier segment gave: a chain listed again after a segment
+                    // was compacted may continue inside a segment.
+                    if self.reached.includes(trx.gtid) {
                         continue;
                     }
                     let wanted = match &self.target {
@@ -238,25 +227,26 @@ pub async fn apply(
     let mut bytes = 0u64;
     let mut read = 0usize;
     // The next segment is fetched and verified while the tools apply the current one.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Result<Vec<u8>>)>(1);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>>)>(1);
+    let archive = super::manifest::archive_of(&backup.manifest);
+    let chain: Vec<SegmentManifest> = chain.iter().map(|i| segments[*i].clone()).collect();
+    let mut feed = super::feed::Feed::new(store, key, archive, chain, window.from.clone());
     let producer = async move {
-        for i in chain {
-            let plain = store::read(store, &segments[i], key).await;
+        while let Some((id, plain)) = feed.next().await {
             let failed = plain.is_err();
-            if tx.send((i, plain)).await.is_err() || failed {
+            if tx.send((id, plain)).await.is_err() || failed {
                 return;
             }
         }
     };
     let consumer = async {
-        while let Some((i, plain)) = rx.recv().await {
-            let seg = &segments[i];
+        while let Some((id, plain)) = rx.recv().await {
             read += 1;
             let mut out = Vec::new();
             if bytes == 0 {
                 out.extend_from_slice(&BINLOG_MAGIC);
             }
-            selector.take(&seg.id, &plain?, &mut out)?;
+            selector.take(&id, &plain?, &mut out)?;
             to_decoder
                 .write_all(&out)
                 .await

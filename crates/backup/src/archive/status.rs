@@ -67,7 +67,14 @@ struct State {
     oldest_pending: Option<Instant>,
     last_current: Option<Instant>,
     started: Instant,
+    /// When the archiver's loop last turned (`None` before it first did: reading a large
+    /// archive at start is not a stall).
+    last_turn: Option<Instant>,
 }
+
+/// `/healthz` fails when the archiver's loop has not turned for this long (it turns at least on
+/// every heartbeat, and every few seconds while reconnecting): a commit or a listing hangs.
+pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 
 fn stamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
@@ -84,12 +91,24 @@ impl Board {
                 oldest_pending: None,
                 last_current: None,
                 started: Instant::now(),
+                last_turn: None,
             }),
         })
     }
 
     fn with(&self, f: impl FnOnce(&mut State)) {
         f(&mut self.state.lock().expect("board lock"));
+    }
+
+    /// The archiver's loop turned.
+    pub fn turned(&self) {
+        self.with(|s| s.last_turn = Some(Instant::now()));
+    }
+
+    /// How long the loop has not turned, when that is longer than `limit`.
+    pub fn stalled(&self, limit: Duration) -> Option<Duration> {
+        let idle = self.state.lock().expect("board lock").last_turn?.elapsed();
+        (idle > limit).then_some(idle)
     }
 
     /// The stream opened (`None`) or failed (`Some(cause)`).
@@ -175,7 +194,8 @@ impl Board {
     }
 }
 
-/// Serves `GET /status` (the report as one JSON line) and `GET /healthz` on `listener`.
+/// Serves `GET /status` (the report as one JSON line) and `GET /healthz` (503 once the
+/// archiver's loop has stalled for [`STALL_LIMIT`]) on `listener`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     board: Arc<Board>,
@@ -183,6 +203,19 @@ pub async fn serve(
 ) {
     use axum::http::StatusCode;
     use axum::routing::get;
+    let health = board.clone();
+    let healthz = move || {
+        let board = health.clone();
+        async move {
+            match board.stalled(STALL_LIMIT) {
+                None => bulwark_http::text(StatusCode::OK, "ok"),
+                Some(idle) => bulwark_http::text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("the archiver's loop has not turned for {}s", idle.as_secs()),
+                ),
+            }
+        }
+    };
     let status = move || {
         let board = board.clone();
         async move {
@@ -193,10 +226,7 @@ pub async fn serve(
     let app = bulwark_http::get_only(
         axum::Router::new()
             .route(bulwark_contract::archive::STATUS_PATH, get(status))
-            .route(
-                "/healthz",
-                get(|| async { bulwark_http::text(StatusCode::OK, "ok") }),
-            ),
+            .route("/healthz", get(healthz)),
         "not found; try /status or /healthz",
     );
     let limits = bulwark_http::Limits {
@@ -210,6 +240,16 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loop_that_stops_turning_is_a_stall_but_one_not_yet_started_is_not() {
+        let board = Board::new("a");
+        assert_eq!(board.stalled(Duration::ZERO), None);
+        board.turned();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(board.stalled(Duration::ZERO).is_some());
+        assert_eq!(board.stalled(STALL_LIMIT), None);
+    }
 
     #[test]
     fn lag_counts_what_may_be_missing() {

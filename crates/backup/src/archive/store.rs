@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::manifest::{self, SegmentManifest};
@@ -16,13 +17,37 @@ use crate::progress::Progress;
 use crate::reader::{self, Depth, WriteSink};
 use crate::store::Store;
 
-/// Segments whose manifest loaded, and those present without a valid one.
+/// An archive's segments as the repository holds them.
 #[derive(Debug, Default)]
 pub struct ArchiveListing {
-    /// Committed segments, by id.
+    /// Committed segments no compacted segment supersedes: what chains are built from.
     pub segments: Vec<SegmentManifest>,
-    /// Segment ids with objects but no valid manifest, with the reason.
-    pub incomplete: Vec<(String, String)>,
+    /// Committed segments a compacted one holds the transactions of, kept for a grace.
+    pub superseded: Vec<Superseded>,
+    /// Segment ids with objects but no valid manifest.
+    pub incomplete: Vec<IncompleteSegment>,
+}
+
+/// A segment whose transactions a compacted segment holds.
+#[derive(Debug, Clone)]
+pub struct Superseded {
+    pub manifest: SegmentManifest,
+    /// The compacted segment.
+    pub by: String,
+    /// When that segment was written.
+    pub since: DateTime<Utc>,
+}
+
+/// A segment with objects but no manifest that loads.
+#[derive(Debug, Clone)]
+pub struct IncompleteSegment {
+    pub id: String,
+    /// Why it is incomplete ("no manifest", or why the manifest did not load).
+    pub reason: String,
+    /// Whether a manifest exists but did not load (never removed automatically).
+    pub damaged: bool,
+    /// The most recent modification among its objects.
+    pub newest: Option<DateTime<Utc>>,
 }
 
 /// The names of the archives the repository holds.
@@ -56,36 +81,74 @@ pub async fn list_all(store: &Arc<dyn Store>) -> Result<BTreeMap<String, Archive
 pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListing> {
     let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
     let objects = store.list(&prefix).await.map_err(Error::ListRepository)?;
-    let mut by_id: BTreeMap<String, bool> = BTreeMap::new();
+    // Per segment id: whether it has a manifest, and its newest object.
+    let mut by_id: BTreeMap<String, (bool, Option<DateTime<Utc>>)> = BTreeMap::new();
     for o in &objects {
         let rest = &o.key[prefix.len()..];
         if let Some((dir, name)) = rest.split_once('/') {
             let id = format!("{}{archive}/{dir}", format::ARCHIVE_ID_PREFIX);
             if manifest::segment_archive(&id) == Some(archive) {
-                *by_id.entry(id).or_default() |= name == format::MANIFEST_NAME;
+                let entry = by_id.entry(id).or_default();
+                entry.0 |= name == format::MANIFEST_NAME;
+                entry.1 = entry.1.max(Some(o.last_modified));
             }
         }
     }
-    let loaded: Vec<(String, Option<Result<SegmentManifest>>)> = futures::stream::iter(by_id)
-        .map(|(id, has_manifest)| async move {
+    let loaded: Vec<_> = futures::stream::iter(by_id)
+        .map(|(id, (has_manifest, newest))| async move {
             let m = if has_manifest {
                 Some(load(store, &id).await)
             } else {
                 None
             };
-            (id, m)
+            (id, m, newest)
         })
         .buffered(16)
         .collect()
         .await;
+    let mut all = Vec::new();
     let mut listing = ArchiveListing::default();
-    for (id, m) in loaded {
-        match m {
-            Some(Ok(m)) => listing.segments.push(m),
-            Some(Err(e)) => listing.incomplete.push((id, crate::error::chain(&e))),
-            None => listing.incomplete.push((id, "no manifest".into())),
-        }
+    for (id, m, newest) in loaded {
+        let (reason, damaged) = match m {
+            Some(Ok(m)) => {
+                all.push(m);
+                continue;
+            }
+            Some(Err(e)) => (crate::error::chain(&e), true),
+            None => ("no manifest".to_string(), false),
+        };
+        listing.incomplete.push(IncompleteSegment {
+            id,
+            reason,
+            damaged,
+            newest,
+        });
     }
+    let replaced: BTreeMap<&str, (&str, DateTime<Utc>)> = all
+        .iter()
+        .flat_map(|m| {
+            let since = m.compacted_at.unwrap_or(m.received_at);
+            m.replaces
+                .iter()
+                .map(move |r| (r.as_str(), (m.id.as_str(), since)))
+        })
+        .collect();
+    let (superseded, segments): (Vec<_>, Vec<_>) = all
+        .iter()
+        .cloned()
+        .partition(|m| replaced.contains_key(m.id.as_str()));
+    listing.superseded = superseded
+        .into_iter()
+        .map(|manifest| {
+            let (by, since) = replaced[manifest.id.as_str()];
+            Superseded {
+                by: by.to_string(),
+                since,
+                manifest,
+            }
+        })
+        .collect();
+    listing.segments = segments;
     Ok(listing)
 }
 
@@ -143,17 +206,7 @@ pub async fn commit(
             };
             manifest.stored_bytes = w.stored_bytes;
             manifest.segments = w.segments;
-            let body = serde_json::to_vec_pretty(&manifest).expect("segment manifest serializes");
-            store
-                .put(
-                    &format::object_key(&id, format::MANIFEST_NAME),
-                    Bytes::from(body),
-                )
-                .await
-                .map_err(|source| Error::WriteManifest {
-                    id: id.clone(),
-                    source,
-                })
+            put_manifest(store, &manifest).await
         }
         Err(e) => Err(e),
     };
@@ -162,6 +215,21 @@ pub async fn commit(
         return Err(e);
     }
     Ok(manifest)
+}
+
+/// Writes (or replaces, in one put) a segment's manifest: the segment's commit point.
+pub async fn put_manifest(store: &Arc<dyn Store>, manifest: &SegmentManifest) -> Result<()> {
+    let body = serde_json::to_vec_pretty(manifest).expect("segment manifest serializes");
+    store
+        .put(
+            &format::object_key(&manifest.id, format::MANIFEST_NAME),
+            Bytes::from(body),
+        )
+        .await
+        .map_err(|source| Error::WriteManifest {
+            id: manifest.id.clone(),
+            source,
+        })
 }
 
 /// Deletes a segment's objects, manifest first (best effort).

@@ -208,6 +208,8 @@ pub(crate) mod tests_support {
             },
             stored_bytes: 0,
             segments: vec![],
+            replaces: vec![],
+            compacted_at: None,
         }
     }
 }

@@ -167,6 +167,31 @@ impl RawEvent {
     }
 }
 
+/// The events of a binlog file's body (what follows the magic), each checked (length, CRC);
+/// the error says where the body is cut or damaged.
+pub fn events(mut body: &[u8]) -> impl Iterator<Item = Result<RawEvent, String>> + '_ {
+    std::iter::from_fn(move || {
+        if body.is_empty() {
+            return None;
+        }
+        let Some(size) = body
+            .get(9..13)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+        else {
+            body = &[];
+            return Some(Err("it ends inside an event header".to_string()));
+        };
+        if size > body.len() || size < HEADER_LEN {
+            let remain = body.len();
+            body = &[];
+            return Some(Err(format!("an event says {size} bytes, {remain} remain")));
+        }
+        let (bytes, tail) = body.split_at(size);
+        body = tail;
+        Some(RawEvent::checked(bytes.to_vec()).map_err(|e| e.to_string()))
+    })
+}
+
 /// Builds a checksummed event; for tests and for the archive's own synthesized headers.
 pub fn build(kind: u8, timestamp: u32, server_id: u32, log_pos: u32, body: &[u8]) -> Vec<u8> {
     let size = (HEADER_LEN + body.len() + CRC_LEN) as u32;

@@ -2,6 +2,8 @@
 //! its exit code, its one-line error and the repository it leaves behind.
 #![allow(dead_code, unused_imports)]
 
+pub mod pitr;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

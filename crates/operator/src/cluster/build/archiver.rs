@@ -8,10 +8,11 @@ use bulwark_contract::command::{self, ARCHIVER_SERVER_ID};
 use bulwark_contract::{paths, ports, Account};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Container, ContainerPort, HTTPGetAction, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{cluster_name, meta};
 use crate::credentials::Credentials;
@@ -66,7 +67,7 @@ pub fn binlog_archiver(
     let container = Container {
         volume_mounts: Some(mounts),
         // A segment is 16 MiB of binlog by default (more when one transaction is larger), held
-        // once, plus the chunks being encoded.
+        // once, plus the chunks being encoded; a compaction holds up to twice that, twice over.
         resources: Some(ResourceRequirements {
             requests: Some(
                 [
@@ -83,6 +84,19 @@ pub fn binlog_archiver(
             container_port: i32::from(ports::ARCHIVER),
             ..ContainerPort::default()
         }]),
+        // /healthz fails once the archiver's loop has stalled for two minutes (a hung commit
+        // or listing); a restart resumes after the last committed segment.
+        liveness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".to_owned()),
+                port: IntOrString::Int(i32::from(ports::ARCHIVER)),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
         ..command_container("archiver", image, argv)
     };
     let labels = names::labels(name, component::ARCHIVER);

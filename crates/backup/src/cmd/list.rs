@@ -1,0 +1,141 @@
+//! `list`: the repository's backups, their recovery windows and the binlog archives.
+
+use clap::Args;
+use mysql_backup::cli::args::{open_repo, RepoArgs};
+use mysql_backup::cli::output::{human_bytes, print_json, print_table};
+use mysql_backup::report;
+use serde_json::json;
+
+use super::pitr;
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Also show incomplete (no manifest) and damaged backups.
+    #[arg(long)]
+    pub all: bool,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
+    let repo = open_repo(&a.repo, 0).await?;
+    let catalog = repo.catalog().await?;
+    let archive = pitr::archive_view(&repo, &catalog.complete).await?;
+    if a.json {
+        let complete: Vec<_> = catalog
+            .complete
+            .iter()
+            .map(|b| {
+                let mut v =
+                    serde_json::to_value(report::backup_result(b, None)).expect("serializes");
+                if let Some(w) = archive.windows.get(&b.manifest.id) {
+                    v["recoveryWindow"] = pitr::window_json(w);
+                }
+                v
+            })
+            .collect();
+        let mut out = json!({ "backups": complete, "archives": archive.json });
+        if a.all {
+            out["incomplete"] = catalog
+                .incomplete
+                .iter()
+                .map(|i| {
+                    json!({
+                        "id": i.id,
+                        "state": i.state.label(),
+                        "reason": i.state.reason(),
+                        "objects": i.objects.len(),
+                        "bytes": i.bytes(),
+                        "lastModified": i.newest(),
+                    })
+                })
+                .collect();
+        }
+        print_json(&out);
+        return Ok(());
+    }
+    let mut rows: Vec<Vec<String>> = catalog
+        .complete
+        .iter()
+        .map(|b| {
+            let m = &b.manifest;
+            vec![
+                m.id.clone(),
+                m.finished_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                m.method.to_string(),
+                format!(
+                    "{} {}",
+                    m.source.flavor,
+                    m.source.server_version.split('-').next().unwrap_or("")
+                ),
+                human_bytes(m.plaintext.bytes),
+                human_bytes(m.stored_bytes),
+                if m.encryption.is_some() {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+                "complete".into(),
+                archive
+                    .windows
+                    .get(&m.id)
+                    .map(|w| w.to_time.format("%Y-%m-%d %H:%M:%S").to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    if a.all {
+        for i in &catalog.incomplete {
+            rows.push(vec![
+                i.id.clone(),
+                i.newest()
+                    .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+                    .unwrap_or_default(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                human_bytes(i.bytes()),
+                "-".into(),
+                match i.state.reason() {
+                    Some(r) => format!("{}: {r}", i.state.label()),
+                    None => format!("{} (no manifest)", i.state.label()),
+                },
+                "-".into(),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        println!("no backups in {}", repo.store().describe());
+        for line in &archive.lines {
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    print_table(
+        &[
+            "ID",
+            "FINISHED (UTC)",
+            "METHOD",
+            "SERVER",
+            "SIZE",
+            "STORED",
+            "ENCRYPTED",
+            "STATE",
+            "RECOVERABLE TO",
+        ],
+        &rows,
+    );
+    for line in &archive.lines {
+        println!("{line}");
+    }
+    if !a.all && !catalog.incomplete.is_empty() {
+        eprintln!(
+            "note: {} incomplete or damaged backup(s) not shown; use --all",
+            catalog.incomplete.len()
+        );
+    }
+    Ok(())
+}

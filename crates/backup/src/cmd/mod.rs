@@ -1,0 +1,7 @@
+//! The subcommands, one module per family: arguments and how each runs over the library.
+
+pub mod backup;
+pub mod list;
+pub mod pitr;
+pub mod prune;
+pub mod restore;

@@ -1,0 +1,205 @@
+//! `verify`, `restore` and `cat`: reading a backup back.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use mysql_backup::cli::args::{absolute, shutdown_signal, BackupSelector, ConnArgs, ProgressArgs};
+use mysql_backup::cli::output::{human_bytes, peak_rss_bytes, print_json};
+use mysql_backup::progress::{Progress, Reporter};
+use mysql_backup::restore::{self, Target};
+use mysql_backup::Error;
+use serde_json::json;
+
+use super::pitr;
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+    /// Directory to create the datadir in (physical backups).
+    #[arg(long, env = "MYSQL_BACKUP_TARGET_DIR")]
+    pub target_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Replace a non-empty --target-dir.
+    #[arg(long)]
+    pub force: bool,
+    /// Extract only; do not run --prepare.
+    #[arg(long)]
+    pub skip_prepare: bool,
+    /// Logical restores: load without verifying the whole backup first.
+    #[arg(long)]
+    pub skip_preverify: bool,
+    /// Tool for --prepare or the SQL client, instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: Option<String>,
+    #[command(flatten)]
+    pub until: mysql_backup::cli::args::UntilArgs,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+#[derive(Args)]
+pub struct CatArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+}
+
+pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
+    let (repo, backup, key) = a.backup.open().await?;
+    let progress = Progress::new();
+    let reporter = Reporter::start(progress.clone(), "verify", a.progress.display());
+    let result = restore::verify(&repo, &backup, key.as_ref(), a.backup.parallel(), progress).await;
+    reporter.finish().await;
+    let summary = result?;
+    let full = summary.depth == mysql_backup::reader::Depth::Full;
+    if a.json {
+        print_json(&json!({
+            "id": backup.manifest.id,
+            "ok": true,
+            "depth": if full { "full" } else { "stored-digests" },
+            "chunks": summary.chunks,
+            "storedBytes": summary.stored_bytes,
+            "plaintextBytes": summary.plaintext_bytes,
+        }));
+    } else if full {
+        println!(
+            "backup {} OK: {} chunks, {} stored and {} plaintext checked (digests, {}decompression, plaintext SHA-256)",
+            backup.manifest.id,
+            summary.chunks,
+            human_bytes(summary.stored_bytes),
+            human_bytes(summary.plaintext_bytes),
+            if backup.manifest.encryption.is_some() { "authentication, " } else { "" }
+        );
+    } else {
+        println!(
+            "backup {} stored digests OK: {} chunks, {} checked; it is encrypted and no key was given, so it was not decrypted or decompressed",
+            backup.manifest.id,
+            summary.chunks,
+            human_bytes(summary.stored_bytes)
+        );
+    }
+    Ok(())
+}
+
+pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
+    let until = a.until.target()?;
+    if until.is_some() && a.skip_prepare {
+        return Err(Error::InvalidArgument(
+            "--until/--until-gtid replay binary logs into the prepared datadir; drop --skip-prepare".into(),
+        )
+        .into());
+    }
+    let target = match (&a.target_dir, a.conn.given()) {
+        (Some(dir), false) => Target::Directory {
+            path: absolute(dir)?,
+            force: a.force,
+            prepare: !a.skip_prepare,
+        },
+        (None, true) => Target::Server {
+            connection: a.conn.connection()?,
+            verify_first: !a.skip_preverify,
+            binlogged: false,
+        },
+        (Some(_), true) => {
+            return Err(Error::InvalidArgument(
+                "give either --target-dir or a server (--mysql-socket/--mysql-host), not both"
+                    .into(),
+            )
+            .into())
+        }
+        (None, false) => {
+            return Err(Error::InvalidArgument(
+                "give --target-dir (physical) or --mysql-socket/--mysql-host (logical)".into(),
+            )
+            .into())
+        }
+    };
+    let (repo, backup, key) = a.backup.open().await?;
+    if let Some(until) = &until {
+        // Refuse a target outside the window before anything is loaded.
+        let archive = mysql_backup::archive::manifest::archive_of(&backup.manifest);
+        let listing = mysql_backup::archive::store::list(repo.store(), archive).await?;
+        let (window, _) = mysql_backup::archive::replay::window_of(&backup, &listing.segments)?;
+        window.check(until).map_err(Error::PointInTime)?;
+    }
+    let progress = Progress::new();
+    let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
+    let work = restore::restore(
+        &repo,
+        &backup,
+        key.as_ref(),
+        target,
+        a.tool.as_deref(),
+        a.backup.parallel(),
+        progress,
+    );
+    let result = tokio::select! {
+        r = work => r,
+        _ = shutdown_signal() => Err(Error::Interrupted),
+    };
+    reporter.finish().await;
+    let outcome = result?;
+    let replayed = match (&until, &a.target_dir) {
+        (Some(until), Some(dir)) => {
+            let into = pitr::ReplayInto::Datadir(absolute(dir)?);
+            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
+        }
+        (Some(until), None) => {
+            let into = pitr::ReplayInto::Server(a.conn.connection()?);
+            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
+        }
+        (None, _) => None,
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&outcome)?;
+        if let Some(r) = &replayed {
+            v["replay"] = serde_json::to_value(r)?;
+        }
+        v["peakRssBytes"] = peak_rss_bytes().into();
+        print_json(&v);
+    } else {
+        println!(
+            "restored backup {} into {}: {}{}{}",
+            outcome.backup_id,
+            outcome.target,
+            human_bytes(outcome.plaintext_bytes),
+            outcome
+                .files
+                .map(|f| format!(", {f} files"))
+                .unwrap_or_default(),
+            if outcome.prepared { ", prepared" } else { "" }
+        );
+        if let Some(r) = &replayed {
+            pitr::print_outcome(r, false);
+        }
+    }
+    Ok(())
+}
+
+pub async fn cmd_cat(a: CatArgs) -> anyhow::Result<()> {
+    let (repo, backup, key) = a.backup.open().await?;
+    restore::cat(
+        &repo,
+        &backup,
+        key.as_ref(),
+        a.backup.parallel(),
+        tokio::io::stdout(),
+    )
+    .await?;
+    Ok(())
+}
