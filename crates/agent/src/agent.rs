@@ -264,8 +264,10 @@ fn member_status(
     o: &Observed,
     decision: &Decision,
     clone_port: u16,
+    writes_held: bool,
 ) -> MemberStatus {
     MemberStatus {
+        writes_held,
         role: role.map(|r| r.role.as_str().to_owned()),
         epoch: role.map_or(0, |r| r.epoch),
         ready: decision.ready,
@@ -492,7 +494,11 @@ pub async fn run(
         }
         let member = agent.last_observed.as_ref().map(|o| {
             let role = agent.last_role.clone().and_then(Result::ok);
-            member_status(role, o, &decision, clone_port)
+            let held = agent
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.remaining().is_some());
+            member_status(role, o, &decision, clone_port, held)
         });
         *r = Readiness {
             ready: decision.ready,
@@ -506,6 +512,11 @@ pub async fn run(
         passed.send_replace(());
     }
     tracing::info!("agent stopping");
+    if let Some(fence) = agent.fence.take() {
+        if fence.remaining().is_some() {
+            fence.wait_out().await;
+        }
+    }
     let _ = stop_http.send(());
     let _ = server.await;
     if let Some(copies) = clone_server {

@@ -58,6 +58,23 @@ impl Fence {
         (!self.task.is_finished()).then(|| self.until.saturating_duration_since(Instant::now()))
     }
 
+    /// Waits until the hold is over (its time is up, or its server went away), ending
+    /// sessions as it goes: an agent asked to stop meanwhile must not take the lock with it
+    /// while clients may still reach this server.
+    pub async fn wait_out(mut self) {
+        let left = self.until.saturating_duration_since(Instant::now());
+        tracing::info!(
+            remaining_ms = left.as_millis() as u64,
+            "stopping once the demoted primary's hold on writes is over"
+        );
+        if tokio::time::timeout(left + Duration::from_secs(3), &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+
     /// Ends the held sessions and releases the lock now.
     pub async fn release(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -81,7 +98,17 @@ async fn guard(
 ) {
     let mut ended = 0;
     loop {
-        ended += end_sessions(&mut conn, agent_session).await;
+        match end_sessions(&mut conn, agent_session).await {
+            Some(n) => ended += n,
+            // The server went away (it is stopping): so did the lock.
+            None => {
+                tracing::info!(
+                    sessions_ended = ended,
+                    "demoted primary's server closed the hold's session"
+                );
+                return;
+            }
+        }
         if Instant::now() >= until {
             break;
         }
@@ -90,7 +117,7 @@ async fn guard(
             _ = &mut stopped => break,
         }
     }
-    ended += end_sessions(&mut conn, agent_session).await;
+    ended += end_sessions(&mut conn, agent_session).await.unwrap_or(0);
     let _ = conn.query_drop("UNLOCK TABLES").await;
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
     tracing::info!(
@@ -118,12 +145,18 @@ pub async fn end_client_sessions(
     Ok(ended)
 }
 
-/// One round of the hold: failures are logged, the hold goes on.
-async fn end_sessions(conn: &mut mysql_async::Conn, agent_session: u64) -> usize {
-    end_client_sessions(conn, Some(agent_session))
-        .await
-        .unwrap_or_else(|e| {
+/// One round of the hold: how many sessions it ended; `None` once the hold's own session is
+/// gone (the server closed it). Other failures are logged, and the hold goes on.
+async fn end_sessions(conn: &mut mysql_async::Conn, agent_session: u64) -> Option<usize> {
+    match end_client_sessions(conn, Some(agent_session)).await {
+        Ok(n) => Some(n),
+        Err(mysql_async::Error::Server(e)) => {
             tracing::warn!(error = %e, "cannot end the client sessions");
-            0
-        })
+            Some(0)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "the hold's session is gone");
+            None
+        }
+    }
 }

@@ -350,6 +350,7 @@ mod tests {
             semi_sync_wait: false,
             semi_sync_clients: 0,
             replication: None,
+            writes_held: false,
             clone_port,
             age_ms: 0,
         }

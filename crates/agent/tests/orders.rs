@@ -120,6 +120,7 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
         (Some("replica"), 1, true),
         "{fenced:?}"
     );
+    assert!(fenced.writes_held, "{fenced:?}");
     writeln!(held_in, "COMMIT;").unwrap();
     drop(held_in);
     let held = held.wait_with_output().unwrap();
@@ -223,6 +224,85 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
         (status.contains("\"epoch\":3") && status.contains("\"role\":\"replica\"")).then_some(())
     });
     assert_eq!(scalar(&b_db, "SELECT @@read_only"), "1");
+}
+
+/// A demoted primary's pod is deleted while its writes are held (a rollout restarting it right
+/// after the hand-over): the agent keeps the hold until its time is up instead of taking the
+/// lock with it, so a root client still routed there cannot commit what no other member has.
+#[test]
+fn a_demoted_primary_asked_to_stop_keeps_its_writes_held_until_the_hold_ends() {
+    let Pair {
+        work,
+        a_db,
+        b_db,
+        creds,
+        a_labels,
+        b_labels,
+    } = Pair::new();
+    let w = work.path();
+    let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
+    let start = |name: &str, pod: &str, db: &MariaDb, labels: &Labels, port: &str| {
+        let file = w.join(format!("order-{name}"));
+        let file = file.to_str().unwrap().to_owned();
+        member_agent(
+            name,
+            w,
+            db,
+            labels,
+            &creds,
+            port,
+            &["--pod-name", pod, "--order-file", &file],
+        )
+    };
+    let mut a = start("a", "quay-0", &a_db, &a_labels, &b_port);
+    let b = start("b", "quay-1", &b_db, &b_labels, &a_port);
+    wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+
+    let (code, fenced) = a.post("/role", &order("quay-0", Role::Replica, 1, b"order-key"));
+    assert_eq!(code, 200, "{fenced}\n{}", a.logs());
+    assert!(
+        MemberStatus::from_line(&fenced).unwrap().writes_held,
+        "{fenced}"
+    );
+    a.terminate();
+    // A root client (which read_only does not stop) writes right after the stop request.
+    let mut late = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", a_db.socket().display()))
+        .args(["-e", "INSERT INTO harbor.ships VALUES (3000)"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        a.exited(),
+        None,
+        "the agent stopped during the hold: {}",
+        a.logs()
+    );
+    let stopped = wait_for("the agent to stop after the hold", &[&b], || a.exited());
+    assert!(stopped.success(), "{stopped}: {}", a.logs());
+    assert!(
+        a.logs()
+            .contains("stopping once the demoted primary's hold on writes is over"),
+        "{}",
+        a.logs()
+    );
+    let late = wait_for("the held root write to end", &[&b], || {
+        late.try_wait().unwrap()
+    });
+    assert!(
+        !late.success(),
+        "a root write committed on the demoted primary"
+    );
+    assert_eq!(
+        scalar(&a_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 3000"),
+        "0"
+    );
 }
 
 /// An old primary commits what no replica received, is demoted, and the new primary writes

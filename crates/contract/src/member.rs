@@ -44,6 +44,11 @@ pub struct MemberStatus {
     pub semi_sync_clients: u32,
     /// Its replication, `None` when none is configured.
     pub replication: Option<MemberReplication>,
+    /// A demoted primary's agent holds every commit while clients move to the new primary:
+    /// the pod must not stop now (its lock would go with the agent, and a client still routed
+    /// here could commit what no other member has).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub writes_held: bool,
     /// The port its agent serves copies of its data on (`clone`), 0 when it does not.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clone_port: u16,
@@ -124,10 +129,12 @@ mod tests {
                 sql_errno: 0,
                 lag_seconds: Some(0),
             }),
+            writes_held: true,
             clone_port: 9082,
             age_ms: 150,
         };
         let line = s.to_line();
+        assert!(line.contains("\"writesHeld\":true"), "{line}");
         assert!(!line.contains('\n'));
         assert!(line.contains("\"gtidExecuted\":\"0-100-42\""), "{line}");
         assert_eq!(MemberStatus::from_line(&line).unwrap(), s);

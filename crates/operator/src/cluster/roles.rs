@@ -131,6 +131,7 @@ pub(super) fn sample_report(gtid: &str) -> MemberStatus {
         semi_sync_wait: false,
         semi_sync_clients: 0,
         replication: None,
+        writes_held: false,
         clone_port: 0,
         age_ms: 0,
     }

@@ -97,6 +97,20 @@ pub fn next(
     if let Some(missing) = (0..members).find(|o| !pods.iter().any(|p| p.ordinal == *o)) {
         return Step::Wait(format!("member {missing} has no pod yet"));
     }
+    // A former primary holds its commits for a moment after the hand-over while clients move
+    // to the new primary; stopping its pod then would release the hold with the agent while a
+    // client still routed there may commit what no other member has.
+    let holding = |pod: &str| {
+        views
+            .iter()
+            .any(|v| v.pod == pod && v.report.as_ref().is_ok_and(|r| r.writes_held))
+    };
+    if let Some(p) = outdated.iter().find(|p| holding(&p.name)) {
+        return Step::Wait(format!(
+            "{} holds its writes while clients move to the new primary",
+            p.name
+        ));
+    }
     let highest = |filter: &dyn Fn(&Pod) -> bool| {
         outdated
             .iter()
@@ -245,6 +259,27 @@ mod tests {
                 "{members} members, primary {primary}, pods {spec}, busy {busy:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_former_primary_holding_its_writes_is_not_restarted_until_it_lets_go() {
+        let mut after_hand_over =
+            views(&[("reef-0", Some(0)), ("reef-1", None), ("reef-2", Some(0))]);
+        if let Ok(r) = &mut after_hand_over[0].report {
+            r.writes_held = true;
+        }
+        let lag = Duration::from_secs(10);
+        assert_eq!(
+            next(3, "reef-1", &pods("oUU"), &after_hand_over, None, &[], lag),
+            Step::Wait("reef-0 holds its writes while clients move to the new primary".into())
+        );
+        if let Ok(r) = &mut after_hand_over[0].report {
+            r.writes_held = false;
+        }
+        assert_eq!(
+            next(3, "reef-1", &pods("oUU"), &after_hand_over, None, &[], lag),
+            Step::Restart("reef-0".into())
+        );
     }
 
     #[test]
