@@ -24,16 +24,13 @@ use crate::fence::Fence;
 use crate::http::{self, Response};
 use crate::labels::{self, Role};
 use crate::orders::Orders;
+use crate::pending;
 use crate::sql::{self, Source, Statement};
 use crate::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
 use bulwark_contract::order::Standing;
-use mysql_backup::crypto::MasterKey;
 use mysql_backup::format::Flavor;
-use mysql_backup::progress::Progress;
-use mysql_backup::repo::Repository;
-use mysql_backup::restore::{self, Target};
 use mysql_backup::source::{flavor_of, Connection};
-use mysql_backup::store::{self, S3Options};
+use mysql_backup::store::S3Options;
 
 /// Time to connect to mysqld.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -919,9 +916,9 @@ impl Agent {
                 }
             }
         }
-        let id = match bootstrap::read_pending(&cfg.file) {
+        let id = match pending::read(&cfg.file) {
             Ok(None) => return Pending::Nothing,
-            Ok(Some(id)) => id,
+            Ok(Some(p)) => p.backup_id,
             Err(e) => {
                 return Pending::Failed {
                     id: "?".into(),
@@ -1138,56 +1135,26 @@ impl Agent {
         let conn = creds.connection(&self.config.socket);
         let task_id = id.to_string();
         let handle = tokio::spawn(async move {
-            load_backup(&cfg, &task_id, conn).await.map_err(|source| {
-                AgentError::LoadPendingRestore {
-                    id: task_id.clone(),
-                    source: Box::new(source),
-                }
-            })
+            let failed = |source| AgentError::LoadPendingRestore {
+                id: task_id.clone(),
+                source: Box::new(source),
+            };
+            // Read again: the file is the truth (its target is not part of the decision).
+            let staged = pending::read(&cfg.file)
+                .map_err(|e| {
+                    failed(mysql_backup::Error::InvalidArgument(
+                        mysql_backup::error::chain(&e),
+                    ))
+                })?
+                .ok_or_else(|| {
+                    failed(mysql_backup::Error::InvalidArgument(
+                        "the pending file is gone".into(),
+                    ))
+                })?;
+            pending::load(&cfg, &staged, conn).await.map_err(failed)
         });
         self.restore.running = Some((id.to_string(), handle));
     }
-}
-
-/// Loads backup `id` into the server through the SQL client (verified in full first).
-async fn load_backup(
-    cfg: &PendingRestoreConfig,
-    id: &str,
-    conn: Connection,
-) -> Result<(), mysql_backup::Error> {
-    let url = cfg.repo_url.as_deref().ok_or_else(|| {
-        mysql_backup::Error::InvalidArgument(
-            "no repository given (--repo) for the pending restore".into(),
-        )
-    })?;
-    let repo = Repository::new(
-        store::open(url, &cfg.s3)
-            .await
-            .map_err(mysql_backup::Error::OpenRepository)?,
-    );
-    let key = cfg
-        .key_file
-        .as_deref()
-        .map(MasterKey::from_file)
-        .transpose()?;
-    let backup = repo.resolve(id).await?;
-    let outcome = restore::restore(
-        &repo,
-        &backup,
-        key.as_ref(),
-        Target::Server {
-            connection: conn,
-            verify_first: true,
-            // The replicas get the data from the primary's binary log.
-            binlogged: true,
-        },
-        cfg.tool.as_deref(),
-        cfg.parallel,
-        Progress::new(),
-    )
-    .await?;
-    tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
-    Ok(())
 }
 
 fn remove_pending(path: &Path) -> Result<(), AgentError> {

@@ -5,11 +5,12 @@
 //! interrupted restore visible, so the next attempt starts over instead of leaving a
 //! half-restored server. A physical restore also leaves the backup's GTID position in a file
 //! for the agent, which makes the new server's binary log and replica position continue from
-//! it (a restored datadir has no binary log). A logical backup is verified and its id left in a
-//! pending file for the agent, which loads it once mysqld runs. A logical bootstrap leaves no
-//! GTID file: the load goes through the primary's binary log under the new cluster's own
-//! GTIDs, and replicas, which start empty, replicate it from the beginning of that log; the
-//! dump's GTID position is the source's history, which no server of the new cluster holds.
+//! it (a restored datadir has no binary log). A logical backup is verified and left in a
+//! pending file for the agent (with the point-in-time target, checked against the archive),
+//! which loads it once mysqld runs ([`crate::pending`]). A logical bootstrap leaves no GTID
+//! file: the load and the replay go through the primary's binary log under the new cluster's
+//! own GTIDs, and replicas, which start empty, replicate them from the beginning of that log;
+//! the dump's GTID position is the source's history, which no server of the new cluster holds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +25,8 @@ use mysql_backup::progress::Progress;
 use mysql_backup::repo::{CompleteBackup, Repository};
 use mysql_backup::restore::{self, RestoreOutcome};
 use mysql_backup::source::{self, ToolJob};
+
+use crate::pending;
 
 /// Marker present in the datadir from the start of a physical restore until its last file is
 /// in place.
@@ -387,11 +390,13 @@ pub fn finish_marked(datadir: &Path) -> Result<(), BootstrapError> {
     sync_dir(datadir).map_err(complete)
 }
 
-/// Verifies a logical backup in full and leaves its id in `pending_file` for the agent.
+/// Verifies a logical backup in full and leaves it in `pending_file` for the agent, with the
+/// point-in-time target, which must lie inside the backup's window as the archive is now.
 pub async fn stage_logical(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
+    until: Option<&Target>,
     pending_file: &Path,
     parallel: usize,
     progress: Arc<Progress>,
@@ -407,31 +412,21 @@ pub async fn stage_logical(
     if m.encryption.is_some() && key.is_none() {
         return Err(mysql_backup::Error::KeyRequired { id: m.id.clone() }.into());
     }
-    restore::verify(repo, backup, key, parallel, progress).await?;
-    outfile::write_atomic(pending_file, format!("{}\n", m.id).as_bytes(), 0o644)
-        .map_err(BootstrapError::WritePending)
-}
-
-/// The backup id in a pending logical restore file, or `None` when there is none.
-pub fn read_pending(path: &Path) -> Result<Option<String>, BootstrapError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let id = text.trim();
-            if format::is_backup_id(id) {
-                Ok(Some(id.to_string()))
-            } else {
-                Err(BootstrapError::ParsePending {
-                    path: path.display().to_string(),
-                    content: id.chars().take(64).collect(),
-                })
-            }
+    let window = match until {
+        Some(target) => {
+            let window = recover::window(repo, backup).await?;
+            window
+                .check(target)
+                .map_err(mysql_backup::Error::PointInTime)?;
+            Some(window)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(BootstrapError::ReadPending {
-            path: path.display().to_string(),
-            source,
-        }),
-    }
+        None => None,
+    };
+    restore::verify(repo, backup, key, parallel, progress).await?;
+    pending::write(
+        pending_file,
+        &pending::PendingRestore::new(&m.id, until, window.as_ref()),
+    )
 }
 
 /// The default pending file: beside the datadir.
@@ -622,20 +617,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pending");
-        assert_eq!(read_pending(&p).unwrap(), None);
-        std::fs::write(&p, "20261122T031633Z-4a0760\n").unwrap();
-        assert_eq!(
-            read_pending(&p).unwrap().as_deref(),
-            Some("20261122T031633Z-4a0760")
-        );
-        std::fs::write(&p, "../../etc/passwd").unwrap();
-        assert!(matches!(
-            read_pending(&p),
-            Err(BootstrapError::ParsePending { .. })
-        ));
+    fn default_files_lie_beside_the_datadir() {
         assert_eq!(
             default_pending_file(Path::new("/var/lib/mysql")),
             Path::new("/var/lib/bulwark-pending-logical-restore")

@@ -373,13 +373,6 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     }
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
-    if until.is_some() && backup.manifest.method == Method::Logical {
-        return Err(Error::InvalidArgument(format!(
-            "a point-in-time bootstrap needs a physical backup; {} is logical",
-            backup.manifest.id
-        ))
-        .into());
-    }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
     let id = backup.manifest.id.clone();
@@ -406,6 +399,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                     &repo,
                     &backup,
                     key.as_ref(),
+                    until.as_ref(),
                     &pending,
                     a.backup.parallel(),
                     progress,

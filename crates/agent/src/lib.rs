@@ -14,6 +14,7 @@ pub mod http;
 pub mod init;
 pub mod labels;
 pub mod orders;
+pub mod pending;
 pub mod seed;
 pub mod sql;
 pub mod topology;

@@ -695,14 +695,17 @@ pub struct BootstrapFromBackup {
     pub backup_id: Option<String>,
     /// Brings the restored data to a point in time with the binlog archive of the backup's
     /// storage: `latest`, or a UTC time in whole seconds such as `2026-11-25T03:15:00Z` (every
-    /// transaction whose commit is stamped at or before it). Needs a physical backup.
+    /// transaction whose commit is stamped at or before it). A physical backup is brought
+    /// there before the servers start; a logical one is loaded into the first primary and the
+    /// archive replayed after it under the new cluster's own GTIDs (`latest` then means the
+    /// archive's end when the restore began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(
         pattern = r"^(latest|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2}))$"
     ))]
     pub until: Option<String>,
     /// Brings the restored data up to and including this MariaDB GTID position (such as
-    /// `0-1-5012`) with the binlog archive of the backup's storage. Needs a physical backup.
+    /// `0-1-5012`) with the binlog archive of the backup's storage, physical or logical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$"))]
     pub until_gtid: Option<String>,
@@ -788,6 +791,10 @@ pub struct BinlogArchiveStatus {
     /// The last point in time a new cluster can be restored to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recoverable_to: Option<String>,
+    /// The newest backup (id) the archive continues to its end: the base of the current
+    /// window, which the schedules' retention never deletes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_base_backup: Option<String>,
 }
 
 /// A successful backup, as recorded in a cluster's status.

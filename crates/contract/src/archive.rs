@@ -39,6 +39,10 @@ pub struct ArchiveStatus {
     /// The backup that point belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recoverable_from_backup: Option<String>,
+    /// The newest backup the archive continues to its end: the base of the current window,
+    /// which retention never removes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_base_backup: Option<String>,
     /// The latest point a restore can reach (the last committed transaction's stamp), when a
     /// backup's window reaches it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,9 @@
 //! rows are written, the primary's server is killed until a replica takes over, and more rows
 //! are written through the new primary; the archive follows the new primary. A new cluster
 //! bootstrapped from the backup to a GTID position after the failover holds exactly the rows
-//! written up to that position (from both primaries) and none written after it.
+//! written up to that position (from both primaries) and none written after it; so does one
+//! bootstrapped from a logical backup taken beside it, on its replica too (the archive is
+//! replayed into its primary under its own GTIDs and replicated).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -91,6 +93,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         .as_str()
         .expect("backupId")
         .to_owned();
+    take_backup(n, "till", "base-dump", "harbor", "logical");
 
     // After the backup, on the first primary.
     let old_primary = get_json(n, "mysqlcluster/till").unwrap()["status"]["currentPrimary"]
@@ -155,7 +158,12 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
     );
     let _ = std::fs::remove_file(&key_file);
 
-    // The cluster's status shows the archive and its recovery window, from the archiver's report.
+    // The cluster's status shows the archive and its recovery window, from the archiver's report:
+    // from the physical backup (the older) to the last rows, the logical one the window's base.
+    let dump_id = get_json(n, "mysqlbackup/base-dump").unwrap()["status"]["backupId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let shown = wait_for(
         n,
         "the cluster's status to show the archive at the last rows",
@@ -166,7 +174,8 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
             let healthy = condition(&status, "BinlogArchiveHealthy");
             (archive["through"] == beyond.as_str()
                 && healthy["status"] == "True"
-                && archive["recoverableFromBackup"] == base_id.as_str())
+                && archive["recoverableFromBackup"] == base_id.as_str()
+                && archive["windowBaseBackup"] == dump_id.as_str())
             .then(|| (archive.clone(), healthy.clone()))
             .ok_or(format!("{archive} {healthy}"))
         },
@@ -228,4 +237,45 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
     )
     .unwrap();
     assert_eq!(pos.trim(), target, "the copy continues from the target");
+
+    // A new cluster from the logical backup, to the same target: loaded and replayed into its
+    // primary, replicated to its replica.
+    let started = Instant::now();
+    apply(
+        n,
+        &cluster(
+            "till-dump",
+            &s3.endpoint(),
+            &format!(
+                "  credentials:\n    root: {{name: till-credentials, key: root}}\n\
+                 \x20 bootstrap:\n    fromBackup: {{backupRef: {{name: base-dump}}, untilGtid: \"{target}\"}}\n"
+            ),
+        ),
+    );
+    wait_ready(
+        n,
+        "till-dump",
+        2,
+        "the logical point-in-time copy to become Ready",
+    );
+    eprintln!(
+        "till-dump Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    let count = "SELECT COUNT(*), MIN(id), MAX(id), COUNT(DISTINCT host) FROM till.ledger";
+    let rows = sql(n, "till-dump-0", &password, "till-dump-primary", count).unwrap();
+    assert_eq!(
+        rows.split_whitespace().collect::<Vec<_>>(),
+        vec!["3000", "1", "3000", "2"],
+        "the logical copy: rows 1..3000 from both primaries, none beyond the target"
+    );
+    wait_for(
+        n,
+        "the logical copy's replica to hold the same rows",
+        Duration::from_secs(120),
+        || {
+            let replica = sql(n, "till-dump-0", &password, "till-dump-replicas", count)?;
+            (replica == rows).then_some(()).ok_or(replica)
+        },
+    );
 }

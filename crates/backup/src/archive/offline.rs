@@ -105,7 +105,7 @@ pub async fn replay_into_datadir(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     tracing::info!(datadir = %datadir.display(), "temporary server started for the replay");
-    let replayed = replay::apply(store, key, backup, segments, target, &conn, tools).await;
+    let replayed = replay::apply(store, key, backup, segments, target, &conn, tools, None).await;
     let stopped = async {
         admin.query_drop("SHUTDOWN").await.ok();
         drop(admin);

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use super::manifest::SegmentManifest;
 use super::window::{self, Target, Window};
 use crate::binlog::event::BINLOG_MAGIC;
-use crate::binlog::{Assembler, GtidPos, Step};
+use crate::binlog::{Assembler, GtidPos, Rebase, Step};
 use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::repo::CompleteBackup;
@@ -29,6 +29,7 @@ pub struct Selector {
     reached: GtidPos,
     format: Option<Vec<u8>>,
     done: bool,
+    rebase: Option<Rebase>,
     /// Transactions selected.
     pub transactions: u64,
     /// Commit stamp of the last selected transaction.
@@ -42,12 +43,20 @@ impl Selector {
             target,
             format: None,
             done: false,
+            rebase: None,
             transactions: 0,
             last_commit: None,
         }
     }
 
-    /// The position after the selected transactions.
+    /// Writes the selected transactions under the GTIDs of the server `rebase` describes
+    /// instead of the archived ones.
+    pub fn rebased(mut self, rebase: Rebase) -> Selector {
+        self.rebase = Some(rebase);
+        self
+    }
+
+    /// The position after the selected transactions (in the archive's GTIDs).
     pub fn reached(&self) -> &GtidPos {
         &self.reached
     }
@@ -99,10 +108,13 @@ impl Selector {
                         }
                         continue;
                     }
+                    match &mut self.rebase {
+                        Some(rebase) => rebase.transaction(&trx.events, out).map_err(damaged)?,
+                        None => out.extend_from_slice(&trx.events),
+                    }
                     self.reached.advance(trx.gtid);
                     self.transactions += 1;
                     self.last_commit = DateTime::from_timestamp(i64::from(trx.committed), 0);
-                    out.extend_from_slice(&trx.events);
                 }
                 Step::Nothing | Step::Heartbeat => {}
             }
@@ -176,7 +188,9 @@ pub struct ReplayTools {
     pub client: std::path::PathBuf,
 }
 
-/// Replays the archive after `backup` up to `target` into the server at `conn`.
+/// Replays the archive after `backup` up to `target` into the server at `conn`, under the
+/// archived GTIDs or, with `rebase`, under the server's own.
+#[allow(clippy::too_many_arguments)]
 pub async fn apply(
     store: &Arc<dyn crate::store::Store>,
     key: Option<&MasterKey>,
@@ -185,11 +199,15 @@ pub async fn apply(
     target: &Target,
     conn: &Connection,
     tools: &ReplayTools,
+    rebase: Option<Rebase>,
 ) -> Result<ReplayOutcome> {
     let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
     let (window, chain) = window_of(backup, segments)?;
     window.check(target).map_err(Error::PointInTime)?;
     let mut selector = Selector::new(window.from.clone(), target.clone());
+    if let Some(rebase) = rebase {
+        selector = selector.rebased(rebase);
+    }
     let defaults = DefaultsFile::create(conn)?;
     let mut client_args: Vec<String> = defaults.iter().map(|d| d.arg()).collect();
     client_args.extend(conn.tool_args());

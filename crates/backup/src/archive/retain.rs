@@ -42,34 +42,39 @@ pub struct ArchivePrune {
     pub remove: Vec<usize>,
 }
 
-/// Plans the archive's part of a prune. `backups` are in any order; `kept` reflects the rules.
-pub fn plan(backups: &[BackupPoint], segments: &[SegmentManifest]) -> ArchivePrune {
-    let mut out = ArchivePrune::default();
+/// The base of the current recovery window: the newest backup from which the archive reaches
+/// its latest point (its point covers every other such backup's); `None` when none reaches it.
+pub fn window_base<'a>(
+    backups: &'a [BackupPoint],
+    segments: &[SegmentManifest],
+) -> Option<&'a BackupPoint> {
     let newest = segments
         .iter()
-        .max_by_key(|s| (s.received_at, s.id.clone()));
-    let mut kept: Vec<&GtidPos> = Vec::new();
+        .max_by_key(|s| (s.received_at, s.id.clone()))?;
     let mut base: Option<(&BackupPoint, &GtidPos)> = None;
     for b in backups {
         let Some(point) = &b.point else { continue };
-        if let Some(n) = newest {
-            let reaches = window::chain_from(segments, point)
-                .reached
-                .covers(&n.through);
-            // The newest such backup: its point covers every other's.
-            if reaches && base.is_none_or(|(_, p)| point.covers(p)) {
-                base = Some((b, point));
-            }
-        }
-        if b.kept {
-            kept.push(point);
+        let reaches = window::chain_from(segments, point)
+            .reached
+            .covers(&newest.through);
+        if reaches && base.is_none_or(|(_, p)| point.covers(p)) {
+            base = Some((b, point));
         }
     }
-    if let Some((b, point)) = base {
-        if !b.kept {
-            out.rescued = Some(b.id.clone());
-            kept.push(point);
-        }
+    base.map(|(b, _)| b)
+}
+
+/// Plans the archive's part of a prune. `backups` are in any order; `kept` reflects the rules.
+pub fn plan(backups: &[BackupPoint], segments: &[SegmentManifest]) -> ArchivePrune {
+    let mut out = ArchivePrune::default();
+    let mut kept: Vec<&GtidPos> = backups
+        .iter()
+        .filter(|b| b.kept)
+        .filter_map(|b| b.point.as_ref())
+        .collect();
+    if let Some(b) = window_base(backups, segments).filter(|b| !b.kept) {
+        out.rescued = Some(b.id.clone());
+        kept.extend(b.point.as_ref());
     }
     let mut used = vec![false; segments.len()];
     for point in &kept {
@@ -152,6 +157,48 @@ mod tests {
             assert_eq!(p.rescued.as_deref(), rescued, "{backups:?}");
             assert_eq!(removed(&segs, &p), want, "{backups:?}");
         }
+    }
+
+    #[test]
+    fn the_window_base_is_the_newest_backup_the_archive_continues_to_its_end() {
+        let segs = vec![
+            seg("s1", "0-1-0", "0-1-10", 10),
+            seg("s2", "0-1-10", "0-1-20", 20),
+            // A gap: binary logs purged before they were archived.
+            seg("s3", "0-1-50", "0-1-60", 30),
+        ];
+        let no_point = BackupPoint {
+            id: "bx".into(),
+            point: None,
+            kept: true,
+        };
+        let base = |backups: &[BackupPoint]| window_base(backups, &segs).map(|b| b.id.clone());
+        let cases = [
+            // (backups, base)
+            (vec![b("b1", "0-1-5", true), b("b2", "0-1-15", true)], None),
+            (
+                vec![b("b1", "0-1-5", true), b("b5", "0-1-55", true)],
+                Some("b5"),
+            ),
+            (
+                vec![b("b6", "0-1-58", true), b("b5", "0-1-55", true)],
+                Some("b6"),
+            ),
+            // A backup that recorded no GTID position continues nothing.
+            (vec![b("b5", "0-1-55", true), no_point.clone()], Some("b5")),
+            (vec![no_point], None),
+            (vec![], None),
+        ];
+        for (backups, want) in cases {
+            assert_eq!(base(&backups).as_deref(), want, "{backups:?}");
+        }
+        assert!(window_base(&[b("b1", "0-1-5", true)], &[]).is_none());
+        // The rules would drop the base: it is rescued, and the segments before it go.
+        let p = plan(&[b("b1", "0-1-5", true), b("b5", "0-1-55", false)], &segs);
+        assert_eq!(p.rescued.as_deref(), Some("b5"));
+        assert_eq!(removed(&segs, &p), Vec::<String>::new());
+        let p = plan(&[b("b1", "0-1-5", false), b("b5", "0-1-55", false)], &segs);
+        assert_eq!(removed(&segs, &p), vec!["s1", "s2"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use bulwark_contract::archive::ArchiveStatus;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::manifest::SegmentManifest;
+use super::retain::BackupPoint;
 use super::window;
 use crate::repo::CompleteBackup;
 
@@ -36,23 +37,42 @@ pub fn lag(
     }
 }
 
-/// The current recovery window: from the oldest backup whose chain reaches the archive's end
-/// (its finish time and id) to the last archived commit; `None` when no backup reaches it.
-pub fn window(
-    backups: &[CompleteBackup],
-    segments: &[SegmentManifest],
-) -> Option<(DateTime<Utc>, String, DateTime<Utc>)> {
+/// The current recovery window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentWindow {
+    /// The finish time of the oldest backup whose chain reaches the archive's end.
+    pub from: DateTime<Utc>,
+    /// That backup.
+    pub from_backup: String,
+    /// The last archived commit.
+    pub to: DateTime<Utc>,
+    /// The newest backup whose chain reaches the end: retention never removes it
+    /// ([`super::retain::window_base`]).
+    pub base_backup: String,
+}
+
+/// The current recovery window; `None` when no backup reaches the archive's end.
+pub fn window(backups: &[CompleteBackup], segments: &[SegmentManifest]) -> Option<CurrentWindow> {
     let newest = segments
         .iter()
         .max_by_key(|s| (s.received_at, s.id.clone()))?;
-    backups
+    let (from, from_backup, to) = backups
         .iter()
         .filter_map(|b| {
             let (w, _) = super::replay::window_of(b, segments).ok()?;
             w.to.covers(&newest.through)
                 .then(|| (w.from_time, b.manifest.id.clone(), w.to_time))
         })
-        .min_by_key(|(from, id, _)| (*from, id.clone()))
+        .min_by_key(|(from, id, _)| (*from, id.clone()))?;
+    let points: Vec<BackupPoint> = backups.iter().map(|b| BackupPoint::of(b, true)).collect();
+    let base_backup = super::retain::window_base(&points, segments)
+        .map_or_else(|| from_backup.clone(), |b| b.id.clone());
+    Some(CurrentWindow {
+        from,
+        from_backup,
+        to,
+        base_backup,
+    })
 }
 
 /// What the archiver has seen, shared between its loop and its endpoint.
@@ -172,9 +192,10 @@ impl Board {
             }
             s.report.gaps = gaps.len() as u32;
             s.report.last_gap_resumed_at = gaps.last().map(|g| g.resumed_at.to_string());
-            s.report.recoverable_from = current.as_ref().map(|c| stamp(c.0));
-            s.report.recoverable_from_backup = current.as_ref().map(|c| c.1.clone());
-            s.report.recoverable_to = current.as_ref().map(|c| stamp(c.2));
+            s.report.recoverable_from = current.as_ref().map(|c| stamp(c.from));
+            s.report.recoverable_from_backup = current.as_ref().map(|c| c.from_backup.clone());
+            s.report.recoverable_to = current.as_ref().map(|c| stamp(c.to));
+            s.report.window_base_backup = current.map(|c| c.base_backup);
         });
     }
 

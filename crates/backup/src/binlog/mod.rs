@@ -1,11 +1,14 @@
 //! MariaDB binary log events as the archive handles them: raw event framing and checksums
-//! ([`event`]), GTID positions ([`position`]) and the grouping of a replication stream into
+//! ([`event`]), GTID positions ([`position`]), the rewriting of transactions to another server's GTIDs
+//! ([`rebase`]) and the grouping of a replication stream into
 //! whole transactions ([`assemble`]). Pure: no I/O, so every rule is table-tested.
 
 pub mod assemble;
 pub mod event;
 pub mod position;
+pub mod rebase;
 
 pub use assemble::{Assembler, Step, Transaction};
 pub use event::{EventError, RawEvent};
 pub use position::{Gtid, GtidPos};
+pub use rebase::Rebase;

@@ -118,6 +118,7 @@ pub fn observe(
             recoverable_from: report.recoverable_from.clone(),
             recoverable_from_backup: report.recoverable_from_backup.clone(),
             recoverable_to: report.recoverable_to.clone(),
+            window_base_backup: report.window_base_backup.clone(),
         })
         .expect("status serializes"),
         new_gap,
@@ -176,6 +177,7 @@ mod tests {
             recoverable_from: window.then(|| "2026-11-24T00:00:00Z".into()),
             recoverable_from_backup: window.then(|| "20261124T000000Z-0a0b0c".into()),
             recoverable_to: window.then(|| "2026-11-25T03:00:00Z".into()),
+            window_base_backup: window.then(|| "20261125T000000Z-0d0e0f".into()),
         }
     }
 
@@ -203,6 +205,12 @@ mod tests {
                 o.condition.message
             );
             assert_eq!(o.status["through"], "0-101-500");
+            assert_eq!(
+                o.status.get("windowBaseBackup").is_some(),
+                r.window_base_backup.is_some(),
+                "the retention's protection is carried: {}",
+                o.status
+            );
             assert!(
                 o.status.as_object().unwrap().values().all(|v| !v.is_null()),
                 "no nulls for server-side apply: {}",

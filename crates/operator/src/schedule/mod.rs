@@ -53,6 +53,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         })
         .collect();
     let views: Vec<BackupView> = backups.iter().map(|b| view(b, &zones)).collect();
+    // The binlog archiver's report, as the cluster controller copied it into the status.
+    let window_base = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.binlog_archive.as_ref())
+        .and_then(|a| a.window_base_backup.as_deref());
 
     let schedules: Vec<BackupSchedule> = cluster
         .spec
@@ -122,6 +128,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             sc.retention.as_ref(),
             sc.failed_backups_history_limit,
             &mine,
+            window_base,
         ) {
             apply::delete_opt(&api, &victim).await?;
             ctx.event(
@@ -228,6 +235,7 @@ fn view(b: &MySQLBackup, zones: &BTreeMap<String, chrono_tz::Tz>) -> BackupView 
         schedule,
         phase: status.phase,
         time,
+        backup_id: status.backup_id,
     }
 }
 

@@ -206,6 +206,8 @@ pub struct BackupView {
     pub phase: Option<BackupPhase>,
     /// Completion time, or creation time when it has none.
     pub time: DateTime<Utc>,
+    /// The id in the repository (`status.backupId`), once known.
+    pub backup_id: Option<String>,
 }
 
 impl BackupView {
@@ -238,11 +240,14 @@ pub fn keep_policy(r: &RetentionPolicy) -> KeepPolicy {
 /// The backups of one schedule that retention deletes, with the reason, oldest first:
 /// Succeeded backups the keep rules do not keep (none without rules) and Failed backups beyond
 /// the newest `failed_limit`. Running and pending backups are never touched, and failed ones
-/// never count towards the keep rules.
+/// never count towards the keep rules. `window_base` is the backup id the binlog archive
+/// reports as the base of the current recovery window: it stays whatever the rules say, or
+/// point-in-time recovery to the archive's latest point would be lost.
 pub fn retention(
     policy: Option<&RetentionPolicy>,
     failed_limit: i32,
     backups: &[BackupView],
+    window_base: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut delete = Vec::new();
     if let Some(policy) = policy {
@@ -255,7 +260,12 @@ pub fn retention(
             })
             .collect();
         for d in bulwark_retention::plan(&keep_policy(policy), &candidates) {
-            if !d.keep {
+            let base = window_base.is_some_and(|w| {
+                backups
+                    .iter()
+                    .any(|b| b.name == d.id && b.backup_id.as_deref() == Some(w))
+            });
+            if !d.keep && !base {
                 delete.push((d.time, d.id, "not kept by the retention rules".to_owned()));
             }
         }
@@ -519,6 +529,7 @@ mod tests {
             schedule: Some("nightly".into()),
             phase: Some(phase),
             time,
+            backup_id: Some(format!("id-{name}")),
         }
     }
 
@@ -538,7 +549,7 @@ mod tests {
             keep_last: Some(2),
             ..RetentionPolicy::default()
         };
-        let out = retention(Some(&policy), 1, &backups);
+        let out = retention(Some(&policy), 1, &backups, None);
         assert_eq!(
             out,
             vec![
@@ -557,13 +568,44 @@ mod tests {
             ]
         );
         // Without rules every successful backup stays.
-        assert_eq!(retention(None, 5, &backups), vec![]);
+        assert_eq!(retention(None, 5, &backups, None), vec![]);
         // A limit of 0 still leaves the latest finished backup when it failed.
-        let out = retention(None, 0, &backups);
+        let out = retention(None, 0, &backups, None);
         assert_eq!(
             out.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
             ["f17", "f19"]
         );
+    }
+
+    #[test]
+    fn retention_never_deletes_the_base_of_the_recovery_window() {
+        let day = |d: u32| Utc.with_ymd_and_hms(2026, 11, d, 3, 0, 0).unwrap();
+        let backups = vec![
+            view("b15", BackupPhase::Succeeded, day(15)),
+            view("b16", BackupPhase::Succeeded, day(16)),
+            view("b17", BackupPhase::Succeeded, day(17)),
+        ];
+        let policy = RetentionPolicy {
+            keep_last: Some(1),
+            ..RetentionPolicy::default()
+        };
+        let deleted = |base: Option<&str>| -> Vec<String> {
+            retention(Some(&policy), 1, &backups, base)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        let cases = [
+            // (window base reported by the archive, deleted)
+            (None, vec!["b15", "b16"]),
+            (Some("id-b16"), vec!["b15"]),
+            (Some("id-b17"), vec!["b15", "b16"]),
+            // A base of another storage or schedule protects nothing here.
+            (Some("id-elsewhere"), vec!["b15", "b16"]),
+        ];
+        for (base, want) in cases {
+            assert_eq!(deleted(base), want, "{base:?}");
+        }
     }
 
     #[test]

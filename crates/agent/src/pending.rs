@@ -1,0 +1,279 @@
+//! The pending logical restore: what `bulwark-agent restore` leaves beside the datadir for the
+//! agent (a verified logical backup and, for a point-in-time bootstrap, the target), and how
+//! the agent loads it into the new primary: the dump through the SQL client, then the binlog
+//! archive up to the target, logged under the new cluster's own GTIDs (its history began with
+//! the load) so the replicas get both through replication.
+
+use std::path::Path;
+
+use mysql_async::prelude::Queryable;
+use mysql_backup::archive::recover::{self, ReplayInto};
+use mysql_backup::archive::{Target, Window};
+use mysql_backup::cli::args::UntilArgs;
+use mysql_backup::crypto::MasterKey;
+use mysql_backup::format;
+use mysql_backup::outfile;
+use mysql_backup::progress::Progress;
+use mysql_backup::repo::Repository;
+use mysql_backup::restore;
+use mysql_backup::source::Connection;
+use mysql_backup::store;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::PendingRestoreConfig;
+use crate::bootstrap::BootstrapError;
+
+/// A logical backup waiting to be loaded, and how far to bring it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingRestore {
+    pub backup_id: String,
+    /// Replay the archive up to this time (RFC 3339, whole seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Replay the archive up to this GTID position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_gtid: Option<String>,
+}
+
+impl PendingRestore {
+    /// A pending restore of `backup_id` to `target` checked against `window` (the backup's
+    /// window when the restore was staged). `latest` is fixed to the window's end as it is now,
+    /// so that the cluster holds what the restore checked, not whatever the archive holds
+    /// when the new primary gets to the load.
+    pub fn new(backup_id: &str, target: Option<&Target>, window: Option<&Window>) -> Self {
+        let mut p = PendingRestore {
+            backup_id: backup_id.to_owned(),
+            until: None,
+            until_gtid: None,
+        };
+        match (target, window) {
+            (Some(Target::Time(t)), _) => {
+                p.until = Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            }
+            (Some(Target::Gtid(g)), _) => p.until_gtid = Some(g.to_string()),
+            (Some(Target::Latest), Some(w)) => p.until_gtid = Some(w.to.to_string()),
+            (Some(Target::Latest), None) => p.until = Some("latest".into()),
+            (None, _) => {}
+        }
+        p
+    }
+
+    /// The point-in-time target, if any.
+    pub fn target(&self) -> Result<Option<Target>, mysql_backup::Error> {
+        UntilArgs {
+            until: self.until.clone(),
+            until_gtid: self.until_gtid.clone(),
+        }
+        .target()
+    }
+}
+
+/// Leaves `pending` in `path` (atomically).
+pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), BootstrapError> {
+    let mut text = serde_json::to_string(pending).expect("plain strings serialize");
+    text.push('\n');
+    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(BootstrapError::WritePending)
+}
+
+/// The pending restore in `path`, or `None` when there is none. A file holding a bare backup
+/// id (left by an earlier release) is a restore without a target.
+pub fn read(path: &Path) -> Result<Option<PendingRestore>, BootstrapError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(BootstrapError::ReadPending {
+                path: path.display().to_string(),
+                source,
+            })
+        }
+    };
+    let text = text.trim();
+    let unparsable = || BootstrapError::ParsePending {
+        path: path.display().to_string(),
+        content: text.chars().take(64).collect(),
+    };
+    let pending = if text.starts_with('{') {
+        serde_json::from_str::<PendingRestore>(text).map_err(|_| unparsable())?
+    } else {
+        PendingRestore::new(text, None, None)
+    };
+    if !format::is_backup_id(&pending.backup_id) || pending.target().is_err() {
+        return Err(unparsable());
+    }
+    Ok(Some(pending))
+}
+
+/// Databases a server has of its own: never dropped.
+const SYSTEM_SCHEMAS: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+
+/// Statements that drop every database but the server's own (the start over of a
+/// point-in-time load).
+pub fn drop_user_databases(schemas: &[String]) -> Vec<String> {
+    schemas
+        .iter()
+        .filter(|s| !SYSTEM_SCHEMAS.contains(&s.to_ascii_lowercase().as_str()))
+        .map(|s| format!("DROP DATABASE `{}`", s.replace('`', "``")))
+        .collect()
+}
+
+/// Loads `pending` into the server through the SQL client (the dump verified in full first),
+/// then replays the archive up to its target under the server's own GTIDs. A replay cannot be
+/// repeated on top of itself (a table it created would exist already), so a point-in-time
+/// load starts by dropping the databases an earlier, failed attempt left: this server never
+/// held anything else (it is a new cluster's first primary, and the load runs before it serves).
+pub async fn load(
+    cfg: &PendingRestoreConfig,
+    pending: &PendingRestore,
+    conn: Connection,
+) -> Result<(), mysql_backup::Error> {
+    let id = pending.backup_id.as_str();
+    let target = pending.target()?;
+    let url = cfg.repo_url.as_deref().ok_or_else(|| {
+        mysql_backup::Error::InvalidArgument(
+            "no repository given (--repo) for the pending restore".into(),
+        )
+    })?;
+    let repo = Repository::new(
+        store::open(url, &cfg.s3)
+            .await
+            .map_err(mysql_backup::Error::OpenRepository)?,
+    );
+    let key = cfg
+        .key_file
+        .as_deref()
+        .map(MasterKey::from_file)
+        .transpose()?;
+    let backup = repo.resolve(id).await?;
+    if let Some(target) = &target {
+        // Refused before anything is dropped or loaded when the archive cannot reach it.
+        recover::window(&repo, &backup)
+            .await?
+            .check(target)
+            .map_err(mysql_backup::Error::PointInTime)?;
+        start_over(&conn).await?;
+    }
+    let outcome = restore::restore(
+        &repo,
+        &backup,
+        key.as_ref(),
+        mysql_backup::restore::Target::Server {
+            connection: conn.clone(),
+            verify_first: true,
+            // The replicas get the data from the primary's binary log.
+            binlogged: true,
+        },
+        cfg.tool.as_deref(),
+        cfg.parallel,
+        Progress::new(),
+    )
+    .await?;
+    tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
+    if let Some(target) = &target {
+        let into = ReplayInto::ServerOwnHistory(conn);
+        let replayed = recover::replay_after(&repo, &backup, key.as_ref(), target, &into).await?;
+        tracing::info!(
+            backup_id = %id,
+            target = %target,
+            transactions = replayed.transactions,
+            reached = %replayed.reached,
+            last_commit = ?replayed.last_commit,
+            "binlog archive replayed into mysqld"
+        );
+    }
+    Ok(())
+}
+
+/// Drops the databases a failed point-in-time load left (through the binary log, so replicas
+/// that replicated part of it drop them too).
+async fn start_over(conn: &Connection) -> Result<(), mysql_backup::Error> {
+    let failed = |e: mysql_async::Error| mysql_backup::Error::QueryServer(Box::new(e));
+    let mut c = mysql_async::Conn::new(conn.opts()).await.map_err(|e| {
+        mysql_backup::Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(e),
+        }
+    })?;
+    let schemas: Vec<String> = c.query("SHOW DATABASES").await.map_err(failed)?;
+    for statement in drop_user_databases(&schemas) {
+        tracing::warn!(statement = %statement, "dropping what an earlier load attempt left");
+        c.query_drop(statement).await.map_err(failed)?;
+    }
+    let _ = c.disconnect().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_backup::binlog::GtidPos;
+
+    const ID: &str = "20261122T031633Z-4a0760";
+
+    #[test]
+    fn pending_files_round_trip_and_old_ones_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pending");
+        assert_eq!(read(&p).unwrap(), None);
+        let window = Window {
+            from: GtidPos::parse("0-1-10").unwrap(),
+            from_time: chrono::DateTime::from_timestamp(1_795_000_000, 0).unwrap(),
+            to: GtidPos::parse("0-2-90").unwrap(),
+            to_time: chrono::DateTime::from_timestamp(1_795_000_100, 0).unwrap(),
+        };
+        let time = mysql_backup::cli::args::parse_until("2026-11-25T03:15:00Z").unwrap();
+        let gtid = Target::Gtid(GtidPos::parse("0-2-50").unwrap());
+        let to = Target::Gtid(window.to.clone());
+        let cases = [
+            // (target asked, until, untilGtid, target loaded)
+            (None, None, None, None),
+            (Some(&time), Some("2026-11-25T03:15:00Z"), None, Some(&time)),
+            (Some(&gtid), None, Some("0-2-50"), Some(&gtid)),
+            // `latest` is fixed to the window's end when the restore is staged.
+            (Some(&Target::Latest), None, Some("0-2-90"), Some(&to)),
+        ];
+        for (target, until, until_gtid, loaded) in cases {
+            let pending = PendingRestore::new(ID, target, Some(&window));
+            assert_eq!(
+                (pending.until.as_deref(), pending.until_gtid.as_deref()),
+                (until, until_gtid)
+            );
+            write(&p, &pending).unwrap();
+            assert_eq!(read(&p).unwrap().as_ref(), Some(&pending));
+            assert_eq!(pending.target().unwrap().as_ref(), loaded);
+        }
+        std::fs::write(&p, format!("{ID}\n")).unwrap();
+        assert_eq!(read(&p).unwrap(), Some(PendingRestore::new(ID, None, None)));
+        for bad in [
+            "../../etc/passwd".to_owned(),
+            format!("{{\"backupId\":\"{ID}\",\"untilGtid\":\"zero\"}}"),
+            format!("{{\"backupId\":\"{ID}\",\"drop\":true}}"),
+            "{".to_owned(),
+        ] {
+            std::fs::write(&p, &bad).unwrap();
+            assert!(
+                matches!(read(&p), Err(BootstrapError::ParsePending { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fresh_start_drops_every_database_but_the_servers_own() {
+        let schemas: Vec<String> = [
+            "information_schema",
+            "mysql",
+            "performance_schema",
+            "sys",
+            "shop",
+            "we`ird",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            drop_user_databases(&schemas),
+            ["DROP DATABASE `shop`", "DROP DATABASE `we``ird`"]
+        );
+    }
+}
