@@ -107,7 +107,7 @@ pub struct RestoreArgs {
     /// server (then nothing happens).
     #[arg(long, env = "BULWARK_AGENT_DATADIR", default_value = "/var/lib/mysql")]
     pub datadir: PathBuf,
-    /// Where a logical backup's id is left for the agent
+    /// Where a logical backup (its id and point-in-time target) is left for the agent
     /// [default: <datadir>/../bulwark-pending-logical-restore].
     #[arg(long, env = "BULWARK_AGENT_PENDING_FILE")]
     pub pending_file: Option<PathBuf>,
