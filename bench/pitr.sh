@@ -12,7 +12,9 @@
 #       tool, which only writes the raw files) following the same server at the same time;
 #   (2) replay time per GiB of binlog: `mysql-backup replay --until latest` into a server
 #       restored from the base backup, against `mariadb-binlog <the server's own binlog files>
-#       | mariadb` into another such server (same transactions);
+#       | mariadb` into another such server (same transactions); and the same replay with
+#       `--replay-gtids server` (what a cluster bootstrapped from a logical backup runs: every
+#       event rewritten to the server's identity, checksums computed again) into a third;
 #   (3) RPO: a steady writer commits one row at a time (each acknowledged id logged); the server
 #       and the archiver are killed together (the whole cluster lost); the base backup is
 #       restored into a new server with `--until latest`; rows and seconds lost are the
@@ -137,6 +139,9 @@ start_server ours
 start_server theirs
 "$BENCH_BIN" restore --repo "$WORK/repo" --encryption-key-file "$WORK/key" latest \
 	--mysql-socket "$WORK/theirs.sock" --progress none >/dev/null
+start_server own
+"$BENCH_BIN" restore --repo "$WORK/repo" --encryption-key-file "$WORK/key" latest \
+	--mysql-socket "$WORK/own.sock" --progress none >/dev/null
 t0=$(date +%s.%N)
 "$BENCH_BIN" replay --repo "$WORK/repo" --encryption-key-file "$WORK/key" latest \
 	--mysql-socket "$WORK/ours.sock" --until latest >"$WORK/replay.out"
@@ -145,10 +150,15 @@ t1=$(date +%s.%N)
 mariadb-binlog --no-defaults --start-position="$base_pos" "$WORK"/src/data/binlog.[0-9]* 2>/dev/null |
 	mariadb --no-defaults -uroot -S "$WORK/theirs.sock"
 t2=$(date +%s.%N)
-ours_s=$(echo "$t1 - $t0" | bc); theirs_s=$(echo "$t2 - $t1" | bc)
+"$BENCH_BIN" replay --repo "$WORK/repo" --encryption-key-file "$WORK/key" latest \
+	--mysql-socket "$WORK/own.sock" --until latest --replay-gtids server >"$WORK/replay-own.out"
+t3=$(date +%s.%N)
+ours_s=$(echo "$t1 - $t0" | bc); theirs_s=$(echo "$t2 - $t1" | bc); own_s=$(echo "$t3 - $t2" | bc)
 ours_bulk=$(sqlc ours 'SELECT COUNT(*) FROM bench.bulk')
 theirs_bulk=$(sqlc theirs 'SELECT COUNT(*) FROM bench.bulk')
-[[ "$ours_bulk" == "$theirs_bulk" ]] || die "replays differ: $ours_bulk vs $theirs_bulk bulk rows"
+own_bulk=$(sqlc own 'SELECT COUNT(*) FROM bench.bulk')
+[[ "$ours_bulk" == "$theirs_bulk" && "$own_bulk" == "$theirs_bulk" ]] ||
+	die "replays differ: $ours_bulk, $own_bulk vs $theirs_bulk bulk rows"
 restored=$(sqlc ours 'SELECT COUNT(*) FROM bench.steady')
 last_restored_at=$(sqlc ours 'SELECT UNIX_TIMESTAMP(MAX(at)) FROM bench.steady')
 lost=$((acked - restored))
@@ -159,4 +169,6 @@ printf '  streaming CPU   : archive %6.2f s   mariadb-binlog --raw %6.2f s   rat
 printf '  streaming RSS   : archive %6s MiB mariadb-binlog --raw %6s MiB\n' "$a_rss" "$r_rss"
 printf '  replay          : mysql-backup replay %6.1f s (%.1f s/GiB)   mariadb-binlog | mariadb %6.1f s (%.1f s/GiB)   ratio %.2f\n' \
 	"$ours_s" "$(echo "scale=4; $ours_s / $gib" | bc)" "$theirs_s" "$(echo "scale=4; $theirs_s / $gib" | bc)" "$(echo "scale=4; $theirs_s / $ours_s" | bc)"
+printf '  replay, own GTIDs: mysql-backup replay --replay-gtids server %6.1f s (%.1f s/GiB)   ratio to mariadb-binlog | mariadb %.2f\n' \
+	"$own_s" "$(echo "scale=4; $own_s / $gib" | bc)" "$(echo "scale=4; $theirs_s / $own_s" | bc)"
 printf '  RPO (all lost)  : %s of %s acknowledged rows lost, %.1f s of commits\n' "$lost" "$acked" "$lost_s"

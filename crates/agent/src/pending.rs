@@ -69,15 +69,20 @@ impl PendingRestore {
     }
 }
 
-/// Leaves `pending` in `path` (atomically).
+/// Leaves `pending` in `path` (atomically): the bare backup id, as every release wrote it,
+/// unless a target needs the JSON form.
 pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), BootstrapError> {
-    let mut text = serde_json::to_string(pending).expect("plain strings serialize");
+    let mut text = if pending.until.is_none() && pending.until_gtid.is_none() {
+        pending.backup_id.clone()
+    } else {
+        serde_json::to_string(pending).expect("plain strings serialize")
+    };
     text.push('\n');
     outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(BootstrapError::WritePending)
 }
 
 /// The pending restore in `path`, or `None` when there is none. A file holding a bare backup
-/// id (left by an earlier release) is a restore without a target.
+/// id is a restore without a target.
 pub fn read(path: &Path) -> Result<Option<PendingRestore>, BootstrapError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -241,6 +246,9 @@ mod tests {
             );
             write(&p, &pending).unwrap();
             assert_eq!(read(&p).unwrap().as_ref(), Some(&pending));
+            if target.is_none() {
+                assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{ID}\n"));
+            }
             assert_eq!(pending.target().unwrap().as_ref(), loaded);
         }
         std::fs::write(&p, format!("{ID}\n")).unwrap();

@@ -790,43 +790,17 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     // mysqld's entrypoint initializes the empty datadirs.
     let p_db = instance_server(w, "quay-0");
     let mut r_db = instance_server(w, "quay-1");
-    let creds = credentials(w, "");
-    let p_port = p_db.port().to_string();
-    let agent = |ordinal: usize, db: &MariaDb, labels: &Labels| {
-        Agent::start(
-            &format!("quay-{ordinal}"),
-            w,
-            db,
-            &[
-                "--labels-file",
-                labels.file().to_str().unwrap(),
-                "--credentials-dir",
-                creds.to_str().unwrap(),
-                "--primary-host",
-                "127.0.0.1",
-                "--primary-port",
-                &p_port,
-                "--pending-logical-restore",
-                pending[ordinal].to_str().unwrap(),
-            ],
-            &[("MYSQL_BACKUP_REPO", repo.as_str())],
-        )
-    };
-    let mut p_labels = Labels::new(w.join("podinfo-0"));
-    let mut r_labels = Labels::new(w.join("podinfo-1"));
-    p_labels.set(Some("primary"));
-    r_labels.set(Some("replica"));
-    let p = agent(0, &p_db, &p_labels);
-    let r = agent(1, &r_db, &r_labels);
+    let pair = BootstrappedPair::start(w, &p_db, &r_db, &pending, &repo);
+    let (p, r) = (&pair.primary, &pair.replica);
 
-    wait_status(&p, &[&r], "/readyz", 200, "primary: writable");
+    wait_status(p, &[r], "/readyz", 200, "primary: writable");
     assert!(!pending[0].exists());
     assert_same(&before, &snapshot(&p_db).unwrap());
     assert!(
         p_db.sql("SHOW BINLOG EVENTS").unwrap().contains("orchard"),
         "the load is not in the primary's binary log"
     );
-    wait_for("the replica to drop its pending load", &[&p, &r], || {
+    wait_for("the replica to drop its pending load", &[p, r], || {
         (!pending[1].exists()).then_some(())
     });
     assert!(
@@ -835,14 +809,14 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
         r.logs()
     );
     wait_status(
-        &r,
-        &[&p],
+        r,
+        &[p],
         "/readyz",
         200,
         "replica: replicating from 127.0.0.1:",
     );
     let loaded = scalar(&p_db, "SELECT @@gtid_binlog_pos");
-    wait_for("the replica at the primary's position", &[&p, &r], || {
+    wait_for("the replica at the primary's position", &[p, r], || {
         (scalar(&r_db, "SELECT @@gtid_slave_pos") == loaded).then_some(())
     });
     assert_same(&before, &replica_snapshot(&r_db));
@@ -863,7 +837,7 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     p_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY); INSERT INTO harbor.ships VALUES (1)")
         .unwrap();
     let now = scalar(&p_db, "SELECT @@gtid_binlog_pos");
-    wait_for("the replica at the primary's position", &[&p, &r], || {
+    wait_for("the replica at the primary's position", &[p, r], || {
         (scalar(&r_db, "SELECT @@gtid_slave_pos") == now).then_some(())
     });
     let status = replica_status(&r_db);
@@ -883,10 +857,10 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
     let now = scalar(&p_db, "SELECT @@gtid_binlog_pos");
     wait_for(
         "the restarted replica at the primary's position",
-        &[&p, &r],
+        &[p, r],
         || (scalar(&r_db, "SELECT @@gtid_slave_pos") == now).then_some(()),
     );
-    wait_status(&r, &[&p], "/readyz", 200, "replicating");
+    wait_status(r, &[p], "/readyz", 200, "replicating");
     assert_same(&snapshot(&p_db).unwrap(), &replica_snapshot(&r_db));
     eprintln!("replicated after {:?}", started.elapsed());
 }

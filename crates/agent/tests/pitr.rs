@@ -82,34 +82,29 @@ fn a_logical_bootstrap_to_a_gtid_replays_the_archive_under_the_new_clusters_gtid
     let at_target = snapshot(&source).unwrap();
     drop(source);
 
-    // A target the archive does not reach is refused before anything is left for the agent.
-    let datadir = w.join("volume-x/data");
-    std::fs::create_dir_all(&datadir).unwrap();
-    let mut c = cli(&[
-        "restore",
-        "--repo",
-        &repo,
-        "--until-gtid",
-        "0-101-99999",
-        "--datadir",
-    ]);
-    c.arg(&datadir).arg(&id);
-    fails(c, &["outside the recovery window"]);
-    assert!(!w.join("volume-x/bulwark-pending-logical-restore").exists());
-
-    let mut pending = Vec::new();
-    for ordinal in 0..2 {
-        let datadir = w.join(format!("volume-{ordinal}/data"));
+    // Each pod's restore container, into its own volume.
+    let restore = |volume: &str, until_gtid: &str| {
+        let datadir = w.join(volume).join("data");
         std::fs::create_dir_all(&datadir).unwrap();
         let mut c = cli(&[
             "restore",
             "--repo",
             &repo,
             "--until-gtid",
-            &target,
+            until_gtid,
             "--datadir",
         ]);
         c.arg(&datadir).arg(&id);
+        c
+    };
+    // A target the archive does not reach is refused before anything is left for the agent.
+    let c = restore("volume-x", "0-101-99999");
+    fails(c, &["outside the recovery window"]);
+    assert!(!w.join("volume-x/bulwark-pending-logical-restore").exists());
+
+    let mut pending = Vec::new();
+    for ordinal in 0..2 {
+        let c = restore(&format!("volume-{ordinal}"), &target);
         assert!(ok(c).contains("the agent loads it"));
         let file = w.join(format!("volume-{ordinal}/bulwark-pending-logical-restore"));
         let staged: serde_json::Value =
@@ -126,36 +121,10 @@ fn a_logical_bootstrap_to_a_gtid_replays_the_archive_under_the_new_clusters_gtid
     // What an earlier attempt that failed part-way would have left: the load starts over.
     p_db.sql("CREATE DATABASE tide; CREATE TABLE tide.marks (id INT PRIMARY KEY); INSERT INTO tide.marks VALUES (999)")
         .unwrap();
-    let creds = credentials(w, "");
-    let p_port = p_db.port().to_string();
-    let agent = |ordinal: usize, db: &MariaDb, labels: &Labels| {
-        Agent::start(
-            &format!("quay-{ordinal}"),
-            w,
-            db,
-            &[
-                "--labels-file",
-                labels.file().to_str().unwrap(),
-                "--credentials-dir",
-                creds.to_str().unwrap(),
-                "--primary-host",
-                "127.0.0.1",
-                "--primary-port",
-                &p_port,
-                "--pending-logical-restore",
-                pending[ordinal].to_str().unwrap(),
-            ],
-            &[("MYSQL_BACKUP_REPO", repo.as_str())],
-        )
-    };
-    let mut p_labels = Labels::new(w.join("podinfo-0"));
-    let mut r_labels = Labels::new(w.join("podinfo-1"));
-    p_labels.set(Some("primary"));
-    r_labels.set(Some("replica"));
-    let p = agent(0, &p_db, &p_labels);
-    let r = agent(1, &r_db, &r_labels);
+    let pair = BootstrappedPair::start(w, &p_db, &r_db, &pending, &repo);
+    let (p, r) = (&pair.primary, &pair.replica);
 
-    wait_status(&p, &[&r], "/readyz", 200, "primary: writable");
+    wait_status(p, &[r], "/readyz", 200, "primary: writable");
     assert!(!pending[0].exists());
     assert!(
         p.logs().contains("binlog archive replayed into mysqld"),
@@ -174,8 +143,8 @@ fn a_logical_bootstrap_to_a_gtid_replays_the_archive_under_the_new_clusters_gtid
     );
     assert!(events.iter().all(|e| e[3] == "100"), "{events:?}");
 
-    wait_status(&r, &[&p], "/readyz", 200, "replica: replicating from");
-    wait_for("the replica at the primary's position", &[&p, &r], || {
+    wait_status(r, &[p], "/readyz", 200, "replica: replicating from");
+    wait_for("the replica at the primary's position", &[p, r], || {
         (scalar(&r_db, "SELECT @@gtid_slave_pos") == pos).then_some(())
     });
     assert_same(&at_target, &replica_snapshot(&r_db));
@@ -186,7 +155,7 @@ fn a_logical_bootstrap_to_a_gtid_replays_the_archive_under_the_new_clusters_gtid
     p_db.sql("INSERT INTO tide.marks VALUES (21, 'after')")
         .unwrap();
     let now = scalar(&p_db, "SELECT @@gtid_binlog_pos");
-    wait_for("the replica at the primary's position", &[&p, &r], || {
+    wait_for("the replica at the primary's position", &[p, r], || {
         (scalar(&r_db, "SELECT @@gtid_slave_pos") == now).then_some(())
     });
     r_db.restart().unwrap();

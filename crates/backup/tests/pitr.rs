@@ -109,6 +109,44 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
         "replayed transactions keep their GTIDs"
     );
 
+    // A server whose binary log has a longer history of its own, under gtid_strict_mode,
+    // refuses the archived numbers; `--replay-gtids server` logs the replay under its own.
+    let own_history = || {
+        let db = MariaDb::start().unwrap();
+        db.sql(
+            "SET GLOBAL gtid_strict_mode = ON; SET SESSION gtid_seq_no = 100000; \
+             CREATE DATABASE scratch",
+        )
+        .unwrap();
+        db
+    };
+    let until_middle = ["--until-gtid", middle.gtid.as_str()];
+    let strict = own_history();
+    fails(
+        into_server("restore", &repo, &key, &id, &strict, &until_middle),
+        &["out-of-order"],
+    );
+    let strict = own_history();
+    let args = [&until_middle[..], &["--replay-gtids", "server"]].concat();
+    let out = ok(into_server("restore", &repo, &key, &id, &strict, &args));
+    assert_eq!(ids(&strict), want, "--replay-gtids server: {out}");
+    let pos = strict.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
+    assert!(
+        pos.starts_with("0-1-") && seq(&pos) > 100_000,
+        "the replay continues the server's own history: {pos}"
+    );
+    fails(
+        into_server(
+            "restore",
+            &repo,
+            &key,
+            &id,
+            &strict,
+            &["--replay-gtids", "server"],
+        ),
+        &["--replay-gtids applies to a replay into a running server"],
+    );
+
     // A physical backup into a directory: replayed under a temporary server, which stops
     // cleanly, and the directory then starts as a server holding exactly those rows.
     let dir = work.path().join("physical");

@@ -1198,6 +1198,25 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     make_ready(&client, n, "vault-0", "node-a").await;
     make_ready(&client, n, "vault-1", "node-b").await;
 
+    // Play the binlog archiver's report as the cluster controller copies it: the first backup
+    // (the id the first success gets below) is the base of the recovery window, so retention
+    // keeps it whatever keepLast says.
+    let first_id = "20261122T000000Z-0000";
+    clusters
+        .patch_status(
+            "vault",
+            &PatchParams::apply("test-archiver").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "mysql.bulwark.dev/v1alpha1",
+                "kind": "MySQLCluster",
+                "status": {"binlogArchive": {
+                    "streaming": true, "through": "0-1-9", "lagSeconds": 0, "gaps": 0,
+                    "windowBaseBackup": first_id,
+                }},
+            })),
+        )
+        .await
+        .unwrap();
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
     // Play the kubelet: end each backup job as it appears; the 3rd fails, the others succeed;
@@ -1264,12 +1283,23 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
         .filter(|(_, (ok, _))| !*ok)
         .map(|(n, _)| n)
         .collect();
-    // Names sort by scheduled time; the newest two successes stay, the one failure stays.
+    // Names sort by scheduled time; the newest two successes stay, the one failure stays, and
+    // so does the base of the recovery window.
     let mut expected: Vec<String> = succeeded[succeeded.len() - 2..]
         .iter()
         .map(|s| (*s).clone())
         .collect();
     expected.extend(failed.iter().map(|s| (*s).clone()));
+    let base = outcomes
+        .iter()
+        .find(|(_, (_, id))| id == first_id)
+        .map(|(name, _)| name.clone())
+        .unwrap();
+    assert!(
+        !expected.contains(&base),
+        "the base is older than keepLast keeps"
+    );
+    expected.push(base);
     expected.sort();
     let remaining = wait_for("retention", Duration::from_secs(60), || {
         let backups = backups.clone();
@@ -1313,7 +1343,7 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
         }
     })
     .await;
-    assert_eq!(remaining.len(), 3);
+    assert_eq!(remaining.len(), 4);
     // Every pruned success had its data deleted by id.
     for (name, (ok, id)) in &outcomes {
         if *ok && !expected.contains(name) {

@@ -371,3 +371,56 @@ impl Pair {
         }
     }
 }
+
+/// The agents of a new cluster's first two members, each with the pending load its `restore`
+/// left (`pending[ordinal]`, repository `repo`): `quay-0` primary on `p_db`, `quay-1` its
+/// replica on `r_db`. The labels live as long as the agents need them.
+pub struct BootstrappedPair {
+    pub primary: Agent,
+    pub replica: Agent,
+    _labels: [Labels; 2],
+}
+
+impl BootstrappedPair {
+    pub fn start(
+        w: &Path,
+        p_db: &MariaDb,
+        r_db: &MariaDb,
+        pending: &[PathBuf],
+        repo: &str,
+    ) -> BootstrappedPair {
+        let creds = credentials(w, "");
+        let p_port = p_db.port().to_string();
+        let mut labels = [
+            Labels::new(w.join("podinfo-0")),
+            Labels::new(w.join("podinfo-1")),
+        ];
+        labels[0].set(Some("primary"));
+        labels[1].set(Some("replica"));
+        let agent = |ordinal: usize, db: &MariaDb| {
+            Agent::start(
+                &format!("quay-{ordinal}"),
+                w,
+                db,
+                &[
+                    "--labels-file",
+                    labels[ordinal].file().to_str().unwrap(),
+                    "--credentials-dir",
+                    creds.to_str().unwrap(),
+                    "--primary-host",
+                    "127.0.0.1",
+                    "--primary-port",
+                    &p_port,
+                    "--pending-logical-restore",
+                    pending[ordinal].to_str().unwrap(),
+                ],
+                &[("MYSQL_BACKUP_REPO", repo)],
+            )
+        };
+        BootstrappedPair {
+            primary: agent(0, p_db),
+            replica: agent(1, r_db),
+            _labels: labels,
+        }
+    }
+}

@@ -156,6 +156,41 @@ pub struct ReplayOutcome {
     pub last_commit: Option<DateTime<Utc>>,
 }
 
+/// Why a replay failed, when it did: the cause, not its echoes. A damaged segment stops the
+/// feed; a client that fails (a statement the server refuses) closes its input, so the decoder
+/// dies of SIGPIPE and the feed of a broken pipe after it; a decoder that fails leaves the
+/// client a cut stream.
+fn cause(
+    fed: Result<()>,
+    decoder: (&Path, &std::process::Output),
+    client: (&Path, &std::process::Output),
+) -> Result<()> {
+    use std::os::unix::process::ExitStatusExt;
+    let failed = |(tool, out): (&Path, &std::process::Output)| Error::ToolFailed {
+        tool: tool.display().to_string(),
+        status: out.status.to_string(),
+        stderr_tail: String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .chars()
+            .take(2000)
+            .collect(),
+    };
+    if !matches!(&fed, Ok(()) | Err(Error::LocalIo { action: "feed", .. })) {
+        return fed;
+    }
+    let decoder_echo = decoder.1.status.signal() == Some(libc::SIGPIPE);
+    if !client.1.status.success() && (decoder.1.status.success() || decoder_echo) {
+        return Err(failed(client));
+    }
+    if !decoder.1.status.success() {
+        return Err(failed(decoder));
+    }
+    if !client.1.status.success() {
+        return Err(failed(client));
+    }
+    fed
+}
+
 /// The recovery window of `backup` and the segments of its chain.
 pub fn window_of(
     backup: &CompleteBackup,
@@ -296,20 +331,7 @@ pub async fn apply(
         .wait_with_output()
         .await
         .map_err(io("wait for", client_tool))?;
-    fed?;
-    for (tool, out) in [(binlog_tool, &decoded), (client_tool, &applied)] {
-        if !out.status.success() {
-            return Err(Error::ToolFailed {
-                tool: tool.display().to_string(),
-                status: out.status.to_string(),
-                stderr_tail: String::from_utf8_lossy(&out.stderr)
-                    .trim()
-                    .chars()
-                    .take(2000)
-                    .collect(),
-            });
-        }
-    }
+    cause(fed, (binlog_tool, &decoded), (client_tool, &applied))?;
     selector.finish()?;
     Ok(ReplayOutcome {
         backup_id: backup.manifest.id.clone(),
@@ -319,4 +341,65 @@ pub async fn apply(
         reached: selector.reached().to_string(),
         last_commit: selector.last_commit,
     })
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{ExitStatus, Output};
+
+    fn out(status: ExitStatus, stderr: &str) -> Output {
+        Output {
+            status,
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_cause_of_a_failed_replay_is_named_not_its_echoes() {
+        let ok = out(ExitStatus::from_raw(0), "");
+        let exit1 = |e: &str| out(ExitStatus::from_raw(1 << 8), e);
+        let sigpipe = out(ExitStatus::from_raw(libc::SIGPIPE), "");
+        let broken_pipe = || {
+            Err(Error::LocalIo {
+                action: "feed",
+                path: "mariadb-binlog".into(),
+                source: std::io::ErrorKind::BrokenPipe.into(),
+            })
+        };
+        let damaged = || {
+            Err(Error::DamagedSegment {
+                id: "s1".into(),
+                reason: "cut".into(),
+            })
+        };
+        let refused = exit1("ERROR 1950 (HY000): out-of-order");
+        let (unknown, syntax) = (exit1("unknown event"), exit1("syntax"));
+        let cases: Vec<(Result<()>, &Output, &Output, &str)> = vec![
+            (Ok(()), &ok, &ok, "ok"),
+            // The server refused a statement: the client's error, however the decoder ended.
+            (Ok(()), &sigpipe, &refused, "out-of-order"),
+            (broken_pipe(), &sigpipe, &refused, "out-of-order"),
+            (Ok(()), &ok, &refused, "out-of-order"),
+            // The decoder failed: its error, not the client's complaint about a cut stream.
+            (Ok(()), &unknown, &syntax, "unknown event"),
+            // A damaged segment stopped the feed: that is the cause.
+            (damaged(), &ok, &syntax, "s1"),
+            (broken_pipe(), &ok, &ok, "feed"),
+        ];
+        for (fed, decoder, client, want) in cases {
+            let got = cause(
+                fed,
+                (Path::new("mariadb-binlog"), decoder),
+                (Path::new("mariadb"), client),
+            );
+            let shown = match &got {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => crate::error::chain(e),
+            };
+            assert!(shown.contains(want), "{shown} lacks {want}");
+        }
+    }
 }

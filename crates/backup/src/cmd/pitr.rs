@@ -104,9 +104,33 @@ pub struct ReplayArgs {
     pub conn: ConnArgs,
     #[command(flatten)]
     pub until: UntilArgs,
+    #[arg(long, value_enum, default_value_t = ReplayGtids::Archived, env = "MYSQL_BACKUP_REPLAY_GTIDS")]
+    pub replay_gtids: ReplayGtids,
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Under which GTIDs the server logs the replayed transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayGtids {
+    /// The archived ones: the server continues the source's history (it holds the backup's
+    /// data and no transactions of its own).
+    Archived,
+    /// The server's own: its server_id and domain, numbered after its last. For a server whose
+    /// binary log has a history of its own (a logical load it logged): with gtid_strict_mode
+    /// it refuses archived numbers below its own.
+    Server,
+}
+
+impl ReplayGtids {
+    /// Where a replay into the running server at `conn` goes.
+    pub fn into_server(self, conn: mysql_backup::source::Connection) -> ReplayInto {
+        match self {
+            ReplayGtids::Archived => ReplayInto::Server(conn),
+            ReplayGtids::Server => ReplayInto::ServerOwnHistory(conn),
+        }
+    }
 }
 
 pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
@@ -174,14 +198,8 @@ pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     }
     let conn = a.conn.connection()?;
     let (repo, backup, key) = a.backup.open().await?;
-    let outcome = replay(
-        &repo,
-        &backup,
-        key.as_ref(),
-        &target,
-        ReplayInto::Server(conn),
-    )
-    .await?;
+    let into = a.replay_gtids.into_server(conn);
+    let outcome = replay(&repo, &backup, key.as_ref(), &target, into).await?;
     print_outcome(&outcome, a.json);
     Ok(())
 }

@@ -46,6 +46,10 @@ pub struct RestoreArgs {
     pub tool: Option<String>,
     #[command(flatten)]
     pub until: mysql_backup::cli::args::UntilArgs,
+    /// With --until into a running server: under which GTIDs it logs the replayed
+    /// transactions.
+    #[arg(long, value_enum, default_value_t = pitr::ReplayGtids::Archived, env = "MYSQL_BACKUP_REPLAY_GTIDS")]
+    pub replay_gtids: pitr::ReplayGtids,
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -98,6 +102,13 @@ pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
 
 pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let until = a.until.target()?;
+    if a.replay_gtids != pitr::ReplayGtids::Archived && (until.is_none() || a.target_dir.is_some())
+    {
+        return Err(Error::InvalidArgument(
+            "--replay-gtids applies to a replay into a running server (--until/--until-gtid with --mysql-socket/--mysql-host)".into(),
+        )
+        .into());
+    }
     if until.is_some() && a.skip_prepare {
         return Err(Error::InvalidArgument(
             "--until/--until-gtid replay binary logs into the prepared datadir; drop --skip-prepare".into(),
@@ -132,10 +143,10 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let (repo, backup, key) = a.backup.open().await?;
     if let Some(until) = &until {
         // Refuse a target outside the window before anything is loaded.
-        let archive = mysql_backup::archive::manifest::archive_of(&backup.manifest);
-        let listing = mysql_backup::archive::store::list(repo.store(), archive).await?;
-        let (window, _) = mysql_backup::archive::replay::window_of(&backup, &listing.segments)?;
-        window.check(until).map_err(Error::PointInTime)?;
+        mysql_backup::archive::recover::window(&repo, &backup)
+            .await?
+            .check(until)
+            .map_err(Error::PointInTime)?;
     }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
@@ -160,7 +171,7 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
             Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
         }
         (Some(until), None) => {
-            let into = pitr::ReplayInto::Server(a.conn.connection()?);
+            let into = a.replay_gtids.into_server(a.conn.connection()?);
             Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
         }
         (None, _) => None,
