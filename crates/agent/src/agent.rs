@@ -572,6 +572,8 @@ struct RestoreState {
     failed: Option<(String, String, Instant)>,
     /// Loaded by this agent but the pending file could not be removed: never loaded again.
     loaded: Option<String>,
+    /// The pending file as this pass read it: what a load started in the pass loads.
+    staged: Option<pending::PendingRestore>,
 }
 
 struct Agent {
@@ -916,9 +918,14 @@ impl Agent {
                 }
             }
         }
+        self.restore.staged = None;
         let id = match pending::read(&cfg.file) {
             Ok(None) => return Pending::Nothing,
-            Ok(Some(p)) => p.backup_id,
+            Ok(Some(p)) => {
+                let id = p.backup_id.clone();
+                self.restore.staged = Some(p);
+                id
+            }
             Err(e) => {
                 return Pending::Failed {
                     id: "?".into(),
@@ -1131,27 +1138,20 @@ impl Agent {
         let Some(cfg) = self.config.pending.clone() else {
             return;
         };
-        tracing::info!(backup_id = %id, "loading pending logical restore");
+        // Read in this pass by `pending_state`, which decided the load.
+        let Some(staged) = self.restore.staged.take().filter(|p| p.backup_id == id) else {
+            return;
+        };
+        tracing::info!(backup_id = %id, until = ?staged.until, until_gtid = ?staged.until_gtid, "loading pending logical restore");
         let conn = creds.connection(&self.config.socket);
         let task_id = id.to_string();
         let handle = tokio::spawn(async move {
-            let failed = |source| AgentError::LoadPendingRestore {
-                id: task_id.clone(),
-                source: Box::new(source),
-            };
-            // Read again: the file is the truth (its target is not part of the decision).
-            let staged = pending::read(&cfg.file)
-                .map_err(|e| {
-                    failed(mysql_backup::Error::InvalidArgument(
-                        mysql_backup::error::chain(&e),
-                    ))
-                })?
-                .ok_or_else(|| {
-                    failed(mysql_backup::Error::InvalidArgument(
-                        "the pending file is gone".into(),
-                    ))
-                })?;
-            pending::load(&cfg, &staged, conn).await.map_err(failed)
+            pending::load(&cfg, &staged, conn).await.map_err(|source| {
+                AgentError::LoadPendingRestore {
+                    id: task_id,
+                    source: Box::new(source),
+                }
+            })
         });
         self.restore.running = Some((id.to_string(), handle));
     }

@@ -506,6 +506,15 @@ pub fn binlog_info_gtid(datadir: &Path) -> Result<Option<String>, BootstrapError
     Ok(None)
 }
 
+/// A file the restore leaves for the agent, or `None` when it is not there.
+pub fn read_if_present(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes the restored GTID file atomically.
 pub fn write_restored_gtid(path: &Path, gtid: &RestoredGtid) -> Result<(), BootstrapError> {
     let mut text = serde_json::to_string(gtid).expect("plain strings serialize");
@@ -515,15 +524,12 @@ pub fn write_restored_gtid(path: &Path, gtid: &RestoredGtid) -> Result<(), Boots
 
 /// The restored GTID file's content, or `None` when there is none.
 pub fn read_restored_gtid(path: &Path) -> Result<Option<RestoredGtid>, BootstrapError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(BootstrapError::ReadGtid {
-                path: path.display().to_string(),
-                source,
-            })
-        }
+    let Some(text) = read_if_present(path).map_err(|source| BootstrapError::ReadGtid {
+        path: path.display().to_string(),
+        source,
+    })?
+    else {
+        return Ok(None);
     };
     let bad = |reason: String| BootstrapError::ParseGtid {
         path: path.display().to_string(),

@@ -21,7 +21,7 @@ use mysql_backup::store;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::PendingRestoreConfig;
-use crate::bootstrap::BootstrapError;
+use crate::bootstrap::{read_if_present, BootstrapError};
 
 /// A logical backup waiting to be loaded, and how far to bring it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,15 +84,12 @@ pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), BootstrapError
 /// The pending restore in `path`, or `None` when there is none. A file holding a bare backup
 /// id is a restore without a target.
 pub fn read(path: &Path) -> Result<Option<PendingRestore>, BootstrapError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(BootstrapError::ReadPending {
-                path: path.display().to_string(),
-                source,
-            })
-        }
+    let Some(text) = read_if_present(path).map_err(|source| BootstrapError::ReadPending {
+        path: path.display().to_string(),
+        source,
+    })?
+    else {
+        return Ok(None);
     };
     let text = text.trim();
     let unparsable = || BootstrapError::ParsePending {

@@ -55,6 +55,11 @@ fn restores_to_a_time_a_gtid_and_the_latest_point_hold_exactly_the_rows_committe
         id.as_str(),
         "the older backup: {report}"
     );
+    assert_eq!(
+        report["windowBaseBackup"],
+        physical.as_str(),
+        "the newer backup, which retention keeps: {report}"
+    );
     assert!(report["lagSeconds"].as_f64().unwrap() < 3.0, "{report}");
     let log = archiver.stop();
     assert!(log.contains("binlog segment archived"), "{log}");

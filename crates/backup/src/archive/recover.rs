@@ -53,9 +53,8 @@ pub async fn replay_after(
             replay::apply(store, key, backup, &segments, target, conn, &tools, None).await
         }
         ReplayInto::ServerOwnHistory(conn) => {
-            let rebase = server_identity(conn).await?;
-            let into = Some(rebase);
-            replay::apply(store, key, backup, &segments, target, conn, &tools, into).await
+            let rebase = Some(server_identity(conn).await?);
+            replay::apply(store, key, backup, &segments, target, conn, &tools, rebase).await
         }
         ReplayInto::Datadir(dir) => {
             let server = offline::find_server()?;

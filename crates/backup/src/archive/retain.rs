@@ -3,6 +3,8 @@
 //! stays while a retained backup's chain uses it, or while no retained backup is past it (it
 //! may yet serve one being taken). Pure; table-tested.
 
+use chrono::{DateTime, Utc};
+
 use super::manifest::SegmentManifest;
 use super::window;
 use crate::binlog::GtidPos;
@@ -13,6 +15,8 @@ pub struct BackupPoint {
     pub id: String,
     /// Its consistent point (`None` when it recorded none).
     pub point: Option<GtidPos>,
+    /// When it finished.
+    pub finished: DateTime<Utc>,
     /// Whether the retention rules keep it.
     pub kept: bool,
 }
@@ -22,6 +26,7 @@ impl BackupPoint {
     pub fn of(backup: &crate::repo::CompleteBackup, kept: bool) -> BackupPoint {
         BackupPoint {
             id: backup.manifest.id.clone(),
+            finished: backup.manifest.finished_at,
             point: backup
                 .manifest
                 .consistent_point
@@ -43,7 +48,7 @@ pub struct ArchivePrune {
 }
 
 /// The base of the current recovery window: the newest backup from which the archive reaches
-/// its latest point (its point covers every other such backup's); `None` when none reaches it.
+/// its latest point; `None` when none reaches it.
 pub fn window_base<'a>(
     backups: &'a [BackupPoint],
     segments: &[SegmentManifest],
@@ -51,17 +56,34 @@ pub fn window_base<'a>(
     let newest = segments
         .iter()
         .max_by_key(|s| (s.received_at, s.id.clone()))?;
-    let mut base: Option<(&BackupPoint, &GtidPos)> = None;
-    for b in backups {
-        let Some(point) = &b.point else { continue };
+    newest_of(backups.iter().filter_map(|b| {
+        let point = b.point.as_ref()?;
         let reaches = window::chain_from(segments, point)
             .reached
             .covers(&newest.through);
-        if reaches && base.is_none_or(|(_, p)| point.covers(p)) {
-            base = Some((b, point));
+        reaches.then_some(((b.finished, b.id.as_str()), b, point))
+    }))
+}
+
+/// When a backup finished, and its id: what tells apart backups at the same point.
+pub type Finished<'a> = (DateTime<Utc>, &'a str);
+
+/// Of backups whose chains all reach the archive's end, given with when they finished and their
+/// consistent points, the newest: the one whose point covers every other's; of backups at the
+/// same point, the one finished last.
+pub fn newest_of<'a, T>(
+    reaching: impl IntoIterator<Item = (Finished<'a>, T, &'a GtidPos)>,
+) -> Option<T> {
+    let mut base: Option<(Finished<'a>, T, &GtidPos)> = None;
+    for (finished, b, point) in reaching {
+        let newer = base
+            .as_ref()
+            .is_none_or(|(best, _, p)| point.covers(p) && (!p.covers(point) || finished > *best));
+        if newer {
+            base = Some((finished, b, point));
         }
     }
-    base.map(|(b, _)| b)
+    base.map(|(_, b, _)| b)
 }
 
 /// Plans the archive's part of a prune. `backups` are in any order; `kept` reflects the rules.
@@ -105,12 +127,17 @@ pub fn unneeded(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::window::tests_support::seg;
+    use crate::archive::window::tests_support::{at, seg};
 
     fn b(id: &str, point: &str, kept: bool) -> BackupPoint {
+        b_at(id, point, kept, 0)
+    }
+
+    fn b_at(id: &str, point: &str, kept: bool, finished: u32) -> BackupPoint {
         BackupPoint {
             id: id.into(),
             point: Some(GtidPos::parse(point).unwrap()),
+            finished: at(finished),
             kept,
         }
     }
@@ -170,6 +197,7 @@ mod tests {
         let no_point = BackupPoint {
             id: "bx".into(),
             point: None,
+            finished: at(0),
             kept: true,
         };
         let base = |backups: &[BackupPoint]| window_base(backups, &segs).map(|b| b.id.clone());
@@ -183,6 +211,21 @@ mod tests {
             (
                 vec![b("b6", "0-1-58", true), b("b5", "0-1-55", true)],
                 Some("b6"),
+            ),
+            // At the same point, the one finished last, whatever the ids.
+            (
+                vec![
+                    b_at("b7-z", "0-1-55", true, 2),
+                    b_at("b7-a", "0-1-55", true, 3),
+                ],
+                Some("b7-a"),
+            ),
+            (
+                vec![
+                    b_at("b7-a", "0-1-55", true, 3),
+                    b_at("b7-z", "0-1-55", true, 2),
+                ],
+                Some("b7-a"),
             ),
             // A backup that recorded no GTID position continues nothing.
             (vec![b("b5", "0-1-55", true), no_point.clone()], Some("b5")),

@@ -9,7 +9,7 @@ use bulwark_contract::archive::ArchiveStatus;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::manifest::SegmentManifest;
-use super::retain::BackupPoint;
+use super::retain;
 use super::window;
 use crate::repo::CompleteBackup;
 
@@ -56,22 +56,26 @@ pub fn window(backups: &[CompleteBackup], segments: &[SegmentManifest]) -> Optio
     let newest = segments
         .iter()
         .max_by_key(|s| (s.received_at, s.id.clone()))?;
-    let (from, from_backup, to) = backups
+    let reaching: Vec<(&CompleteBackup, window::Window)> = backups
         .iter()
         .filter_map(|b| {
             let (w, _) = super::replay::window_of(b, segments).ok()?;
-            w.to.covers(&newest.through)
-                .then(|| (w.from_time, b.manifest.id.clone(), w.to_time))
+            w.to.covers(&newest.through).then_some((b, w))
         })
-        .min_by_key(|(from, id, _)| (*from, id.clone()))?;
-    let points: Vec<BackupPoint> = backups.iter().map(|b| BackupPoint::of(b, true)).collect();
-    let base_backup = super::retain::window_base(&points, segments)
-        .map_or_else(|| from_backup.clone(), |b| b.id.clone());
+        .collect();
+    let (oldest, w) = reaching
+        .iter()
+        .min_by_key(|(b, w)| (w.from_time, b.manifest.id.clone()))?;
+    let base = retain::newest_of(
+        reaching
+            .iter()
+            .map(|(b, w)| ((b.manifest.finished_at, b.manifest.id.as_str()), b, &w.from)),
+    )?;
     Some(CurrentWindow {
-        from,
-        from_backup,
-        to,
-        base_backup,
+        from: w.from_time,
+        from_backup: oldest.manifest.id.clone(),
+        to: w.to_time,
+        base_backup: base.manifest.id.clone(),
     })
 }
 

@@ -1,7 +1,7 @@
 //! MariaDB binary log events as the archive handles them: raw event framing and checksums
-//! ([`event`]), GTID positions ([`position`]), the rewriting of transactions to another server's GTIDs
-//! ([`rebase`]) and the grouping of a replication stream into
-//! whole transactions ([`assemble`]). Pure: no I/O, so every rule is table-tested.
+//! ([`event`]), GTID positions ([`position`]), the grouping of a replication stream into whole
+//! transactions ([`assemble`]) and their rewriting to another server's GTIDs ([`rebase`]).
+//! Pure: no I/O, so every rule is table-tested.
 
 pub mod assemble;
 pub mod event;

@@ -259,13 +259,12 @@ pub fn retention(
                 time: b.time,
             })
             .collect();
+        let base = backups
+            .iter()
+            .find(|b| window_base.is_some() && b.backup_id.as_deref() == window_base)
+            .map(|b| b.name.as_str());
         for d in bulwark_retention::plan(&keep_policy(policy), &candidates) {
-            let base = window_base.is_some_and(|w| {
-                backups
-                    .iter()
-                    .any(|b| b.name == d.id && b.backup_id.as_deref() == Some(w))
-            });
-            if !d.keep && !base {
+            if !d.keep && Some(d.id.as_str()) != base {
                 delete.push((d.time, d.id, "not kept by the retention rules".to_owned()));
             }
         }
