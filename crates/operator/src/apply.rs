@@ -43,14 +43,10 @@ where
 /// decided from. Status writers merge what they decide into what they read; a write from a
 /// stale copy would drop fields a newer write recorded, so it is refused with a conflict
 /// ([`Error::is_conflict`]) and the reconcile runs again on fresh data.
-pub async fn apply_status<K>(
-    api: &Api<K>,
-    read: &K,
-    status: serde_json::Value,
-    manager: &str,
-) -> Result<K>
+pub async fn apply_status<K, S>(api: &Api<K>, read: &K, status: S, manager: &str) -> Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: Serialize,
 {
     let kind = kind_of::<K>();
     let name = read.meta().name.clone().unwrap_or_default();

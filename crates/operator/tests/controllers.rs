@@ -794,6 +794,109 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
     ns.delete().await.expect("delete namespace");
 }
 
+/// Server-side apply removes every field a manager leaves out: an invalid edit of a cluster
+/// that has switched over must keep what its status records (the epoch above all: orders at an
+/// older epoch than the members accepted are refused, so a switchover after the edit would
+/// abort).
+#[tokio::test]
+async fn an_invalid_edit_of_a_running_cluster_keeps_every_status_field() {
+    let (client, ns) = setup("carried").await;
+    let n = ns.name();
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    let valid = "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\n\
+                 metadata: {name: ledger}\nspec: {engine: mariadb, version: \"11.4\", \
+                 replicas: 2, storage: {size: 1Gi}}\n";
+    apply_yaml(&clusters, valid).await;
+    wait_for("the first status", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            condition(&c, "Degraded")
+                .filter(|d| d.0 == "False")
+                .ok_or_else(|| "no Degraded=False yet".to_owned())
+        }
+    })
+    .await;
+    // What a pass after a failover and a switchover recorded, written as the operator's
+    // cluster controller writes it.
+    let recorded = json!({
+        "currentPrimary": "ledger-1",
+        "primarySince": "2026-11-01T00:00:00Z",
+        "epoch": 3,
+        "lastFailover": {"from": "ledger-0", "to": "ledger-1", "time": "2026-11-02T00:00:00Z", "reason": "ledger-0 was lost"},
+        "lastSwitchover": {"request": "ledger-1@2", "from": "ledger-0", "to": "ledger-1",
+            "started": "2026-11-03T00:00:00Z", "finished": "2026-11-03T00:00:02Z",
+            "result": "Completed", "message": "writes moved from ledger-0 to ledger-1 in 1.9s"},
+    });
+    let owned = |c: &MySQLCluster| {
+        let status = serde_json::to_value(c.status.clone().unwrap_or_default()).unwrap();
+        let mut kept = serde_json::Map::new();
+        for key in recorded.as_object().unwrap().keys() {
+            if let Some(v) = status.get(key) {
+                kept.insert(key.clone(), v.clone());
+            }
+        }
+        serde_json::Value::Object(kept)
+    };
+    wait_for("the recorded status", WAIT, || {
+        let (clusters, recorded) = (clusters.clone(), recorded.clone());
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            let mut status = serde_json::to_value(c.status.clone().unwrap_or_default()).unwrap();
+            status
+                .as_object_mut()
+                .unwrap()
+                .extend(recorded.as_object().unwrap().clone());
+            // Conditions stay the operator's own (the scheduler's are not this writer's).
+            status.as_object_mut().unwrap().remove("schedules");
+            status
+                .as_object_mut()
+                .unwrap()
+                .remove("lastSuccessfulBackup");
+            bulwark_operator::apply::apply_status(
+                &clusters,
+                &c,
+                status,
+                bulwark_operator::apply::CLUSTER_MANAGER,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    let invalid = valid.replace(
+        "storage: {size: 1Gi}",
+        "storage: {size: 1Gi}, credentials: {root: {name: elsewhere, key: root-password}}",
+    );
+    apply_yaml(&clusters, &invalid).await;
+    let c = wait_for("Degraded=True", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            match condition(&c, "Degraded") {
+                Some(d) if d.0 == "True" => Ok(c),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(owned(&c), recorded, "the invalid spec's write keeps them");
+    apply_yaml(&clusters, valid).await;
+    let c = wait_for("Degraded=False again", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            match condition(&c, "Degraded") {
+                Some(d) if d.0 == "False" => Ok(c),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(owned(&c), recorded, "a valid pass carries them on");
+    ns.delete().await.expect("delete namespace");
+}
+
 const BACKUP_CLUSTER: &str = r#"
 apiVersion: mysql.bulwark.dev/v1alpha1
 kind: MySQLCluster

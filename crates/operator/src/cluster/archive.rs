@@ -21,8 +21,8 @@ const LAG_MARGIN_SECONDS: f64 = 30.0;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
     pub condition: Desired,
-    /// `status.binlogArchive` (null while no report was read).
-    pub status: serde_json::Value,
+    /// `status.binlogArchive` (`None` while no report was read).
+    pub status: Option<BinlogArchiveStatus>,
     /// A gap appeared since the last status: the event's message.
     pub new_gap: Option<String>,
     /// Seconds the archive may be behind, for the metric.
@@ -46,7 +46,7 @@ pub fn observe(
                     "ArchiverUnreachable",
                     format!("no report from the binlog archiver: {why}"),
                 ),
-                status: serde_json::Value::Null,
+                status: None,
                 new_gap: None,
                 lag_seconds: None,
             }
@@ -106,9 +106,7 @@ pub fn observe(
     });
     Observed {
         condition,
-        // Absent fields are left out, not null: server-side apply refuses nulls in a typed
-        // object (500).
-        status: serde_json::to_value(BinlogArchiveStatus {
+        status: Some(BinlogArchiveStatus {
             streaming: report.streaming,
             through: report.through.clone(),
             last_commit: report.last_commit.clone(),
@@ -119,8 +117,7 @@ pub fn observe(
             recoverable_from_backup: report.recoverable_from_backup.clone(),
             recoverable_to: report.recoverable_to.clone(),
             window_base_backup: report.window_base_backup.clone(),
-        })
-        .expect("status serializes"),
+        }),
         new_gap,
         lag_seconds: Some(lag),
     }
@@ -204,22 +201,16 @@ mod tests {
                 "{}",
                 o.condition.message
             );
-            assert_eq!(o.status["through"], "0-101-500");
+            let status = o.status.expect("a report is shown");
+            assert_eq!(status.through, "0-101-500");
             assert_eq!(
-                o.status.get("windowBaseBackup").is_some(),
-                r.window_base_backup.is_some(),
-                "the retention's protection is carried: {}",
-                o.status
-            );
-            assert!(
-                o.status.as_object().unwrap().values().all(|v| !v.is_null()),
-                "no nulls for server-side apply: {}",
-                o.status
+                status.window_base_backup, r.window_base_backup,
+                "the retention's protection is carried"
             );
         }
         let o = observe(Err("no archiver pod is running"), 5, 0);
         assert_eq!(o.condition.reason, "ArchiverUnreachable");
-        assert!(o.status.is_null() && o.lag_seconds.is_none());
+        assert!(o.status.is_none() && o.lag_seconds.is_none());
     }
 
     #[test]

@@ -8,22 +8,25 @@ pub mod config;
 pub mod failover;
 pub mod fencing;
 pub mod members;
+pub mod plan;
 pub mod primary;
 pub mod roles;
 pub mod rollout;
+pub mod status;
 pub mod switchover;
 pub mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bulwark_api::cluster::MySQLClusterStatus;
 use bulwark_api::common::condition;
 use bulwark_api::{MySQLBackup, MySQLCluster};
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -70,26 +73,29 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         Vec::new()
     };
     let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set, &read).await?;
-    if !settled.changed && settled.switching.is_none() {
-        if let rollout::Step::Restart(pod) = &settled.rollout {
-            restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
-        }
+    let plan = &settled.plan;
+    let hold = plan.hold();
+    if let Some(rollout::Step::Restart(pod)) =
+        hold.filter(|h| h.switching.is_none()).map(|h| &h.rollout)
+    {
+        restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
     }
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
     let ready = report(&cluster, &ctx, &ns, &applied, &settled).await?;
-    if settled.changed {
+    if plan.changed() {
         // The status names the new primary; the next pass moves the members (the status
         // write wakes the controller too).
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    if settled.switching.is_some() {
+    if plan.switching().is_some() {
         // Writes are paused until the new primary takes them: look again soon.
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
+    let unsettled =
+        hold.is_some_and(|h| h.scale_down_blocked.is_some() || h.rollout != rollout::Step::Done);
     if settled.withheld.is_some()
-        || settled.lost_since.is_some()
-        || settled.scale_down_blocked.is_some()
-        || settled.rollout != rollout::Step::Done
+        || plan.lost_since.is_some()
+        || unsettled
         || !settled.unready.is_empty()
     {
         // No pod event announces that a member's data can now be compared, that a lost
@@ -169,17 +175,12 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
         ctx.event(cluster, Reason::InvalidSpec, message).await;
     }
     tracing::info!(namespace = ns, cluster = %cluster.name_any(), "cluster spec is invalid");
-    // The observed fields stay as they were: this writer owns them, and leaving them out of
-    // the apply would delete them.
-    let st = cluster.status.clone().unwrap_or_default();
-    let extra = serde_json::json!({
-        "readyReplicas": st.ready_replicas,
-        "currentPrimary": st.current_primary,
-        "primarySince": st.primary_since,
-        "primaryLostSince": st.primary_lost_since,
-        "lastFailover": st.last_failover,
-    });
-    write_status(cluster, ctx, ns, &desired, Some(extra)).await
+    let status = status::carried(
+        &cluster.status.clone().unwrap_or_default(),
+        stamp(cluster, &desired),
+        cluster.meta().generation,
+    );
+    write_status(cluster, ctx, ns, &status).await
 }
 
 /// The state of the children after they were applied.
@@ -244,7 +245,7 @@ async fn apply_children(
     let mut set = build::stateful_set(cluster, validated, &cm_name, &images, restore.as_ref());
     // Neither the primary nor the one a running switchover replaces (it must confirm it is
     // read-only) is removed by a scale-down.
-    let primary = primary::current_primary(cluster);
+    let primary = plan::current_primary(&name, &cluster.status.clone().unwrap_or_default());
     let replacing = cluster
         .status
         .as_ref()
@@ -365,9 +366,7 @@ async fn collect_config_maps(
     Ok(())
 }
 
-fn previous_conditions(
-    cluster: &MySQLCluster,
-) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+fn previous_conditions(cluster: &MySQLCluster) -> Vec<Condition> {
     cluster
         .status
         .as_ref()
@@ -477,31 +476,38 @@ async fn report(
     applied: &Applied,
     settled: &primary::Settled,
 ) -> Result<bool> {
-    let primary = settled.primary.as_str();
+    let plan = &settled.plan;
+    let primary = plan.primary.as_str();
     let pods = settled.pods.as_slice();
-    let not_primary = match (&settled.promoted, &settled.switching) {
-        (Some((from, to, reason)), _) => Some((
+    let hold = plan.hold();
+    let not_primary = match (&plan.transition, plan.switching()) {
+        (
+            plan::Transition::Failover {
+                from, to, reason, ..
+            },
+            _,
+        ) => Some((
             "FailingOver",
             format!("promoting {to} in place of {from}: {reason}"),
         )),
-        (None, Some((from, to))) => Some((
+        (_, Some((from, to))) => Some((
             "SwitchingOver",
             match &settled.withheld {
                 Some(w) => format!("switching over from {from} to {to}: {w}"),
                 None => format!("switching over from {from} to {to}"),
             },
         )),
-        (None, None) => settled
-            .waiting
-            .clone()
-            .map(|w| ("PrimaryLost", w))
-            .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w)))
-            .or_else(|| {
-                settled
-                    .scale_down_blocked
-                    .clone()
-                    .map(|w| ("ScaleDownWaiting", w))
-            }),
+        (_, None) => hold.and_then(|h| {
+            h.waiting
+                .clone()
+                .map(|w| ("PrimaryLost", w))
+                .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w)))
+                .or_else(|| {
+                    h.scale_down_blocked
+                        .clone()
+                        .map(|w| ("ScaleDownWaiting", w))
+                })
+        }),
     };
     let (ready, desired) = observe(
         cluster.spec.replicas,
@@ -512,7 +518,7 @@ async fn report(
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
     );
     let mut desired = desired.to_vec();
-    if let Some(step) = settled.rollout.progress() {
+    if let Some(step) = hold.and_then(|h| h.rollout.progress()) {
         if desired[1].reason == "RollingOut" {
             desired[1].message = format!("{}; {step}", desired[1].message);
         }
@@ -552,44 +558,25 @@ async fn report(
         )
         .await;
     }
-    // Set once, when a primary is first ready, and carried in every later write.
     let st = cluster.status.clone().unwrap_or_default();
     let primary_ready = not_primary.is_none()
         && pods
             .iter()
             .any(|p| p.name_any() == primary && serving(p, &settled.unready));
-    let primary_since = st
-        .primary_since
-        .clone()
-        .or_else(|| primary_ready.then(|| Time(Utc::now())));
-    let mut last_failover = st.last_failover.clone();
-    if let Some((from, to, reason)) = &settled.promoted {
-        tracing::warn!(namespace = ns, cluster = %cluster.name_any(), from = %from, to = %to, reason = %reason, "failover");
-        ctx.event(
-            cluster,
-            Reason::Failover,
-            format!("promoting {to} in place of {from}: {reason}"),
-        )
-        .await;
-        ctx.metrics.failed_over(ns, &cluster.name_any());
-        last_failover = Some(bulwark_api::cluster::FailoverRecord {
-            from: from.clone(),
-            to: to.clone(),
-            time: Time(Utc::now()),
-            reason: reason.clone(),
-        });
-    }
-    if let (Some(waiting), None) = (&settled.waiting, &st.primary_lost_since) {
+    if let (Some(waiting), None) = (
+        hold.and_then(|h| h.waiting.as_ref()),
+        &st.primary_lost_since,
+    ) {
         ctx.event(cluster, Reason::PrimaryLost, waiting.clone())
             .await;
     }
-    let mut archive_status = None;
-    if let Some(spec) = cluster
+    let archive_spec = cluster
         .spec
         .backup
         .as_ref()
-        .and_then(|b| b.binlog_archive.as_ref())
-    {
+        .and_then(|b| b.binlog_archive.as_ref());
+    let mut binlog_archive = None;
+    if let Some(spec) = archive_spec {
         let name = cluster.name_any();
         let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
         let read = archive::read(&pods_api, &name).await;
@@ -606,53 +593,43 @@ async fn report(
             ctx.metrics.archive_lag(ns, &name, lag);
         }
         desired.push(observed.condition);
-        // An unreadable report keeps the last one shown (the condition says why).
-        archive_status = Some(if observed.status.is_null() {
-            serde_json::to_value(&st.binlog_archive).unwrap_or_default()
-        } else {
-            observed.status
-        });
+        binlog_archive = observed.status;
     }
-    let extra = serde_json::json!({
-        "binlogArchive": archive_status,
-        "readyReplicas": ready,
-        "currentPrimary": primary,
-        "primarySince": primary_since,
-        "primaryLostSince": settled.lost_since,
-        "lastFailover": last_failover,
-        "lastSwitchover": settled.switchover.clone().or(st.last_switchover.clone()),
-        "epoch": settled.epoch,
-    });
-    write_status(cluster, ctx, ns, &desired, Some(extra)).await?;
+    let status = status::of_pass(
+        &st,
+        plan,
+        status::Observed {
+            conditions: stamp(cluster, &desired),
+            generation: cluster.meta().generation,
+            ready,
+            primary_ready,
+            binlog_archive,
+            archiving: archive_spec.is_some(),
+            now: Utc::now(),
+        },
+    );
+    write_status(cluster, ctx, ns, &status).await?;
     Ok(ready_cond.status == Status::True)
 }
 
-/// Applies the cluster controller's part of the status: its conditions, observedGeneration and
-/// the extra fields given.
+/// `desired`, stamped for this generation over the conditions the status holds.
+fn stamp(cluster: &MySQLCluster, desired: &[Desired]) -> Vec<Condition> {
+    let now = Time(Utc::now());
+    let generation = cluster.meta().generation;
+    let previous = previous_conditions(cluster);
+    desired
+        .iter()
+        .map(|d| conditions::stamp(d, generation, &previous, &now))
+        .collect()
+}
+
+/// Applies the cluster controller's whole part of the status.
 async fn write_status(
     cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
-    desired: &[Desired],
-    extra: Option<serde_json::Value>,
+    status: &MySQLClusterStatus,
 ) -> Result<()> {
-    let now = Time(Utc::now());
-    let generation = cluster.meta().generation;
-    let previous = previous_conditions(cluster);
-    let conds: Vec<_> = desired
-        .iter()
-        .map(|d| conditions::stamp(d, generation, &previous, &now))
-        .collect();
-    let mut status = serde_json::json!({
-        "observedGeneration": generation,
-        "conditions": conds,
-    });
-    if let Some(serde_json::Value::Object(extra)) = extra {
-        status
-            .as_object_mut()
-            .expect("built as an object")
-            .extend(extra.into_iter().filter(|(_, v)| !v.is_null()));
-    }
     let api: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
     apply::apply_status(&api, cluster, status, CLUSTER_MANAGER).await?;
     Ok(())

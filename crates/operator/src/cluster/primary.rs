@@ -1,28 +1,27 @@
-//! The primary of a pass. The members' reports are read; a lost primary is replaced
-//! (`failover`), a requested switchover is taken on, completed or aborted (`switchover`): each
-//! change of primary only raises the epoch with the new primary in the status, in this pass.
-//! Then the members are moved to the status' primary and epoch in the order `fencing` gives
-//! (labels and signed orders to their agents: every other member read-only first), the
-//! primary's move only after its data was compared (`roles`).
+//! Carries out a pass's decision about the primary (`plan`): reads the members' reports,
+//! announces the transition (events, metrics), and while the primary stays moves the members
+//! to the status' primary and epoch in the order `fencing` gives (labels and signed orders to
+//! their agents: every other member read-only first), the primary's move only after its data
+//! was compared (`roles`). A transition that changes the primary only raises the epoch with
+//! the new primary in the status; the members move in the next pass.
 
 use std::time::Duration;
 
-use bulwark_api::cluster::{SwitchoverRecord, SWITCHOVER_ANNOTATION};
+use bulwark_api::cluster::SWITCHOVER_ANNOTATION;
 use bulwark_api::MySQLCluster;
 use bulwark_contract::order::{RoleOrder, ORDER_KEY};
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::ResourceExt;
 
-use super::failover::{self, Failover};
 use super::fencing::{self, Step};
 use super::members;
+use super::plan::{self, Finished, Inputs, Plan, Transition};
 use super::roles::{self, MemberView, PrimaryLabel};
 use super::rollout;
-use super::switchover::{self, Progress, Request};
 use crate::apply::{self, ROLE_MANAGER};
 use crate::context::{Context, Reason};
 use crate::error::Result;
@@ -30,39 +29,18 @@ use crate::names;
 
 /// Fresh reports of a switchover's new primary read in one pass while it catches up.
 const SWITCHOVER_COMPARISONS: u32 = 10;
-/// Largest lag of a replica a switchover may be asked to.
-const SWITCHOVER_MAX_LAG: Duration = Duration::from_secs(10);
 
 /// What a pass settled about the primary.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Settled {
-    /// The pod that is (or is becoming) the primary.
-    pub primary: String,
-    /// The epoch of the roles (`status.epoch`).
-    pub epoch: u64,
+    /// The pass's decision.
+    pub plan: Plan,
     /// The server pods.
     pub pods: Vec<Pod>,
     /// Why the primary does not take writes yet, if it does not.
     pub withheld: Option<String>,
-    /// Since when the primary has been lost, if it is.
-    pub lost_since: Option<Time>,
-    /// Why a lost primary is not replaced yet.
-    pub waiting: Option<String>,
-    /// A replica promoted in this pass: `(from, to, reason)`. Only the status changes in this
-    /// pass; the members move in the next one.
-    pub promoted: Option<(String, String, String)>,
-    /// The switchover record, when it changed in this pass.
-    pub switchover: Option<SwitchoverRecord>,
-    /// A switchover runs: from, to.
-    pub switching: Option<(String, String)>,
-    /// The status changed the primary or the epoch in this pass; the members move in the next.
-    pub changed: bool,
-    /// A scale-down would remove the primary and no member can take over yet.
-    pub scale_down_blocked: Option<String>,
     /// Members whose replication stopped on an error, one line each (`roles::broken_members`).
     pub broken: Vec<String>,
-    /// The next step of a rolling change of the pods (`rollout`).
-    pub rollout: rollout::Step,
     /// Members whose agent reported not ready in this pass (after any order it was sent).
     pub unready: Vec<String>,
 }
@@ -83,218 +61,41 @@ pub async fn settle(
         &names::selector_string(&names::selector_labels(&name)),
     )
     .await?;
-    let status = cluster.status.clone().unwrap_or_default();
-    let epoch = status.epoch.map_or(0, |e| u64::try_from(e).unwrap_or(0));
-    let primary = current_primary(cluster);
-    let had_primary = status.primary_since.is_some();
     let mut views = members::views(&pods).await;
+    let status = cluster.status.clone().unwrap_or_default();
     let engine = super::config::contract_engine(cluster.spec.engine);
-    let now = Utc::now();
-    let running = status
-        .last_switchover
-        .clone()
-        .filter(|s| s.finished.is_none());
-    let mut settled = Settled {
-        primary: primary.clone(),
-        epoch,
-        ..Settled::default()
-    };
-
-    if had_primary && cluster.spec.replicas > 1 {
-        settled.lost_since = failover::primary_lost(&primary, &views)
-            .map(|_| status.primary_lost_since.clone().unwrap_or(Time(now)));
-        let lost_for = settled
-            .lost_since
-            .as_ref()
-            .map(|t| (now - t.0).to_std().unwrap_or_default());
-        let after = seconds(cluster.spec.replication.failover_after_seconds);
-        match failover::decide(engine, &primary, &views, lost_for, after) {
-            Failover::Healthy => {}
-            Failover::Waiting(reason) => settled.waiting = Some(reason),
-            Failover::Promote { to, reason } => {
-                let abandoned = running.map(|r| {
-                    finish(
-                        r,
-                        switchover::ABORTED,
-                        format!("{primary} was lost; failover to {to}"),
-                    )
-                });
-                return Ok(Settled {
-                    primary: to.clone(),
-                    epoch: epoch + 1,
-                    pods,
-                    promoted: Some((primary, to, reason)),
-                    switchover: abandoned,
-                    changed: true,
-                    ..Settled::default()
-                });
-            }
-        }
-    }
-
-    if let Some(run) = running {
-        let elapsed = (now - run.started.0).to_std().unwrap_or_default();
-        let timeout = seconds(cluster.spec.replication.switchover_timeout_seconds);
-        match switchover::progress(&run, epoch, &views, elapsed, timeout) {
-            Progress::Running => settled.switching = Some((run.from.clone(), run.to.clone())),
-            Progress::Completed => {
-                let took = format!(
-                    "writes moved from {} to {} in {:.1}s",
-                    run.from,
-                    run.to,
-                    elapsed.as_secs_f64()
-                );
-                ctx.event(cluster, Reason::Switchover, took.clone()).await;
-                ctx.metrics.switched_over(ns, &name);
-                settled.switchover = Some(finish(run, switchover::COMPLETED, took));
-            }
-            Progress::Aborted(why) => {
-                ctx.event(cluster, Reason::SwitchoverAborted, why.clone())
-                    .await;
-                return Ok(Settled {
-                    primary: run.from.clone(),
-                    epoch: epoch + 1,
-                    pods,
-                    switchover: Some(finish(run, switchover::ABORTED, why)),
-                    changed: true,
-                    ..Settled::default()
-                });
-            }
-        }
-    } else {
-        let settled_primary = views.iter().any(|m| {
-            m.pod == primary
-                && m.report.as_ref().is_ok_and(|r| {
-                    r.role.as_deref() == Some(names::ROLE_PRIMARY)
-                        && r.epoch >= epoch
-                        && !r.read_only
-                })
-        });
-        let busy_reason = if !had_primary {
-            Some("the cluster has had no primary yet")
-        } else if settled.lost_since.is_some() {
-            Some("the primary is lost")
-        } else if !settled_primary {
-            Some("the primary has not taken writes at the current epoch yet")
-        } else {
-            None
-        };
-        let busy = busy_reason.is_some();
-        let step = rollout::pods_of(&name, set, &pods).map_or(rollout::Step::Done, |members| {
-            rollout::next(
-                cluster.spec.replicas,
-                &primary,
-                &members,
-                &views,
-                busy_reason,
-                read,
-                SWITCHOVER_MAX_LAG,
-            )
-        });
-        // While a lost primary may be replaced, every replica's report counts: none restarts.
-        settled.rollout = match step {
-            rollout::Step::Done => rollout::Step::Done,
-            _ if settled.lost_since.is_some() => {
-                rollout::Step::Wait("the primary is lost".to_owned())
-            }
-            step => step,
-        };
-        let member_pods: Vec<String> = (0..cluster.spec.replicas)
-            .map(|i| names::pod(&name, i))
-            .collect();
-        let annotation = cluster
+    let rollout_pods = rollout::pods_of(&name, set, &pods);
+    let plan = plan::plan(&Inputs {
+        cluster: &name,
+        engine,
+        members: cluster.spec.replicas,
+        failover_after: seconds(cluster.spec.replication.failover_after_seconds),
+        switchover_timeout: seconds(cluster.spec.replication.switchover_timeout_seconds),
+        status: &status,
+        annotation: cluster
             .annotations()
             .get(SWITCHOVER_ANNOTATION)
-            .map(String::as_str);
-        let handled = status.last_switchover.as_ref().map(|s| s.request.as_str());
-        let mut request = switchover::evaluate(
-            annotation,
-            handled,
-            &primary,
-            busy,
-            &member_pods,
-            &views,
-            SWITCHOVER_MAX_LAG,
-        );
-        // A scale-down that would remove the primary hands it over first.
-        let removed =
-            names::pod_ordinal(&name, &primary).is_some_and(|o| o >= cluster.spec.replicas);
-        if removed && !busy && !matches!(request, Request::Start { .. }) {
-            let ordinal = |p: &str| names::pod_ordinal(&name, p);
-            let target = switchover::handover_target(
-                |p| ordinal(p).is_some_and(|o| o < cluster.spec.replicas),
-                &views,
-                SWITCHOVER_MAX_LAG,
-            );
-            match target {
-                Some(to) => {
-                    request = Request::Start {
-                        // Whatever the annotation asks now is answered by this switchover.
-                        request: annotation.or(handled).unwrap_or_default().to_owned(),
-                        to,
-                    }
-                }
-                None => {
-                    settled.scale_down_blocked = Some(format!(
-                        "the scale-down to {} members waits: no replica that stays is in step \
-                         to take over from {primary}",
-                        cluster.spec.replicas
-                    ))
-                }
-            }
-        }
-        // A rolling change whose replicas are all updated hands the primary to one of them.
-        if let (rollout::Step::HandOver(to), Request::Nothing) = (&settled.rollout, &request) {
-            tracing::info!(namespace = ns, cluster = %name, to = %to, "rollout hands the primary over");
-            request = Request::Start {
-                request: annotation.or(handled).unwrap_or_default().to_owned(),
-                to: to.clone(),
-            };
-        }
-        match request {
-            Request::Nothing => {}
-            Request::Refuse {
-                request,
-                to,
-                message,
-            } => {
-                ctx.event(cluster, Reason::SwitchoverRefused, message.clone())
-                    .await;
-                let record = SwitchoverRecord {
-                    request,
-                    from: primary.clone(),
-                    to,
-                    started: Time(now),
-                    finished: None,
-                    result: None,
-                    message: None,
-                };
-                settled.switchover = Some(finish(record, switchover::REFUSED, message));
-            }
-            Request::Start { request, to } => {
-                let message = format!("switching over from {primary} to {to}");
-                tracing::info!(namespace = ns, cluster = %name, from = %primary, to = %to, "switchover started");
-                ctx.event(cluster, Reason::Switchover, message).await;
-                return Ok(Settled {
-                    primary: to.clone(),
-                    epoch: epoch + 1,
-                    pods,
-                    switching: Some((primary.clone(), to.clone())),
-                    switchover: Some(SwitchoverRecord {
-                        request,
-                        from: primary,
-                        to,
-                        started: Time(now),
-                        finished: None,
-                        result: None,
-                        message: None,
-                    }),
-                    changed: true,
-                    ..Settled::default()
-                });
-            }
-        }
+            .map(String::as_str),
+        views: &views,
+        rollout: rollout_pods.as_deref(),
+        backup_sources: read,
+        now: Utc::now(),
+    });
+    announce(ctx, cluster, ns, &plan).await;
+    let mut settled = Settled {
+        plan,
+        pods,
+        withheld: None,
+        broken: Vec::new(),
+        unready: Vec::new(),
+    };
+    if settled.plan.changed() {
+        return Ok(settled);
     }
+    let primary = settled.plan.primary.clone();
+    let epoch = settled.plan.epoch;
+    let had_primary = status.primary_since.is_some();
+    let pods = &settled.pods;
 
     let mut order_keys = Orders {
         ctx,
@@ -310,25 +111,26 @@ pub async fn settle(
             .into_iter()
             .partition(|s| s.fence);
     for step in &demotions {
-        move_member(&api, ns, &pods, &mut views, step, &mut order_keys).await?;
+        move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
     }
     let confirm = settled
-        .switching
-        .as_ref()
+        .plan
+        .switching()
         .filter(|(_, to)| *to == primary)
-        .map(|(from, _)| from.as_str());
-    let decide = |views: &[MemberView]| match fencing::fenced(&primary, epoch, views, confirm) {
-        Err(waiting) => PrimaryLabel::Withhold(waiting),
-        Ok(()) if !had_primary => PrimaryLabel::Assign,
-        Ok(()) => roles::primary_label(engine, &primary, epoch, had_primary, views),
-    };
+        .map(|(from, _)| from.to_owned());
+    let decide =
+        |views: &[MemberView]| match fencing::fenced(&primary, epoch, views, confirm.as_deref()) {
+            Err(waiting) => PrimaryLabel::Withhold(waiting),
+            Ok(()) if !had_primary => PrimaryLabel::Assign,
+            Ok(()) => roles::primary_label(engine, &primary, epoch, had_primary, views),
+        };
     let mut decision = decide(&views);
     // In a switchover the writes are paused: the new primary's data is compared with the
     // fenced primary's final transactions as soon as it has applied them, from reports of
     // agent passes that begin after each request, not up to an agent interval old.
     let target = pods.iter().find(|p| p.name_any() == primary);
     let mut attempts = 0;
-    while let (Some(_), Some(pod), PrimaryLabel::Withhold(_)) = (confirm, target, &decision) {
+    while let (Some(_), Some(pod), PrimaryLabel::Withhold(_)) = (&confirm, target, &decision) {
         if attempts == SWITCHOVER_COMPARISONS {
             break;
         }
@@ -342,7 +144,7 @@ pub async fn settle(
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
-                move_member(&api, ns, &pods, &mut views, &step, &mut order_keys).await?;
+                move_member(&api, ns, pods, &mut views, &step, &mut order_keys).await?;
             }
         }
         PrimaryLabel::Withhold(reason) => {
@@ -351,7 +153,7 @@ pub async fn settle(
         }
     }
     for step in &epoch_only {
-        move_member(&api, ns, &pods, &mut views, step, &mut order_keys).await?;
+        move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
     settled.unready = views
@@ -359,19 +161,57 @@ pub async fn settle(
         .filter(|v| v.report.as_ref().is_ok_and(|r| !r.ready))
         .map(|v| v.pod.clone())
         .collect();
-    settled.pods = pods;
     Ok(settled)
+}
+
+/// The events, metrics and log lines of a pass's transition.
+async fn announce(ctx: &Context, cluster: &MySQLCluster, ns: &str, plan: &Plan) {
+    let name = cluster.name_any();
+    let message =
+        |r: &bulwark_api::cluster::SwitchoverRecord| r.message.clone().unwrap_or_default();
+    match &plan.transition {
+        Transition::Failover {
+            from, to, reason, ..
+        } => {
+            tracing::warn!(namespace = ns, cluster = %name, from = %from, to = %to, reason = %reason, "failover");
+            ctx.event(
+                cluster,
+                Reason::Failover,
+                format!("promoting {to} in place of {from}: {reason}"),
+            )
+            .await;
+            ctx.metrics.failed_over(ns, &name);
+        }
+        Transition::SwitchoverAborted(record) => {
+            ctx.event(cluster, Reason::SwitchoverAborted, message(record))
+                .await;
+        }
+        Transition::SwitchoverStarted { record, cause } => {
+            tracing::info!(namespace = ns, cluster = %name, from = %record.from, to = %record.to, cause = ?cause, "switchover started");
+            ctx.event(
+                cluster,
+                Reason::Switchover,
+                format!("switching over from {} to {}", record.from, record.to),
+            )
+            .await;
+        }
+        Transition::Hold(hold) => match &hold.finished {
+            Some(Finished::Completed(record)) => {
+                ctx.event(cluster, Reason::Switchover, message(record))
+                    .await;
+                ctx.metrics.switched_over(ns, &name);
+            }
+            Some(Finished::Refused(record)) => {
+                ctx.event(cluster, Reason::SwitchoverRefused, message(record))
+                    .await;
+            }
+            None => {}
+        },
+    }
 }
 
 fn seconds(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-fn finish(mut record: SwitchoverRecord, result: &str, message: String) -> SwitchoverRecord {
-    record.finished = Some(Time(Utc::now()));
-    record.result = Some(result.to_owned());
-    record.message = Some(message);
-    record
 }
 
 /// The key that signs role orders, from the generated Secret; `None` (logged) when it cannot be
@@ -483,16 +323,4 @@ async fn label(api: &Api<Pod>, ns: &str, step: &Step) -> Result<()> {
     apply::apply(api, &step.pod, &patch, ROLE_MANAGER).await?;
     tracing::info!(namespace = ns, pod = %step.pod, role = %step.standing.role, epoch = step.standing.epoch, "role labels set");
     Ok(())
-}
-
-/// The pod that should run the primary: the one in the status, else ordinal 0. A primary
-/// beyond the spec's members stays until a switchover hands it over (`members_kept`).
-pub fn current_primary(cluster: &MySQLCluster) -> String {
-    let name = cluster.name_any();
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.current_primary.clone())
-        .filter(|p| names::pod_ordinal(&name, p).is_some())
-        .unwrap_or_else(|| names::pod(&name, 0))
 }

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bulwark_api::cluster::{BackupRecord, BackupSchedule, ScheduleStatus};
+use bulwark_api::cluster::{BackupRecord, BackupSchedule, MySQLClusterStatus, ScheduleStatus};
 use bulwark_api::{BackupPhase, LocalObjectReference, MySQLBackup, MySQLBackupSpec, MySQLCluster};
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -193,15 +193,35 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             && s.conditions.iter().any(|c| c == &cond)
     });
     if !unchanged {
-        let status = serde_json::json!({
-            "schedules": statuses,
-            "lastSuccessfulBackup": last,
-            "conditions": [cond],
-        });
+        let status = owned_status(statuses, last, cond);
         let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
         apply::apply_status(&clusters, cluster.as_ref(), status, SCHEDULER_MANAGER).await?;
     }
     Ok(Action::requeue(wake.max(Duration::from_millis(200))))
+}
+
+/// The scheduler's whole part of the cluster's status, as one typed value: server-side apply
+/// removes what a manager leaves out. Every field is named, so a field added to the status
+/// must be given an owner here too; the rest is the cluster controller's (`cluster::status`).
+fn owned_status(
+    schedules: Vec<ScheduleStatus>,
+    last_successful_backup: Option<BackupRecord>,
+    backup_health: Condition,
+) -> MySQLClusterStatus {
+    MySQLClusterStatus {
+        conditions: vec![backup_health],
+        schedules,
+        last_successful_backup,
+        observed_generation: None,
+        ready_replicas: None,
+        current_primary: None,
+        primary_since: None,
+        primary_lost_since: None,
+        last_failover: None,
+        last_switchover: None,
+        epoch: None,
+        binlog_archive: None,
+    }
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {

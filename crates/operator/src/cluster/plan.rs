@@ -1,0 +1,421 @@
+//! The cluster pass's decision about the primary, pure: from the spec, the status, the
+//! members' reports, the pods' revisions and the time, the one transition this pass makes.
+//! The priority order is the product's most important rule and lives here alone: a lost
+//! primary is replaced first (`failover`); then a running switchover completes, is aborted, or
+//! keeps running; then a new switchover starts (one asked for, a scale-down's hand-over, a
+//! rollout's hand-over, in that order); then a rollout may restart a member. A transition that
+//! changes the primary only raises the epoch: the members move in the next pass (`primary`).
+
+use std::time::Duration;
+
+use bulwark_api::cluster::{MySQLClusterStatus, SwitchoverRecord};
+use bulwark_contract::command::Engine;
+use bulwark_contract::Role;
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::failover::{self, Failover};
+use super::roles::MemberView;
+use super::rollout;
+use super::switchover::{self, Progress, Request};
+use crate::names;
+
+/// Largest lag of a replica a switchover may be asked to.
+pub const SWITCHOVER_MAX_LAG: Duration = Duration::from_secs(10);
+
+/// Everything a pass decides from.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    /// The cluster's name.
+    pub cluster: &'a str,
+    pub engine: Engine,
+    /// `spec.replicas`.
+    pub members: i32,
+    pub failover_after: Duration,
+    pub switchover_timeout: Duration,
+    /// The status as read at the start of the pass.
+    pub status: &'a MySQLClusterStatus,
+    /// The switchover annotation's value.
+    pub annotation: Option<&'a str>,
+    /// The members' views (labels and reports).
+    pub views: &'a [MemberView],
+    /// The server pods as the rollout sees them; `None` while the StatefulSet controller has
+    /// not taken the latest spec in (`rollout::pods_of`).
+    pub rollout: Option<&'a [rollout::Pod]>,
+    /// Members that running backups read from.
+    pub backup_sources: &'a [String],
+    pub now: DateTime<Utc>,
+}
+
+/// What a pass decided about the primary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The pod that is (or is becoming) the primary.
+    pub primary: String,
+    /// The epoch of the roles (`status.epoch`).
+    pub epoch: u64,
+    /// Since when the primary has been lost, if it is.
+    pub lost_since: Option<Time>,
+    pub transition: Transition,
+}
+
+/// The one transition of a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// A replica takes over from the lost primary `from`.
+    Failover {
+        from: String,
+        to: String,
+        reason: String,
+        /// A running switchover this failover ends.
+        abandoned: Option<SwitchoverRecord>,
+    },
+    /// A switchover's replica did not take over in time: its old primary takes writes again.
+    SwitchoverAborted(SwitchoverRecord),
+    /// A switchover starts.
+    SwitchoverStarted {
+        record: SwitchoverRecord,
+        cause: HandOver,
+    },
+    /// The primary stays; the members are moved to it.
+    Hold(Hold),
+}
+
+/// Why a switchover starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOver {
+    /// The switchover annotation asked for it.
+    Requested,
+    /// A scale-down removes the primary's pod.
+    ScaleDown,
+    /// A rolling change has updated every replica; the primary's pod is next.
+    Rollout,
+}
+
+/// A pass that keeps the primary, and what it found on the way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hold {
+    /// Why a lost primary is not replaced yet.
+    pub waiting: Option<String>,
+    /// A switchover runs: from, to.
+    pub switching: Option<(String, String)>,
+    /// A switchover that ended in this pass without a change of primary.
+    pub finished: Option<Finished>,
+    /// A scale-down would remove the primary and no member can take over yet.
+    pub scale_down_blocked: Option<String>,
+    /// The next step of a rolling change of the pods.
+    pub rollout: rollout::Step,
+}
+
+/// A switchover that ended in a pass that keeps the primary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finished {
+    /// The new primary took writes (`took`: how long the writes moved for, in the record).
+    Completed(SwitchoverRecord),
+    /// The request was refused.
+    Refused(SwitchoverRecord),
+}
+
+impl Plan {
+    /// The status names a new primary or epoch; the members move in the next pass.
+    pub fn changed(&self) -> bool {
+        !matches!(self.transition, Transition::Hold(_))
+    }
+
+    /// A switchover under way (started in this pass or before): from, to.
+    pub fn switching(&self) -> Option<(&str, &str)> {
+        match &self.transition {
+            Transition::SwitchoverStarted { record, .. } => {
+                Some((record.from.as_str(), record.to.as_str()))
+            }
+            Transition::Hold(Hold {
+                switching: Some((from, to)),
+                ..
+            }) => Some((from.as_str(), to.as_str())),
+            _ => None,
+        }
+    }
+
+    /// The switchover record this pass writes, when it changed.
+    pub fn switchover_record(&self) -> Option<&SwitchoverRecord> {
+        match &self.transition {
+            Transition::Failover { abandoned, .. } => abandoned.as_ref(),
+            Transition::SwitchoverAborted(record)
+            | Transition::SwitchoverStarted { record, .. }
+            | Transition::Hold(Hold {
+                finished: Some(Finished::Completed(record) | Finished::Refused(record)),
+                ..
+            }) => Some(record),
+            Transition::Hold(_) => None,
+        }
+    }
+
+    /// What the pass found when it keeps the primary.
+    pub fn hold(&self) -> Option<&Hold> {
+        match &self.transition {
+            Transition::Hold(hold) => Some(hold),
+            _ => None,
+        }
+    }
+}
+
+/// The pod that should run the primary: the one in the status, else ordinal 0. A primary
+/// beyond the spec's members stays until a switchover hands it over (`members_kept`).
+pub fn current_primary(cluster: &str, status: &MySQLClusterStatus) -> String {
+    status
+        .current_primary
+        .clone()
+        .filter(|p| names::pod_ordinal(cluster, p).is_some())
+        .unwrap_or_else(|| names::pod(cluster, 0))
+}
+
+/// Decides the pass.
+pub fn plan(i: &Inputs) -> Plan {
+    let status = i.status;
+    let epoch = status.epoch.map_or(0, |e| u64::try_from(e).unwrap_or(0));
+    let primary = current_primary(i.cluster, status);
+    let had_primary = status.primary_since.is_some();
+    let changed = |primary: String, transition| Plan {
+        primary,
+        epoch: epoch + 1,
+        lost_since: None,
+        transition,
+    };
+    let mut hold = Hold::default();
+    let mut lost_since = None;
+
+    if had_primary && i.members > 1 {
+        lost_since = failover::primary_lost(&primary, i.views)
+            .map(|_| status.primary_lost_since.clone().unwrap_or(Time(i.now)));
+        let lost_for = lost_since
+            .as_ref()
+            .map(|t| (i.now - t.0).to_std().unwrap_or_default());
+        match failover::decide(i.engine, &primary, i.views, lost_for, i.failover_after) {
+            Failover::Healthy => {}
+            Failover::Waiting(reason) => hold.waiting = Some(reason),
+            Failover::Promote { to, reason } => {
+                let abandoned = running(status).map(|r| {
+                    finish(
+                        r,
+                        switchover::ABORTED,
+                        format!("{primary} was lost; failover to {to}"),
+                        i.now,
+                    )
+                });
+                return changed(
+                    to.clone(),
+                    Transition::Failover {
+                        from: primary,
+                        to,
+                        reason,
+                        abandoned,
+                    },
+                );
+            }
+        }
+    }
+
+    if let Some(run) = running(status) {
+        let elapsed = (i.now - run.started.0).to_std().unwrap_or_default();
+        match switchover::progress(&run, epoch, i.views, elapsed, i.switchover_timeout) {
+            Progress::Running => hold.switching = Some((run.from.clone(), run.to.clone())),
+            Progress::Completed => {
+                let took = format!(
+                    "writes moved from {} to {} in {:.1}s",
+                    run.from,
+                    run.to,
+                    elapsed.as_secs_f64()
+                );
+                hold.finished = Some(Finished::Completed(finish(
+                    run,
+                    switchover::COMPLETED,
+                    took,
+                    i.now,
+                )));
+            }
+            Progress::Aborted(why) => {
+                let from = run.from.clone();
+                let record = finish(run, switchover::ABORTED, why, i.now);
+                return changed(from, Transition::SwitchoverAborted(record));
+            }
+        }
+    } else {
+        let busy = busy_reason(i, &primary, epoch, lost_since.is_some());
+        let step = i.rollout.map_or(rollout::Step::Done, |pods| {
+            rollout::next(
+                i.members,
+                &primary,
+                pods,
+                i.views,
+                busy,
+                i.backup_sources,
+                SWITCHOVER_MAX_LAG,
+            )
+        });
+        // While a lost primary may be replaced, every replica's report counts: none restarts.
+        hold.rollout = match step {
+            rollout::Step::Done => rollout::Step::Done,
+            _ if lost_since.is_some() => rollout::Step::Wait("the primary is lost".to_owned()),
+            step => step,
+        };
+        match new_switchover(i, &primary, busy.is_some(), &mut hold) {
+            None => {}
+            Some((Request::Start { request, to }, cause)) => {
+                let record = SwitchoverRecord {
+                    request,
+                    from: primary,
+                    to: to.clone(),
+                    started: Time(i.now),
+                    finished: None,
+                    result: None,
+                    message: None,
+                };
+                return changed(to, Transition::SwitchoverStarted { record, cause });
+            }
+            Some((
+                Request::Refuse {
+                    request,
+                    to,
+                    message,
+                },
+                _,
+            )) => {
+                let record = SwitchoverRecord {
+                    request,
+                    from: primary.clone(),
+                    to,
+                    started: Time(i.now),
+                    finished: None,
+                    result: None,
+                    message: None,
+                };
+                hold.finished = Some(Finished::Refused(finish(
+                    record,
+                    switchover::REFUSED,
+                    message,
+                    i.now,
+                )));
+            }
+            Some((Request::Nothing, _)) => {}
+        }
+    }
+    Plan {
+        primary,
+        epoch,
+        lost_since,
+        transition: Transition::Hold(hold),
+    }
+}
+
+/// The switchover the status records as running.
+fn running(status: &MySQLClusterStatus) -> Option<SwitchoverRecord> {
+    status
+        .last_switchover
+        .clone()
+        .filter(|s| s.finished.is_none())
+}
+
+/// Why the primary must not move now, if it must not.
+fn busy_reason(i: &Inputs, primary: &str, epoch: u64, lost: bool) -> Option<&'static str> {
+    let settled = i.views.iter().any(|m| {
+        m.pod == primary
+            && m.report.as_ref().is_ok_and(|r| {
+                r.role.as_deref() == Some(Role::Primary.as_str())
+                    && r.epoch >= epoch
+                    && !r.read_only
+            })
+    });
+    if i.status.primary_since.is_none() {
+        Some("the cluster has had no primary yet")
+    } else if lost {
+        Some("the primary is lost")
+    } else if !settled {
+        Some("the primary has not taken writes at the current epoch yet")
+    } else {
+        None
+    }
+}
+
+/// The switchover to start or refuse, in priority order: the annotation's request, a
+/// scale-down's hand-over (which also answers a refused request), the refusal, a rollout's
+/// hand-over. Records in `hold` a scale-down that waits.
+fn new_switchover(
+    i: &Inputs,
+    primary: &str,
+    busy: bool,
+    hold: &mut Hold,
+) -> Option<(Request, HandOver)> {
+    let member_pods: Vec<String> = (0..i.members).map(|o| names::pod(i.cluster, o)).collect();
+    let handled = i
+        .status
+        .last_switchover
+        .as_ref()
+        .map(|s| s.request.as_str());
+    let request = switchover::evaluate(
+        i.annotation,
+        handled,
+        primary,
+        busy,
+        &member_pods,
+        i.views,
+        SWITCHOVER_MAX_LAG,
+    );
+    if matches!(request, Request::Start { .. }) {
+        return Some((request, HandOver::Requested));
+    }
+    // Whatever the annotation asks now is answered by a hand-over.
+    let answered = || i.annotation.or(handled).unwrap_or_default().to_owned();
+    let ordinal = |p: &str| names::pod_ordinal(i.cluster, p);
+    let removed = ordinal(primary).is_some_and(|o| o >= i.members);
+    if removed && !busy {
+        let target = switchover::handover_target(
+            |p| ordinal(p).is_some_and(|o| o < i.members),
+            i.views,
+            SWITCHOVER_MAX_LAG,
+        );
+        match target {
+            Some(to) => {
+                let start = Request::Start {
+                    request: answered(),
+                    to,
+                };
+                return Some((start, HandOver::ScaleDown));
+            }
+            None => {
+                hold.scale_down_blocked = Some(format!(
+                    "the scale-down to {} members waits: no replica that stays is in step to \
+                     take over from {primary}",
+                    i.members
+                ))
+            }
+        }
+    }
+    // A refused request is answered as such, unless a scale-down's hand-over answers it.
+    if matches!(request, Request::Refuse { .. }) {
+        return Some((request, HandOver::Requested));
+    }
+    if let rollout::Step::HandOver(to) = &hold.rollout {
+        let start = Request::Start {
+            request: answered(),
+            to: to.clone(),
+        };
+        return Some((start, HandOver::Rollout));
+    }
+    None
+}
+
+fn finish(
+    mut record: SwitchoverRecord,
+    result: &str,
+    message: String,
+    now: DateTime<Utc>,
+) -> SwitchoverRecord {
+    record.finished = Some(Time(now));
+    record.result = Some(result.to_owned());
+    record.message = Some(message);
+    record
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,476 @@
+//! The priority order of the cluster pass, case by case.
+
+use super::*;
+use crate::cluster::roles::sample_view;
+use bulwark_contract::member::MemberReplication;
+use rollout::Step;
+
+const NOW: &str = "2026-11-25T12:00:00Z";
+
+fn now() -> DateTime<Utc> {
+    NOW.parse().unwrap()
+}
+
+fn ago(seconds: i64) -> Time {
+    Time(now() - chrono::Duration::seconds(seconds))
+}
+
+/// The status of a cluster whose primary `primary` has served at `epoch`.
+fn serving(primary: &str, epoch: i64) -> MySQLClusterStatus {
+    MySQLClusterStatus {
+        current_primary: Some(primary.into()),
+        primary_since: Some(ago(3600)),
+        epoch: Some(epoch),
+        ..MySQLClusterStatus::default()
+    }
+}
+
+/// `status` whose primary has been lost for `seconds`.
+fn lost_for(mut status: MySQLClusterStatus, seconds: i64) -> MySQLClusterStatus {
+    status.primary_lost_since = Some(ago(seconds));
+    status
+}
+
+/// `status` with a switchover from `from` to `to` running for `seconds` (the status names `to`
+/// the primary, at the epoch the switchover raised).
+fn switching(
+    mut status: MySQLClusterStatus,
+    from: &str,
+    to: &str,
+    seconds: i64,
+) -> MySQLClusterStatus {
+    status.current_primary = Some(to.into());
+    status.last_switchover = Some(SwitchoverRecord {
+        request: format!("{to}@1"),
+        from: from.into(),
+        to: to.into(),
+        started: ago(seconds),
+        finished: None,
+        result: None,
+        message: None,
+    });
+    status
+}
+
+fn primary(pod: &str, epoch: u64) -> MemberView {
+    sample_view(pod, Role::Primary, epoch, false, None)
+}
+
+fn replica(pod: &str, epoch: u64) -> MemberView {
+    sample_view(pod, Role::Replica, epoch, true, Some(0))
+}
+
+/// A replica whose source went away: it receives nothing.
+fn orphaned(pod: &str, gtid: &str) -> MemberView {
+    let mut v = replica(pod, 1);
+    let r = v.report.as_mut().unwrap();
+    r.gtid_executed = gtid.into();
+    r.replication = Some(MemberReplication {
+        io: "connecting".into(),
+        lag_seconds: None,
+        ..r.replication.clone().unwrap()
+    });
+    v
+}
+
+fn silent(pod: &str) -> MemberView {
+    MemberView {
+        pod: pod.into(),
+        labelled: Some(Role::Primary),
+        labelled_epoch: Some(1),
+        report: Err("connection refused".into()),
+    }
+}
+
+/// Pods of a rollout: `updated[o]` for ordinal `o`, every one ready.
+fn pods(updated: &[bool]) -> Vec<rollout::Pod> {
+    updated
+        .iter()
+        .enumerate()
+        .map(|(o, u)| rollout::Pod {
+            name: format!("quay-{o}"),
+            ordinal: o as i32,
+            updated: *u,
+            ready: true,
+            terminating: false,
+        })
+        .collect()
+}
+
+/// What a plan comes to, for comparing with a case's expectation.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Nothing to do but keep the members where they are.
+    Steady,
+    /// The primary is lost and not replaced yet.
+    Waiting,
+    FailoverTo(String),
+    SwitchoverRunning,
+    SwitchoverCompleted,
+    SwitchoverAborted,
+    SwitchoverRefused,
+    SwitchoverTo(String, HandOver),
+    ScaleDownBlocked,
+    Rollout(Step),
+}
+
+fn outcome(plan: &Plan) -> Outcome {
+    match &plan.transition {
+        Transition::Failover { to, .. } => Outcome::FailoverTo(to.clone()),
+        Transition::SwitchoverAborted(_) => Outcome::SwitchoverAborted,
+        Transition::SwitchoverStarted { record, cause } => {
+            Outcome::SwitchoverTo(record.to.clone(), *cause)
+        }
+        Transition::Hold(h) => match (&h.finished, &h.switching) {
+            (Some(Finished::Completed(_)), _) => Outcome::SwitchoverCompleted,
+            (Some(Finished::Refused(_)), _) => Outcome::SwitchoverRefused,
+            (None, Some(_)) => Outcome::SwitchoverRunning,
+            (None, None) if h.waiting.is_some() => Outcome::Waiting,
+            (None, None) if h.scale_down_blocked.is_some() => Outcome::ScaleDownBlocked,
+            (None, None) if h.rollout != Step::Done => Outcome::Rollout(h.rollout.clone()),
+            (None, None) => Outcome::Steady,
+        },
+    }
+}
+
+struct Case {
+    name: &'static str,
+    members: i32,
+    status: MySQLClusterStatus,
+    annotation: Option<&'static str>,
+    views: Vec<MemberView>,
+    rollout: Option<Vec<rollout::Pod>>,
+    expect: Outcome,
+}
+
+fn case(
+    name: &'static str,
+    status: MySQLClusterStatus,
+    views: Vec<MemberView>,
+    expect: Outcome,
+) -> Case {
+    Case {
+        name,
+        members: 3,
+        status,
+        annotation: None,
+        views,
+        rollout: None,
+        expect,
+    }
+}
+
+impl Case {
+    fn asking(mut self, annotation: &'static str) -> Case {
+        self.annotation = Some(annotation);
+        self
+    }
+    fn members(mut self, members: i32) -> Case {
+        self.members = members;
+        self
+    }
+    fn rolling(mut self, updated: &[bool]) -> Case {
+        self.rollout = Some(pods(updated));
+        self
+    }
+    fn plan(&self) -> Plan {
+        plan(&Inputs {
+            cluster: "quay",
+            engine: Engine::MariaDb,
+            members: self.members,
+            failover_after: Duration::from_secs(10),
+            switchover_timeout: Duration::from_secs(60),
+            status: &self.status,
+            annotation: self.annotation,
+            views: &self.views,
+            rollout: self.rollout.as_deref(),
+            backup_sources: &[],
+            now: now(),
+        })
+    }
+}
+
+fn healthy() -> Vec<MemberView> {
+    vec![
+        primary("quay-0", 1),
+        replica("quay-1", 1),
+        replica("quay-2", 1),
+    ]
+}
+
+/// The primary quay-0 gives no report; quay-1 holds more than quay-2.
+fn primary_gone() -> Vec<MemberView> {
+    vec![
+        silent("quay-0"),
+        orphaned("quay-1", "0-1-12"),
+        orphaned("quay-2", "0-1-11"),
+    ]
+}
+
+#[test]
+fn the_pass_takes_one_transition_in_priority_order() {
+    use HandOver::{Requested, ScaleDown};
+    use Outcome::*;
+    let promoted = || {
+        let mut v = primary_gone();
+        v[1] = primary("quay-1", 2);
+        v
+    };
+    let cases = [
+        case(
+            "a healthy cluster is left as it is",
+            serving("quay-0", 1),
+            healthy(),
+            Steady,
+        ),
+        case(
+            "a new cluster's first primary is no failover",
+            MySQLClusterStatus::default(),
+            primary_gone(),
+            Steady,
+        ),
+        case(
+            "a lost primary waits for the configured time",
+            lost_for(serving("quay-0", 1), 5),
+            primary_gone(),
+            Waiting,
+        ),
+        case(
+            "a primary lost for long enough is replaced by the replica holding the most",
+            lost_for(serving("quay-0", 1), 11),
+            primary_gone(),
+            FailoverTo("quay-1".into()),
+        ),
+        case(
+            "a single member is never failed over",
+            lost_for(serving("quay-0", 1), 600),
+            primary_gone(),
+            Steady,
+        )
+        .members(1),
+        case(
+            "a failover goes before a switchover request",
+            lost_for(serving("quay-0", 1), 11),
+            primary_gone(),
+            FailoverTo("quay-1".into()),
+        )
+        .asking("quay-2@1"),
+        case(
+            "a request waits while the primary is lost",
+            lost_for(serving("quay-0", 1), 5),
+            primary_gone(),
+            Waiting,
+        )
+        .asking("quay-2@1"),
+        case(
+            "a failover goes before a running switchover",
+            lost_for(switching(serving("quay-0", 1), "quay-2", "quay-0", 5), 11),
+            primary_gone(),
+            FailoverTo("quay-1".into()),
+        ),
+        case(
+            "a switchover whose replica took writes completes",
+            switching(serving("quay-0", 2), "quay-0", "quay-1", 3),
+            promoted(),
+            SwitchoverCompleted,
+        ),
+        case(
+            "a switchover under way keeps running",
+            switching(serving("quay-0", 2), "quay-0", "quay-1", 3),
+            healthy(),
+            SwitchoverRunning,
+        ),
+        case(
+            "a switchover not done in time is aborted",
+            switching(serving("quay-0", 2), "quay-0", "quay-1", 61),
+            healthy(),
+            SwitchoverAborted,
+        ),
+        case(
+            "a request for a replica in step starts a switchover",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverTo("quay-2".into(), Requested),
+        )
+        .asking("quay-2@1"),
+        case(
+            "a request for the primary itself is refused",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverRefused,
+        )
+        .asking("quay-0@1"),
+        case(
+            "a request waits while the primary has not taken writes at the epoch",
+            serving("quay-0", 2),
+            healthy(),
+            Steady,
+        )
+        .asking("quay-2@1"),
+        case(
+            "a scale-down removing the primary hands it over first",
+            serving("quay-2", 1),
+            vec![
+                replica("quay-0", 1),
+                replica("quay-1", 1),
+                primary("quay-2", 1),
+            ],
+            SwitchoverTo("quay-0".into(), ScaleDown),
+        )
+        .members(2),
+        case(
+            "a scale-down's hand-over answers a request it cannot honour",
+            serving("quay-2", 1),
+            vec![
+                replica("quay-0", 1),
+                replica("quay-1", 1),
+                primary("quay-2", 1),
+            ],
+            SwitchoverTo("quay-0".into(), ScaleDown),
+        )
+        .members(2)
+        .asking("quay-2@1"),
+        case(
+            "a scale-down waits for a replica in step",
+            serving("quay-2", 1),
+            vec![
+                orphaned("quay-0", "0-1-9"),
+                orphaned("quay-1", "0-1-9"),
+                primary("quay-2", 1),
+            ],
+            ScaleDownBlocked,
+        )
+        .members(2),
+        case(
+            "a rollout restarts the highest outdated replica",
+            serving("quay-0", 1),
+            healthy(),
+            Rollout(Step::Restart("quay-2".into())),
+        )
+        .rolling(&[false, false, false]),
+        case(
+            "a rollout whose replicas are updated hands the primary over",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverTo("quay-1".into(), HandOver::Rollout),
+        )
+        .rolling(&[false, true, true]),
+        case(
+            "a request goes before a rollout's hand-over",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverTo("quay-2".into(), Requested),
+        )
+        .asking("quay-2@1")
+        .rolling(&[false, true, true]),
+        case(
+            "a refused request holds the rollout's hand-over back for this pass",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverRefused,
+        )
+        .asking("quay-7@1")
+        .rolling(&[false, true, true]),
+        case(
+            "a rollout restarts nothing while the primary is lost",
+            lost_for(serving("quay-0", 1), 5),
+            primary_gone(),
+            Waiting,
+        )
+        .rolling(&[false, false, false]),
+    ];
+    let mut failed = Vec::new();
+    for c in &cases {
+        let got = outcome(&c.plan());
+        if got != c.expect {
+            failed.push(format!("{}: expected {:?}, got {got:?}", c.name, c.expect));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn a_transition_raises_the_epoch_and_names_the_new_primary() {
+    let plan = case(
+        "failover",
+        lost_for(switching(serving("quay-0", 1), "quay-2", "quay-0", 5), 11),
+        primary_gone(),
+        Outcome::FailoverTo("quay-1".into()),
+    )
+    .plan();
+    assert_eq!((plan.primary.as_str(), plan.epoch), ("quay-1", 2));
+    assert!(plan.changed() && plan.lost_since.is_none());
+    let abandoned = plan
+        .switchover_record()
+        .expect("the running switchover ends");
+    assert_eq!(abandoned.result.as_deref(), Some(switchover::ABORTED));
+    assert_eq!(
+        abandoned.message.as_deref(),
+        Some("quay-0 was lost; failover to quay-1")
+    );
+
+    let aborted = case(
+        "abort",
+        switching(serving("quay-0", 2), "quay-0", "quay-1", 61),
+        healthy(),
+        Outcome::SwitchoverAborted,
+    )
+    .plan();
+    assert_eq!(
+        (aborted.primary.as_str(), aborted.epoch),
+        ("quay-0", 3),
+        "the old primary takes writes again, at a new epoch"
+    );
+
+    let started = case("start", serving("quay-0", 1), healthy(), Outcome::Steady)
+        .asking("quay-2@1")
+        .plan();
+    assert_eq!((started.primary.as_str(), started.epoch), ("quay-2", 2));
+    assert_eq!(started.switching(), Some(("quay-0", "quay-2")));
+    let record = started.switchover_record().unwrap();
+    assert_eq!(
+        (record.request.as_str(), record.finished.as_ref()),
+        ("quay-2@1", None)
+    );
+}
+
+#[test]
+fn a_held_pass_keeps_the_primary_and_records_how_long_it_has_been_lost() {
+    let waiting = case(
+        "waiting",
+        lost_for(serving("quay-0", 1), 5),
+        primary_gone(),
+        Outcome::Waiting,
+    )
+    .plan();
+    assert_eq!((waiting.primary.as_str(), waiting.epoch), ("quay-0", 1));
+    assert!(!waiting.changed());
+    assert_eq!(waiting.lost_since, Some(ago(5)), "the first loss is kept");
+    let fresh = case(
+        "fresh",
+        serving("quay-0", 1),
+        primary_gone(),
+        Outcome::Waiting,
+    )
+    .plan();
+    assert_eq!(
+        fresh.lost_since,
+        Some(Time(now())),
+        "lost from this pass on"
+    );
+
+    let completed = case(
+        "completed",
+        switching(serving("quay-0", 2), "quay-0", "quay-1", 3),
+        vec![silent("quay-0"), primary("quay-1", 2)],
+        Outcome::SwitchoverCompleted,
+    )
+    .plan();
+    let record = completed.switchover_record().unwrap();
+    assert_eq!(record.result.as_deref(), Some(switchover::COMPLETED));
+    assert_eq!(
+        record.message.as_deref(),
+        Some("writes moved from quay-0 to quay-1 in 3.0s")
+    );
+    assert_eq!(completed.switching(), None);
+}
