@@ -21,16 +21,15 @@ use bulwark_contract::Account;
 
 use crate::bootstrap;
 use crate::fence::Fence;
-use crate::http::{self, Response};
+use crate::http::{self, Readiness, Response};
 use crate::labels::{self, Role};
 use crate::orders::Orders;
-use crate::pending;
+use crate::pending::{self, PendingRestoreConfig};
 use crate::sql::{self, Source, Statement};
 use crate::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
 use bulwark_contract::order::Standing;
-use mysql_backup::format::Flavor;
-use mysql_backup::source::{flavor_of, Connection};
-use mysql_backup::store::S3Options;
+use bulwark_engine::format::Flavor;
+use bulwark_engine::source::{flavor_of, Connection};
 
 /// Time to connect to mysqld.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -97,7 +96,7 @@ pub enum AgentError {
     LoadPendingRestore {
         id: String,
         #[source]
-        source: Box<mysql_backup::Error>,
+        source: Box<bulwark_pitr::Error>,
     },
     #[error("failed to remove the pending logical restore {path}")]
     RemovePending {
@@ -119,23 +118,6 @@ impl AgentError {
                 | AgentError::SendStatement { .. }
         )
     }
-}
-
-/// Where a pending logical restore comes from.
-#[derive(Debug, Clone)]
-pub struct PendingRestoreConfig {
-    /// The file `bulwark-agent restore` leaves (holding the backup id).
-    pub file: PathBuf,
-    /// Repository URL; without it a pending restore fails (and says so).
-    pub repo_url: Option<String>,
-    /// S3 settings.
-    pub s3: S3Options,
-    /// Master key file, for encrypted backups.
-    pub key_file: Option<PathBuf>,
-    /// Chunks read in parallel.
-    pub parallel: usize,
-    /// SQL client to use instead of the detected one.
-    pub tool: Option<String>,
 }
 
 /// How the agent runs.
@@ -231,28 +213,10 @@ fn connection(socket: &Path, root: Option<Zeroizing<String>>) -> Connection {
 
 /// A password file's content without its trailing newline; `None` when the file is absent.
 pub fn read_secret(path: &Path) -> Result<Option<Zeroizing<String>>, AgentError> {
-    match mysql_backup::source::read_password_file(path) {
-        Ok(secret) => Ok(Some(secret)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(AgentError::ReadCredentials {
-            path: path.display().to_string(),
-            source,
-        }),
-    }
-}
-
-/// What `/readyz` answers.
-#[derive(Debug, Clone)]
-pub(crate) struct Readiness {
-    pub(crate) ready: bool,
-    pub(crate) reason: String,
-    pub(crate) at: Instant,
-    /// When the pass that gave this began.
-    pub(crate) started: Instant,
-    /// The report of `/status`, when the pass observed the server.
-    pub(crate) member: Option<MemberStatus>,
-    /// The pass took no action: the server is as its role wants it.
-    pub(crate) settled: bool,
+    crate::files::read_secret(path).map_err(|source| AgentError::ReadCredentials {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The report of `/status` from a pass's role, observation and decision.
@@ -643,7 +607,7 @@ impl Agent {
             Ok(text) => labels::standing(&labels::parse_labels(&text)),
             Err(source) => Err(format!(
                 "role unknown: {}",
-                mysql_backup::error::chain(&AgentError::ReadLabels {
+                bulwark_engine::error::chain(&AgentError::ReadLabels {
                     path: path.display().to_string(),
                     source,
                 })
@@ -691,7 +655,7 @@ impl Agent {
             Ok(d) => d,
             Err(e) => {
                 if e.connection_lost() && self.conn.is_some() {
-                    tracing::warn!(error = %mysql_backup::error::chain(&e), "lost the connection to mysqld");
+                    tracing::warn!(error = %bulwark_engine::error::chain(&e), "lost the connection to mysqld");
                 }
                 if e.connection_lost() {
                     self.disconnect();
@@ -699,7 +663,7 @@ impl Agent {
                 Decision {
                     action: None,
                     ready: false,
-                    reason: mysql_backup::error::chain(&e),
+                    reason: bulwark_engine::error::chain(&e),
                 }
             }
         }
@@ -754,7 +718,7 @@ impl Agent {
                 self.acted = true;
             }
             if let Err(e) = applied {
-                let msg = mysql_backup::error::chain(&e);
+                let msg = bulwark_engine::error::chain(&e);
                 let failure = format!("{}: {msg}", action.name());
                 if self.last_failure.as_ref() != Some(&failure) {
                     tracing::warn!(action = action.name(), error = %msg, "action failed");
@@ -866,14 +830,14 @@ impl Agent {
                 }
                 Err(e) => GtidAdoption::Failed(format!(
                     "adopted for backup {id}, but {}",
-                    mysql_backup::error::chain(&e)
+                    bulwark_engine::error::chain(&e)
                 )),
             };
         }
         match bootstrap::read_restored_gtid(path) {
             Ok(None) => GtidAdoption::Nothing,
             Ok(Some(r)) => GtidAdoption::Waiting(r),
-            Err(e) => GtidAdoption::Failed(mysql_backup::error::chain(&e)),
+            Err(e) => GtidAdoption::Failed(bulwark_engine::error::chain(&e)),
         }
     }
 
@@ -892,9 +856,12 @@ impl Agent {
                 .unwrap_or_else(|join| {
                     Err(AgentError::LoadPendingRestore {
                         id: id.clone(),
-                        source: Box::new(mysql_backup::Error::InvalidArgument(format!(
-                            "restore task ended: {join}"
-                        ))),
+                        source: Box::new(
+                            bulwark_engine::Error::InvalidArgument(format!(
+                                "restore task ended: {join}"
+                            ))
+                            .into(),
+                        ),
                     })
                 })
                 .and_then(|()| remove_pending(&cfg.file));
@@ -906,13 +873,13 @@ impl Agent {
                     self.converge_after_load = true;
                 }
                 Err(e @ AgentError::RemovePending { .. }) => {
-                    tracing::error!(backup_id = %id, error = %mysql_backup::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");
+                    tracing::error!(backup_id = %id, error = %bulwark_engine::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");
                     self.restore.loaded = Some(id.clone());
                     self.restore.failed =
-                        Some((id, mysql_backup::error::chain(&e), Instant::now()));
+                        Some((id, bulwark_engine::error::chain(&e), Instant::now()));
                 }
                 Err(e) => {
-                    let msg = mysql_backup::error::chain(&e);
+                    let msg = bulwark_engine::error::chain(&e);
                     tracing::warn!(backup_id = %id, error = %msg, retry_in_seconds = RESTORE_RETRY.as_secs(), "pending logical restore failed; retrying later");
                     self.restore.failed = Some((id, msg, Instant::now()));
                 }
@@ -929,7 +896,7 @@ impl Agent {
             Err(e) => {
                 return Pending::Failed {
                     id: "?".into(),
-                    error: mysql_backup::error::chain(&e),
+                    error: bulwark_engine::error::chain(&e),
                 }
             }
         };
@@ -1031,7 +998,7 @@ impl Agent {
             if let Err(e) = exec(conn, st, &secrets).await {
                 for undo in sql::after_failure(&statements, i) {
                     if let Err(undo_error) = exec(conn, &undo, &secrets).await {
-                        tracing::error!(statement = %undo.shown, error = %mysql_backup::error::chain(&undo_error), "could not restore super_read_only after a failed change");
+                        tracing::error!(statement = %undo.shown, error = %bulwark_engine::error::chain(&undo_error), "could not restore super_read_only after a failed change");
                     }
                 }
                 return Err(e);

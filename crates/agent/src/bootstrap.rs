@@ -15,18 +15,22 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mysql_backup::archive::recover::{self, ReplayInto};
-use mysql_backup::archive::replay::ReplayOutcome;
-use mysql_backup::archive::Target;
-use mysql_backup::crypto::MasterKey;
-use mysql_backup::format::{self, Method};
-use mysql_backup::outfile::{self, OutfileError};
-use mysql_backup::progress::Progress;
-use mysql_backup::repo::{CompleteBackup, Repository};
-use mysql_backup::restore::{self, RestoreOutcome};
-use mysql_backup::source::{self, ToolJob};
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::format::{self, Method};
+use bulwark_engine::outfile::{self, OutfileError};
+use bulwark_engine::progress::Progress;
+use bulwark_engine::repo::{CompleteBackup, Repository};
+use bulwark_engine::restore::{self, RestoreOutcome};
+use bulwark_engine::source::{self, ToolJob};
+use bulwark_pitr::archive::recover::{self, ReplayInto};
+use bulwark_pitr::archive::replay::ReplayOutcome;
+use bulwark_pitr::archive::Target;
 
-use crate::pending;
+use crate::files::read_if_present;
+use crate::pending::{self, PendingFileError};
+pub use crate::restored::{
+    normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid,
+};
 
 /// Marker present in the datadir from the start of a physical restore until its last file is
 /// in place.
@@ -44,6 +48,12 @@ const BINLOG_INFO_NAMES: &[&str] = &["xtrabackup_binlog_info", "mariadb_backup_b
 const SERVER_EVIDENCE: &[&str] = &["mysql", "ibdata1", "mysql.ibd"];
 /// Entries a fresh volume may hold that are not data.
 const IGNORED: &[&str] = &["lost+found"];
+
+impl From<bulwark_engine::Error> for BootstrapError {
+    fn from(e: bulwark_engine::Error) -> Self {
+        BootstrapError::Restore(e.into())
+    }
+}
 
 /// Errors of `bulwark-agent restore`.
 #[derive(Debug, thiserror::Error)]
@@ -87,17 +97,9 @@ pub enum BootstrapError {
         source: std::io::Error,
     },
     #[error("failed to restore the backup")]
-    Restore(#[from] mysql_backup::Error),
-    #[error("failed to leave the pending logical restore for the agent")]
-    WritePending(#[source] OutfileError),
-    #[error("failed to read the pending logical restore {path}")]
-    ReadPending {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("failed to parse the pending logical restore {path}: {content:?} is not a backup id")]
-    ParsePending { path: String, content: String },
+    Restore(#[from] bulwark_pitr::Error),
+    #[error(transparent)]
+    Pending(#[from] PendingFileError),
     #[error("failed to read the binary log coordinates {path} of the restored backup")]
     ReadBinlogInfo {
         path: String,
@@ -243,7 +245,7 @@ pub async fn restore_physical(
     let m = &backup.manifest;
     let dk = restore::data_key(backup, key)?;
     if m.encryption.is_some() && dk.is_none() {
-        return Err(mysql_backup::Error::KeyRequired { id: m.id.clone() }.into());
+        return Err(bulwark_engine::Error::KeyRequired { id: m.id.clone() }.into());
     }
     let prepare_tool = source::find_tool(m.source.flavor, ToolJob::Physical, tool)?;
     let marker = datadir.join(MARKER_NAME);
@@ -269,7 +271,7 @@ pub async fn restore_physical(
     if restored.is_err() {
         // Free the space now; the marker stays, so nothing here passes for a server.
         if let Err(e) = clear(datadir) {
-            tracing::warn!(datadir = %datadir.display(), error = %mysql_backup::error::chain(&e), "failed to clear the datadir after a failed restore");
+            tracing::warn!(datadir = %datadir.display(), error = %bulwark_engine::error::chain(&e), "failed to clear the datadir after a failed restore");
         }
     }
     let (staged, replayed) = restored?;
@@ -317,7 +319,7 @@ async fn replay_archive(
 async fn stage_and_move(
     repo: &Repository,
     backup: &CompleteBackup,
-    dk: Option<Arc<mysql_backup::crypto::DataKey>>,
+    dk: Option<Arc<bulwark_engine::crypto::DataKey>>,
     datadir: &Path,
     prepare_tool: &Path,
     parallel: usize,
@@ -403,21 +405,21 @@ pub async fn stage_logical(
 ) -> Result<(), BootstrapError> {
     let m = &backup.manifest;
     if m.method != Method::Logical {
-        return Err(mysql_backup::Error::InvalidArgument(format!(
+        return Err(bulwark_engine::Error::InvalidArgument(format!(
             "backup {} is not logical",
             m.id
         ))
         .into());
     }
     if m.encryption.is_some() && key.is_none() {
-        return Err(mysql_backup::Error::KeyRequired { id: m.id.clone() }.into());
+        return Err(bulwark_engine::Error::KeyRequired { id: m.id.clone() }.into());
     }
     let window = match until {
         Some(target) => {
             let window = recover::window(repo, backup).await?;
             window
                 .check(target)
-                .map_err(mysql_backup::Error::PointInTime)?;
+                .map_err(bulwark_pitr::Error::PointInTime)?;
             Some(window)
         }
         None => None,
@@ -426,7 +428,8 @@ pub async fn stage_logical(
     pending::write(
         pending_file,
         &pending::PendingRestore::new(&m.id, until, window.as_ref()),
-    )
+    )?;
+    Ok(())
 }
 
 /// The default pending file: beside the datadir.
@@ -444,44 +447,6 @@ fn beside(datadir: &Path, name: &str) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.join(name),
         _ => PathBuf::from(name),
     }
-}
-
-/// The GTID position a physical restore ended at, left for the agent (a small JSON file).
-/// An empty `gtid_set` means the backup has none (binary logging was off at the source): the
-/// new servers then start from an empty GTID history, consistently.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoredGtid {
-    /// The backup restored.
-    pub backup_id: String,
-    /// Its GTID position (MariaDB, `domain-server-seq,...`) or GTID set (MySQL), without
-    /// whitespace.
-    pub gtid_set: String,
-    /// A seed's: the donor's binary log history (`gtid_binlog_state`) reported before the
-    /// copy, which the new server's history continues (MariaDB; empty otherwise).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub gtid_history: String,
-}
-
-/// A GTID set without the whitespace servers put in it (MySQL breaks long sets over lines).
-pub fn normalize_gtid_set(s: &str) -> String {
-    s.chars().filter(|c| !c.is_whitespace()).collect()
-}
-
-/// Whether `s` holds only what a GTID position or set can (digits, letters of UUIDs and
-/// MySQL tags, `-`, `:`, `,`, `_`).
-fn plausible_gtid_set(s: &str) -> bool {
-    s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | ',' | '_'))
-}
-
-/// The GTID in a binary log coordinates file (`file<TAB>position<TAB>gtid`, the GTID part
-/// possibly spread over lines); `None` when there is no such file or no GTID in it.
-pub fn parse_binlog_info(text: &str) -> Option<String> {
-    let mut fields = text.splitn(3, '\t');
-    let (_file, _pos) = (fields.next()?, fields.next()?);
-    let gtid = normalize_gtid_set(fields.next()?);
-    (!gtid.is_empty()).then_some(gtid)
 }
 
 /// The GTID the backup tool recorded in a prepared datadir, if any.
@@ -504,15 +469,6 @@ pub fn binlog_info_gtid(datadir: &Path) -> Result<Option<String>, BootstrapError
         }
     }
     Ok(None)
-}
-
-/// A file the restore leaves for the agent, or `None` when it is not there.
-pub fn read_if_present(path: &Path) -> std::io::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// Writes the restored GTID file atomically.
@@ -722,9 +678,9 @@ mod tests {
             std::fs::write(&p, bad).unwrap();
             let e = read_restored_gtid(&p).unwrap_err();
             assert!(
-                mysql_backup::error::chain(&e).contains(needle),
+                bulwark_engine::error::chain(&e).contains(needle),
                 "{bad}: {}",
-                mysql_backup::error::chain(&e)
+                bulwark_engine::error::chain(&e)
             );
         }
         remove_restored_gtid(&p).unwrap();

@@ -6,21 +6,23 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use mysql_backup::cli::args::{
+use bulwark_cli::args::{
     absolute, read_parallel, s3_options, shutdown_signal, BackupSelector, KeyArgs, ProgressArgs,
     S3Args, UntilArgs,
 };
-use mysql_backup::cli::output::{print_json, LogFormat};
-use mysql_backup::format::{Flavor, Method};
-use mysql_backup::progress::{Progress, Reporter};
-use mysql_backup::Error;
+use bulwark_cli::output::{print_json, LogFormat};
+use bulwark_cli::progress::Reporter;
+use bulwark_engine::format::{Flavor, Method};
+use bulwark_engine::progress::Progress;
+use bulwark_engine::Error;
+use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
-use crate::agent::{self, AgentConfig, PendingRestoreConfig};
+use crate::agent::{self, AgentConfig};
 use crate::bootstrap::{self, DatadirState};
 use crate::exporter::ExporterConfig;
 use crate::init::{self, InitRequest};
+use crate::pending::PendingRestoreConfig;
 use crate::sql::Source;
 
 /// The in-pod agent of Bulwark's MySQL clusters.
@@ -72,7 +74,7 @@ pub struct InitArgs {
     #[arg(long, env = "BULWARK_AGENT_CLUSTER")]
     pub cluster: String,
     /// Server family.
-    #[arg(long, value_enum, env = "BULWARK_AGENT_ENGINE")]
+    #[arg(long, value_parser = bulwark_cli::args::engine_parser(), env = "BULWARK_AGENT_ENGINE")]
     pub engine: Flavor,
     /// The cluster's configuration, copied into the include directory as bulwark-cluster.cnf.
     #[arg(

@@ -14,7 +14,7 @@ use bulwark_contract::clone::{
 };
 use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::Account;
-use mysql_backup::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
+use bulwark_engine::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -139,10 +139,10 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
     };
     let info = source::probe(&conn)
         .await
-        .map_err(|e| mysql_backup::error::chain(&e))?;
+        .map_err(|e| bulwark_engine::error::chain(&e))?;
     let tool = source::find_tool(info.flavor, ToolJob::Physical, None)
-        .map_err(|e| mysql_backup::error::chain(&e))?;
-    let defaults = DefaultsFile::create(&conn).map_err(|e| mysql_backup::error::chain(&e))?;
+        .map_err(|e| bulwark_engine::error::chain(&e))?;
+    let defaults = DefaultsFile::create(&conn).map_err(|e| bulwark_engine::error::chain(&e))?;
     let work = tempfile::Builder::new()
         .prefix("bulwark-clone-")
         .tempdir()
@@ -155,7 +155,7 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
         &[],
     ));
     let mut tool = source::spawn(&tool, &args, ToolIo::ReadStdout)
-        .map_err(|e| mysql_backup::error::chain(&e))?;
+        .map_err(|e| bulwark_engine::error::chain(&e))?;
     let mut out = tool.take_stdout();
     let mut buf = vec![0u8; READ_BYTES];
     let mut sent = 0u64;
@@ -195,7 +195,7 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
     }
     tool.finish(Some(source::PHYSICAL_COMPLETION))
         .await
-        .map_err(|e| mysql_backup::error::chain(&e))?;
+        .map_err(|e| bulwark_engine::error::chain(&e))?;
     Ok(sent)
 }
 
@@ -266,7 +266,7 @@ pub fn receive(addr: SocketAddr, request: &str, staging: &Path) -> Result<Receiv
         ended: false,
         bytes: 0,
     };
-    let extracted = mysql_backup::xbstream::extract(&mut frames, staging);
+    let extracted = bulwark_engine::xbstream::extract(&mut frames, staging);
     let (ended, bytes) = (frames.ended, frames.bytes);
     // The donor's verdict comes after the end frame; an extraction error first is reported
     // with it when the donor has one.

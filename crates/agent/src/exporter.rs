@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mysql_backup::outfile::{self, OutfileError};
+use bulwark_engine::outfile::{self, OutfileError};
 
 /// Where the exporter finds its option file, and the password it carries.
 #[derive(Debug, Clone)]

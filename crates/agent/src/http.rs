@@ -6,11 +6,28 @@
 use std::future::Future;
 use std::time::Duration;
 
+use std::time::Instant;
+
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use bulwark_contract::member::MemberStatus;
 pub use bulwark_http::serve;
 use bulwark_http::Limits;
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone)]
+pub(crate) struct Readiness {
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
+    pub(crate) at: Instant,
+    /// When the pass that gave this began.
+    pub(crate) started: Instant,
+    /// The report of `/status`, when the pass observed the server.
+    pub(crate) member: Option<MemberStatus>,
+    /// The pass took no action: the server is as its role wants it.
+    pub(crate) settled: bool,
+}
 
 /// Time a client has to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);

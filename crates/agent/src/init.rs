@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use mysql_backup::format::Flavor;
-use mysql_backup::outfile::{self, OutfileError};
+use bulwark_engine::format::Flavor;
+use bulwark_engine::outfile::{self, OutfileError};
 
 /// Name of the copied cluster configuration in the include directory. It sorts before
 /// [`INSTANCE_CONFIG_NAME`]: MariaDB reads an include directory in name order and the last

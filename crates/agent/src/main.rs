@@ -4,7 +4,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = bulwark_agent::cli::Cli::parse();
-    mysql_backup::cli::output::init_logging(cli.log_format, &cli.log);
+    bulwark_cli::output::init_logging(cli.log_format, &cli.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(bulwark_agent::cli::run(cli.command)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", mysql_backup::error::chain(e.as_ref()));
+            eprintln!("error: {}", bulwark_cli::output::error_line(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use axum::body::Bytes;
 use bulwark_contract::order::{OrderError, RoleOrder, Standing, ORDER_KEY};
 
-use crate::agent::{read_secret, Readiness};
+use crate::files::read_secret;
+use crate::http::Readiness;
 use crate::http::Response;
 
 use bulwark_contract::order::ORDER_WAIT;
@@ -44,7 +45,7 @@ pub(crate) fn handler(
                         key_file.display()
                     )))
                 }
-                Err(e) => return refused(&Refusal::NoKey(mysql_backup::error::chain(&e))),
+                Err(e) => return refused(&Refusal::NoKey(bulwark_engine::error::chain(&e))),
             };
             passes.mark_unchanged();
             let epoch = match orders.accept(&String::from_utf8_lossy(&body), key.as_bytes()) {

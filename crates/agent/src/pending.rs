@@ -4,24 +4,40 @@
 //! archive up to the target, logged under the new cluster's own GTIDs (its history began with
 //! the load) so the replicas get both through replication.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::format;
+use bulwark_engine::outfile;
+use bulwark_engine::progress::Progress;
+use bulwark_engine::repo::Repository;
+use bulwark_engine::restore;
+use bulwark_engine::source::Connection;
+use bulwark_engine::store::{self, S3Options};
+use bulwark_pitr::archive::recover::{self, ReplayInto};
+use bulwark_pitr::archive::{Target, Window};
 use mysql_async::prelude::Queryable;
-use mysql_backup::archive::recover::{self, ReplayInto};
-use mysql_backup::archive::{Target, Window};
-use mysql_backup::cli::args::UntilArgs;
-use mysql_backup::crypto::MasterKey;
-use mysql_backup::format;
-use mysql_backup::outfile;
-use mysql_backup::progress::Progress;
-use mysql_backup::repo::Repository;
-use mysql_backup::restore;
-use mysql_backup::source::Connection;
-use mysql_backup::store;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::PendingRestoreConfig;
-use crate::bootstrap::{read_if_present, BootstrapError};
+use crate::files::read_if_present;
+use bulwark_engine::outfile::OutfileError;
+
+/// Where a pending logical restore comes from.
+#[derive(Debug, Clone)]
+pub struct PendingRestoreConfig {
+    /// The file `bulwark-agent restore` leaves (holding the backup id).
+    pub file: PathBuf,
+    /// Repository URL; without it a pending restore fails (and says so).
+    pub repo_url: Option<String>,
+    /// S3 settings.
+    pub s3: S3Options,
+    /// Master key file, for encrypted backups.
+    pub key_file: Option<PathBuf>,
+    /// Chunks read in parallel.
+    pub parallel: usize,
+    /// SQL client to use instead of the detected one.
+    pub tool: Option<String>,
+}
 
 /// A logical backup waiting to be loaded, and how far to bring it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,31 +76,46 @@ impl PendingRestore {
     }
 
     /// The point-in-time target, if any.
-    pub fn target(&self) -> Result<Option<Target>, mysql_backup::Error> {
-        UntilArgs {
-            until: self.until.clone(),
-            until_gtid: self.until_gtid.clone(),
+    pub fn target(&self) -> Result<Option<Target>, String> {
+        match (&self.until_gtid, &self.until) {
+            (Some(p), _) => Target::parse_gtid(p).map(Some),
+            (None, Some(t)) => Target::parse_time(t).map(Some),
+            (None, None) => Ok(None),
         }
-        .target()
     }
+}
+
+/// Errors of the pending-restore file.
+#[derive(Debug, thiserror::Error)]
+pub enum PendingFileError {
+    #[error("failed to leave the pending logical restore for the agent")]
+    WritePending(#[source] OutfileError),
+    #[error("failed to read the pending logical restore {path}")]
+    ReadPending {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse the pending logical restore {path}: {content:?} is not a backup id")]
+    ParsePending { path: String, content: String },
 }
 
 /// Leaves `pending` in `path` (atomically): the bare backup id, as every release wrote it,
 /// unless a target needs the JSON form.
-pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), BootstrapError> {
+pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), PendingFileError> {
     let mut text = if pending.until.is_none() && pending.until_gtid.is_none() {
         pending.backup_id.clone()
     } else {
         serde_json::to_string(pending).expect("plain strings serialize")
     };
     text.push('\n');
-    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(BootstrapError::WritePending)
+    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(PendingFileError::WritePending)
 }
 
 /// The pending restore in `path`, or `None` when there is none. A file holding a bare backup
 /// id is a restore without a target.
-pub fn read(path: &Path) -> Result<Option<PendingRestore>, BootstrapError> {
-    let Some(text) = read_if_present(path).map_err(|source| BootstrapError::ReadPending {
+pub fn read(path: &Path) -> Result<Option<PendingRestore>, PendingFileError> {
+    let Some(text) = read_if_present(path).map_err(|source| PendingFileError::ReadPending {
         path: path.display().to_string(),
         source,
     })?
@@ -92,7 +123,7 @@ pub fn read(path: &Path) -> Result<Option<PendingRestore>, BootstrapError> {
         return Ok(None);
     };
     let text = text.trim();
-    let unparsable = || BootstrapError::ParsePending {
+    let unparsable = || PendingFileError::ParsePending {
         path: path.display().to_string(),
         content: text.chars().take(64).collect(),
     };
@@ -129,18 +160,20 @@ pub async fn load(
     cfg: &PendingRestoreConfig,
     pending: &PendingRestore,
     conn: Connection,
-) -> Result<(), mysql_backup::Error> {
+) -> Result<(), bulwark_pitr::Error> {
     let id = pending.backup_id.as_str();
-    let target = pending.target()?;
+    let target = pending.target().map_err(|why| {
+        bulwark_engine::Error::InvalidArgument(format!("the pending restore's target: {why}"))
+    })?;
     let url = cfg.repo_url.as_deref().ok_or_else(|| {
-        mysql_backup::Error::InvalidArgument(
+        bulwark_engine::Error::InvalidArgument(
             "no repository given (--repo) for the pending restore".into(),
         )
     })?;
     let repo = Repository::new(
         store::open(url, &cfg.s3)
             .await
-            .map_err(mysql_backup::Error::OpenRepository)?,
+            .map_err(bulwark_engine::Error::OpenRepository)?,
     );
     let key = cfg
         .key_file
@@ -153,14 +186,14 @@ pub async fn load(
         recover::window(&repo, &backup)
             .await?
             .check(target)
-            .map_err(mysql_backup::Error::PointInTime)?;
+            .map_err(bulwark_pitr::Error::PointInTime)?;
         start_over(&conn).await?;
     }
     let outcome = restore::restore(
         &repo,
         &backup,
         key.as_ref(),
-        mysql_backup::restore::Target::Server {
+        bulwark_engine::restore::Target::Server {
             connection: conn.clone(),
             verify_first: true,
             // The replicas get the data from the primary's binary log.
@@ -189,10 +222,10 @@ pub async fn load(
 
 /// Drops the databases a failed point-in-time load left (through the binary log, so replicas
 /// that replicated part of it drop them too).
-async fn start_over(conn: &Connection) -> Result<(), mysql_backup::Error> {
-    let failed = |e: mysql_async::Error| mysql_backup::Error::QueryServer(Box::new(e));
+async fn start_over(conn: &Connection) -> Result<(), bulwark_engine::Error> {
+    let failed = |e: mysql_async::Error| bulwark_engine::Error::QueryServer(Box::new(e));
     let mut c = mysql_async::Conn::new(conn.opts()).await.map_err(|e| {
-        mysql_backup::Error::ConnectServer {
+        bulwark_engine::Error::ConnectServer {
             target: conn.describe(),
             source: Box::new(e),
         }
@@ -209,7 +242,7 @@ async fn start_over(conn: &Connection) -> Result<(), mysql_backup::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mysql_backup::binlog::GtidPos;
+    use bulwark_pitr::binlog::GtidPos;
 
     const ID: &str = "20261122T031633Z-4a0760";
 
@@ -224,7 +257,7 @@ mod tests {
             to: GtidPos::parse("0-2-90").unwrap(),
             to_time: chrono::DateTime::from_timestamp(1_795_000_100, 0).unwrap(),
         };
-        let time = mysql_backup::cli::args::parse_until("2026-11-25T03:15:00Z").unwrap();
+        let time = bulwark_pitr::archive::Target::parse_time("2026-11-25T03:15:00Z").unwrap();
         let gtid = Target::Gtid(GtidPos::parse("0-2-50").unwrap());
         let to = Target::Gtid(window.to.clone());
         let cases = [
@@ -258,7 +291,7 @@ mod tests {
         ] {
             std::fs::write(&p, &bad).unwrap();
             assert!(
-                matches!(read(&p), Err(BootstrapError::ParsePending { .. })),
+                matches!(read(&p), Err(PendingFileError::ParsePending { .. })),
                 "{bad}"
             );
         }

@@ -19,8 +19,8 @@ use bulwark_contract::clone::CloneRequest;
 use bulwark_contract::command::Engine;
 use bulwark_contract::member::{MemberStatus, STATUS_PATH};
 use bulwark_contract::order::ORDER_KEY;
-use mysql_backup::format::Flavor;
-use mysql_backup::source::{self, ToolIo, ToolJob};
+use bulwark_engine::format::Flavor;
+use bulwark_engine::source::{self, ToolIo, ToolJob};
 
 use crate::bootstrap::{self, BootstrapError, DatadirState, RestoredGtid};
 use crate::clone::{self, ReceiveError};
@@ -78,7 +78,7 @@ pub enum SeedError {
     #[error(transparent)]
     Receive(#[from] ReceiveError),
     #[error("failed to prepare the copy")]
-    Prepare(#[source] mysql_backup::Error),
+    Prepare(#[source] bulwark_engine::Error),
     #[error("failed to find the copy's GTID position: the copy has no binary log coordinates")]
     NoPosition,
     #[error("failed to receive the copy: the receiving task ended abnormally")]
@@ -161,13 +161,13 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
         Ok(done) => done,
         Err(e) => {
             if let Err(c) = bootstrap::clear(datadir) {
-                tracing::warn!(error = %mysql_backup::error::chain(&c), "failed to clear the datadir after a failed copy");
+                tracing::warn!(error = %bulwark_engine::error::chain(&c), "failed to clear the datadir after a failed copy");
             }
             return Err(e);
         }
     };
     let gtid = RestoredGtid {
-        backup_id: mysql_backup::format::new_backup_id(chrono::Utc::now()),
+        backup_id: bulwark_engine::format::new_backup_id(chrono::Utc::now()),
         gtid_set: position,
         gtid_history: report.gtid_history.clone(),
     };

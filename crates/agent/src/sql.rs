@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bulwark_contract::Account;
 use zeroize::Zeroizing;
 
-use mysql_backup::format::Flavor;
+use bulwark_engine::format::Flavor;
 
 /// Replication account (REPLICATION SLAVE).
 pub const REPLICATION_USER: &str = Account::Replication.user();
@@ -320,7 +320,7 @@ pub fn start_replication(flavor: Flavor) -> Vec<Statement> {
 /// MySQL's statement that empties the binary log and the GTID history: `RESET BINARY LOGS AND
 /// GTIDS` from 8.2 (8.4 no longer knows `RESET MASTER`), `RESET MASTER` before.
 pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
-    if mysql_backup::source::parse_version(server_version) >= (8, 2, 0) {
+    if bulwark_engine::source::parse_version(server_version) >= (8, 2, 0) {
         "RESET BINARY LOGS AND GTIDS"
     } else {
         "RESET MASTER"

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use crate::bootstrap::RestoredGtid;
 use crate::labels::Role;
+use crate::restored::RestoredGtid;
 use crate::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
 use bulwark_contract::command::Engine;
 use bulwark_contract::gtid;
-use mysql_backup::format::Flavor;
+use bulwark_engine::format::Flavor;
 
 /// What the server reported in this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! The `mysql-backup` command line: argument parsing, output formatting and exit codes over the
 //! library.
 
+use bulwark_cli::output::{init_logging, LogFormat};
 use clap::{Parser, Subcommand};
-use mysql_backup::cli::output::{init_logging, LogFormat};
 
 mod cmd;
 use cmd::{backup::*, list::*, pitr, prune::*, restore::*};
@@ -92,7 +92,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", mysql_backup::error::chain(e.as_ref()));
+            eprintln!("error: {}", bulwark_cli::output::error_line(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -218,7 +218,7 @@ mod tests {
             );
             assert!(matches!(
                 a.progress.progress,
-                mysql_backup::cli::args::ProgressMode::Log
+                bulwark_cli::args::ProgressMode::Log
             ));
             assert_eq!(a.progress.progress_interval.as_secs(), 5);
             assert_eq!(a.backup_id.as_deref(), Some("20261122T031633Z-4a0760"));

@@ -36,7 +36,7 @@ impl Agent {
             .envs(env.iter().copied())
             .env(
                 "BULWARK_AGENT_LOG",
-                "info,bulwark_agent=debug,mysql_backup=debug",
+                "info,bulwark_agent=debug,bulwark_engine=debug,bulwark_pitr=debug",
             )
             .env_remove("MYSQL_PWD")
             .stdin(Stdio::null())

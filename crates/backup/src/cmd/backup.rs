@@ -2,18 +2,19 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
-use mysql_backup::backup::{self, BackupRequest};
-use mysql_backup::cli::args::{
-    absolute, open_repo, parse_archive_name, parse_size, shutdown_signal, workers, ConnArgs,
-    KeyArgs, ProgressArgs, RepoArgs,
+use bulwark_cli::args::{
+    absolute, method_parser, open_repo, parse_archive_name, parse_size, shutdown_signal, workers,
+    ConnArgs, KeyArgs, ProgressArgs, RepoArgs,
 };
-use mysql_backup::cli::output::{human_bytes, peak_rss_bytes, print_json};
-use mysql_backup::format::{self, Method};
-use mysql_backup::progress::{Progress, Reporter};
-use mysql_backup::repo::CompleteBackup;
-use mysql_backup::writer::WriteOptions;
-use mysql_backup::{report, Error};
+use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
+use bulwark_cli::progress::Reporter;
+use bulwark_engine::backup::{self, BackupRequest};
+use bulwark_engine::format::{self, Method};
+use bulwark_engine::progress::Progress;
+use bulwark_engine::repo::CompleteBackup;
+use bulwark_engine::writer::WriteOptions;
+use bulwark_engine::{report, Error};
+use clap::Args;
 
 #[derive(Args)]
 pub struct BackupArgs {
@@ -22,7 +23,7 @@ pub struct BackupArgs {
     /// physical (xtrabackup/mariabackup) or logical (mysqldump/mariadb-dump).
     #[arg(
         long,
-        value_enum,
+        value_parser = method_parser(),
         default_value = "physical",
         env = "MYSQL_BACKUP_METHOD"
     )]
@@ -78,14 +79,14 @@ pub async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
     if let Some(path) = result_file {
         let line = match &outcome {
             Ok(result) => result.to_line(),
-            Err(e) => report::error_line(&mysql_backup::error::chain(e.as_ref())),
+            Err(e) => report::error_line(&bulwark_cli::output::error_line(e.as_ref())),
         };
-        match mysql_backup::outfile::write_replacing(&path, line.as_bytes()) {
+        match bulwark_engine::outfile::write_replacing(&path, line.as_bytes()) {
             Ok(how) => {
-                tracing::debug!(path = %path.display(), in_place = how == mysql_backup::outfile::Written::InPlace, "result file written")
+                tracing::debug!(path = %path.display(), in_place = how == bulwark_engine::outfile::Written::InPlace, "result file written")
             }
             Err(e) => {
-                tracing::error!(path = %path.display(), error = %mysql_backup::error::chain(&e), "failed to write the result file")
+                tracing::error!(path = %path.display(), error = %bulwark_engine::error::chain(&e), "failed to write the result file")
             }
         }
     }

@@ -1,9 +1,9 @@
 //! `list`: the repository's backups, their recovery windows and the binlog archives.
 
+use bulwark_cli::args::{open_repo, RepoArgs};
+use bulwark_cli::output::{human_bytes, print_json, print_table};
+use bulwark_engine::report;
 use clap::Args;
-use mysql_backup::cli::args::{open_repo, RepoArgs};
-use mysql_backup::cli::output::{human_bytes, print_json, print_table};
-use mysql_backup::report;
 use serde_json::json;
 
 use super::pitr;

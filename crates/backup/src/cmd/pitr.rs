@@ -2,23 +2,24 @@
 //! until stopped), `replay` (apply the archive after a backup to a running server), and the
 //! `--until`/`--until-gtid` options `restore` shares with `replay`.
 
-use clap::Args;
-use mysql_backup::archive::archiver::{self, ArchiveOptions};
-use mysql_backup::archive::compact::CompactRules;
-pub use mysql_backup::archive::recover::ReplayInto;
-use mysql_backup::archive::replay::{self, ReplayOutcome};
-use mysql_backup::archive::status::{self, Board};
-use mysql_backup::archive::{manifest, recover, store, window, Target, Window};
-use mysql_backup::binlog::GtidPos;
-use mysql_backup::cli::args::{
+use bulwark_cli::args::{
     open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs, UntilArgs,
 };
-use mysql_backup::cli::output::{human_bytes, print_json};
-use mysql_backup::crypto::MasterKey;
-use mysql_backup::format;
-use mysql_backup::repo::{CompleteBackup, Repository};
-use mysql_backup::writer::WriteOptions;
-use mysql_backup::Error;
+use bulwark_cli::output::{human_bytes, print_json};
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::format;
+use bulwark_engine::repo::{CompleteBackup, Repository};
+use bulwark_engine::writer::WriteOptions;
+use bulwark_engine::Error as EngineError;
+use bulwark_pitr::archive::archiver::{self, ArchiveOptions};
+use bulwark_pitr::archive::compact::CompactRules;
+pub use bulwark_pitr::archive::recover::ReplayInto;
+use bulwark_pitr::archive::replay::{self, ReplayOutcome};
+use bulwark_pitr::archive::status::{self, Board};
+use bulwark_pitr::archive::{manifest, recover, store, window, Target, Window};
+use bulwark_pitr::binlog::GtidPos;
+use bulwark_pitr::Error;
+use clap::Args;
 
 #[derive(Args)]
 pub struct ArchiveArgs {
@@ -30,7 +31,7 @@ pub struct ArchiveArgs {
     pub key: KeyArgs,
     /// The archive to write: one per source server or cluster in a repository; backups name
     /// theirs with `backup --binlog-archive`.
-    #[arg(long, default_value = manifest::DEFAULT_ARCHIVE, value_parser = mysql_backup::cli::args::parse_archive_name, env = "MYSQL_BACKUP_ARCHIVE")]
+    #[arg(long, default_value = manifest::DEFAULT_ARCHIVE, value_parser = bulwark_cli::args::parse_archive_name, env = "MYSQL_BACKUP_ARCHIVE")]
     pub archive: String,
     /// Commit a segment at least this often while transactions arrive.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "MYSQL_BACKUP_ARCHIVE_FLUSH_EVERY")]
@@ -77,7 +78,7 @@ fn compact_rules(
     span: std::time::Duration,
     grace: std::time::Duration,
     segment_size: u64,
-) -> Result<Option<CompactRules>, Error> {
+) -> Result<Option<CompactRules>, EngineError> {
     if span.is_zero() {
         return Ok(None);
     }
@@ -86,7 +87,7 @@ fn compact_rules(
             .ok()
             .filter(|d| d.num_seconds() >= 1 && d.subsec_nanos() == 0)
             .ok_or_else(|| {
-                Error::InvalidArgument(format!("{what} must be whole seconds, at least 1s"))
+                EngineError::InvalidArgument(format!("{what} must be whole seconds, at least 1s"))
             })
     };
     Ok(Some(CompactRules {
@@ -125,7 +126,7 @@ pub enum ReplayGtids {
 
 impl ReplayGtids {
     /// Where a replay into the running server at `conn` goes.
-    pub fn into_server(self, conn: mysql_backup::source::Connection) -> ReplayInto {
+    pub fn into_server(self, conn: bulwark_engine::source::Connection) -> ReplayInto {
         match self {
             ReplayGtids::Archived => ReplayInto::Server(conn),
             ReplayGtids::Server => ReplayInto::ServerOwnHistory(conn),
@@ -136,7 +137,7 @@ impl ReplayGtids {
 pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
     let key = a.key.load()?;
     if !a.conn.given() {
-        return Err(Error::InvalidArgument(
+        return Err(EngineError::InvalidArgument(
             "archive needs the server: --mysql-socket or --mysql-host".into(),
         )
         .into());
@@ -147,7 +148,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(GtidPos::parse)
         .transpose()
-        .map_err(Error::InvalidArgument)?;
+        .map_err(EngineError::InvalidArgument)?;
     let repo = open_repo(&a.repo, a.segment_size).await?;
     let opts = ArchiveOptions {
         archive: a.archive,
@@ -169,7 +170,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
     if let Some(addr) = a.status_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| Error::LocalIo {
+            .map_err(|source| EngineError::LocalIo {
                 action: "listen on",
                 path: addr.to_string(),
                 source,
@@ -191,7 +192,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
 pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     let target = a.until.target()?.unwrap_or(Target::Latest);
     if !a.conn.given() {
-        return Err(Error::InvalidArgument(
+        return Err(EngineError::InvalidArgument(
             "replay needs the server to apply to: --mysql-socket or --mysql-host".into(),
         )
         .into());
@@ -214,7 +215,7 @@ pub async fn replay(
 ) -> Result<ReplayOutcome, Error> {
     tokio::select! {
         r = recover::replay_after(repo, backup, key, target, &into) => r,
-        _ = shutdown_signal() => Err(Error::Interrupted),
+        _ = shutdown_signal() => Err(EngineError::Interrupted.into()),
     }
 }
 

@@ -2,13 +2,14 @@
 
 use std::path::PathBuf;
 
+use bulwark_cli::args::{open_repo, RepoArgs};
+use bulwark_cli::output::{print_json, print_table};
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::Error;
+use bulwark_pitr::{prune, rotate};
+use bulwark_retention::{self as retention, KeepPolicy};
 use chrono::Utc;
 use clap::Args;
-use mysql_backup::cli::args::{open_repo, RepoArgs};
-use mysql_backup::cli::output::{print_json, print_table};
-use mysql_backup::crypto::MasterKey;
-use mysql_backup::retention::{self, KeepPolicy};
-use mysql_backup::{prune, rotate, Error};
 use serde_json::json;
 
 #[derive(Args)]
@@ -85,7 +86,7 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     };
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
-    let archives = mysql_backup::archive::store::list_all(repo.store()).await?;
+    let archives = bulwark_pitr::archive::store::list_all(repo.store()).await?;
     let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");

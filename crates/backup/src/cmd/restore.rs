@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 
+use bulwark_cli::args::{absolute, shutdown_signal, BackupSelector, ConnArgs, ProgressArgs};
+use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
+use bulwark_cli::progress::Reporter;
+use bulwark_engine::progress::Progress;
+use bulwark_engine::restore::{self, Target};
+use bulwark_engine::Error;
 use clap::Args;
-use mysql_backup::cli::args::{absolute, shutdown_signal, BackupSelector, ConnArgs, ProgressArgs};
-use mysql_backup::cli::output::{human_bytes, peak_rss_bytes, print_json};
-use mysql_backup::progress::{Progress, Reporter};
-use mysql_backup::restore::{self, Target};
-use mysql_backup::Error;
 use serde_json::json;
 
 use super::pitr;
@@ -45,7 +46,7 @@ pub struct RestoreArgs {
     #[arg(long, env = "MYSQL_BACKUP_TOOL")]
     pub tool: Option<String>,
     #[command(flatten)]
-    pub until: mysql_backup::cli::args::UntilArgs,
+    pub until: bulwark_cli::args::UntilArgs,
     /// With --until into a running server: under which GTIDs it logs the replayed
     /// transactions.
     #[arg(long, value_enum, default_value_t = pitr::ReplayGtids::Archived, env = "MYSQL_BACKUP_REPLAY_GTIDS")]
@@ -70,7 +71,7 @@ pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
     let result = restore::verify(&repo, &backup, key.as_ref(), a.backup.parallel(), progress).await;
     reporter.finish().await;
     let summary = result?;
-    let full = summary.depth == mysql_backup::reader::Depth::Full;
+    let full = summary.depth == bulwark_engine::reader::Depth::Full;
     if a.json {
         print_json(&json!({
             "id": backup.manifest.id,
@@ -143,10 +144,10 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let (repo, backup, key) = a.backup.open().await?;
     if let Some(until) = &until {
         // Refuse a target outside the window before anything is loaded.
-        mysql_backup::archive::recover::window(&repo, &backup)
+        bulwark_pitr::archive::recover::window(&repo, &backup)
             .await?
             .check(until)
-            .map_err(Error::PointInTime)?;
+            .map_err(bulwark_pitr::Error::PointInTime)?;
     }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());

@@ -1,0 +1,171 @@
+//! The segments a replay reads, in chain order, each fully verified. When one can no longer be
+//! read (a compaction replaced it, and its grace ran out during a long replay) the archive is
+//! listed again and the chain continues from where the replay is: the segment that replaced it
+//! starts earlier, and the replay's selector skips what it already gave.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::manifest::SegmentManifest;
+use super::{store, window};
+use crate::binlog::GtidPos;
+use crate::error::Result;
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::store::Store;
+
+/// Reads a chain of segments one after another.
+pub struct Feed<'a> {
+    store: &'a Arc<dyn Store>,
+    key: Option<&'a MasterKey>,
+    archive: &'a str,
+    queue: VecDeque<SegmentManifest>,
+    /// The position after the last segment read.
+    at: GtidPos,
+}
+
+impl<'a> Feed<'a> {
+    /// A feed of `chain` (in replay order) of archive `archive`, which continues `from`.
+    pub fn new(
+        store: &'a Arc<dyn Store>,
+        key: Option<&'a MasterKey>,
+        archive: &'a str,
+        chain: Vec<SegmentManifest>,
+        from: GtidPos,
+    ) -> Self {
+        Feed {
+            store,
+            key,
+            archive,
+            queue: chain.into(),
+            at: from,
+        }
+    }
+
+    /// The next segment's id and verified plaintext; `None` at the end of the chain.
+    pub async fn next(&mut self) -> Option<(String, Result<Vec<u8>>)> {
+        let seg = self.queue.pop_front()?;
+        let plain = match store::read(self.store, &seg, self.key).await {
+            Ok(plain) => plain,
+            Err(e) => match self.relist(&seg.id).await {
+                Some(replacement) => {
+                    tracing::info!(segment = %seg.id, replacement = %replacement.id, "segment replaced since the archive was listed; continuing with the archive as it is now");
+                    let plain = store::read(self.store, &replacement, self.key).await;
+                    return Some(self.advance(replacement, plain));
+                }
+                None => return Some((seg.id, Err(e))),
+            },
+        };
+        Some(self.advance(seg, Ok(plain)))
+    }
+
+    fn advance(
+        &mut self,
+        seg: SegmentManifest,
+        plain: Result<Vec<u8>>,
+    ) -> (String, Result<Vec<u8>>) {
+        if plain.is_ok() {
+            self.at = seg.through.clone();
+        }
+        (seg.id, plain)
+    }
+
+    /// Lists the archive again; when the chain from the current position now starts with
+    /// another segment than `failed`, the queue becomes that chain and its first is returned.
+    async fn relist(&mut self, failed: &str) -> Option<SegmentManifest> {
+        let listing = store::list(self.store, self.archive).await.ok()?;
+        let chain = window::chain_from(&listing.segments, &self.at);
+        let mut again: VecDeque<SegmentManifest> = chain
+            .segments
+            .iter()
+            .map(|i| listing.segments[*i].clone())
+            .collect();
+        if again.front().is_none_or(|s| s.id == failed) {
+            return None;
+        }
+        let first = again.pop_front();
+        self.queue = again;
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::compact;
+    use crate::archive::replay::Selector;
+    use crate::archive::window::tests_support::{at, pos, seg};
+    use crate::archive::Target;
+    use crate::binlog::event::{build, gtid_body, kind, query_body, BINLOG_MAGIC};
+    use bulwark_engine::writer::WriteOptions;
+
+    fn plaintext(seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
+        let mut out = BINLOG_MAGIC.to_vec();
+        out.extend(build(kind::FORMAT_DESCRIPTION, 1, 1, 0, &[4; 20]));
+        for s in seqs {
+            out.extend(build(kind::GTID, 5, 1, 0, &gtid_body(0, s, true)));
+            out.extend(build(kind::QUERY, 5, 1, 0, &query_body("t", "DO 1")));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_segment_compacted_and_deleted_mid_replay_is_read_from_its_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            bulwark_engine::store::FsStore::open(dir.path())
+                .await
+                .unwrap(),
+        );
+        let key = MasterKey::from_bytes(&[7u8; 32]).unwrap();
+        let write = WriteOptions {
+            chunk_size: 64,
+            level: 1,
+            workers: 1,
+            segment_size: 1 << 20,
+        };
+        let mut chain = Vec::new();
+        for (n, (after, through, seqs)) in [
+            ("0-1-10", "0-1-12", 11..=12),
+            ("0-1-12", "0-1-14", 13..=14),
+            ("0-1-14", "0-1-15", 15..=15),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut m = seg("x", after, through, 100 + n as u32);
+            m.id = crate::archive::manifest::new_segment_id("t", at(n as u32));
+            m.transactions = seqs.clone().count() as u64;
+            let committed = store::commit(&store, plaintext(seqs).into(), Some(&key), &write, m)
+                .await
+                .unwrap();
+            chain.push(committed);
+        }
+        let mut feed = Feed::new(&store, Some(&key), "t", chain.clone(), pos("0-1-11"));
+        let mut selector = Selector::new(pos("0-1-11"), Target::Latest);
+        let mut out = Vec::new();
+        let (id, plain) = feed.next().await.unwrap();
+        selector.take(&id, &plain.unwrap(), &mut out).unwrap();
+        assert_eq!(selector.reached().to_string(), "0-1-12");
+
+        // All three are merged, and the two not yet read are deleted.
+        let merged = compact::compact_group(&store, Some(&key), &write, "t", &chain)
+            .await
+            .unwrap();
+        for s in &chain[1..] {
+            store::delete(&store, &s.id).await.unwrap();
+        }
+        let (id, plain) = feed.next().await.unwrap();
+        assert_eq!(id, merged.id);
+        selector.take(&id, &plain.unwrap(), &mut out).unwrap();
+        assert!(feed.next().await.is_none());
+        assert_eq!(selector.reached().to_string(), "0-1-15");
+        assert_eq!(selector.transactions, 4, "0-1-12 is not given twice");
+
+        // A segment that is simply gone, with nothing replacing it, fails the replay.
+        let mut feed = Feed::new(&store, Some(&key), "t", chain[1..].to_vec(), pos("0-1-12"));
+        store::delete(&store, &merged.id).await.unwrap();
+        let (id, plain) = feed.next().await.unwrap();
+        assert_eq!(id, chain[1].id);
+        assert!(plain.is_err());
+    }
+}

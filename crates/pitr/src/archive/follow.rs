@@ -1,0 +1,110 @@
+//! Following the server: the exact bytes of each streamed event (its checksum checked before
+//! anything re-encodes it), and where the archive continues when a server cannot stream from
+//! the archive's position (a step back to what a new primary has, or a gap past purged logs).
+
+use bulwark_engine::Error as EngineError;
+use mysql_async::binlog::{BinlogChecksumAlg, BinlogVersion};
+use mysql_async::prelude::Queryable;
+
+use super::connect::connect;
+use super::manifest::SegmentManifest;
+use crate::binlog::{GtidPos, RawEvent};
+use crate::error::Result;
+use bulwark_engine::source::Connection;
+
+/// The event's bytes as the server sent them. mysql_async re-serializes events and computes a
+/// fresh CRC32, so the checksum it received is compared first: a corrupted event is refused,
+/// never re-sealed.
+pub(super) fn exact_bytes(
+    event: &mysql_async::binlog::events::Event,
+) -> std::result::Result<RawEvent, crate::binlog::assemble::AssembleError> {
+    let header = event.header();
+    let corrupt = crate::binlog::EventError::Checksum {
+        kind: header.event_type_raw(),
+        log_pos: header.log_pos(),
+    };
+    match (event.footer().get_checksum_alg(), event.checksum()) {
+        (Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)), Some(sent)) => {
+            if u32::from_le_bytes(sent)
+                != event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
+            {
+                return Err(corrupt.into());
+            }
+        }
+        // The stream always asks for CRC32 (`@master_binlog_checksum`); anything else cannot be
+        // checked and is not archived.
+        _ if header.event_type_raw() == crate::binlog::event::kind::ROTATE
+            && header.log_pos() == 0 => {}
+        _ => return Err(corrupt.into()),
+    }
+    let mut bytes = Vec::with_capacity(header.event_size() as usize);
+    event
+        .write(BinlogVersion::Version4, &mut bytes)
+        .map_err(|_| crate::binlog::assemble::AssembleError::from(corrupt.clone()))?;
+    Ok(RawEvent::checked(bytes)?)
+}
+
+/// Where to continue when the server cannot stream from `through`. When the server has every
+/// transaction up to `through` (by its binlog history), its binary logs were purged past it:
+/// the archive continues from the oldest binlog it still has, and the gap is recorded by the
+/// segments' positions. Otherwise the archive ran ahead of this server (a primary that took
+/// over without the old one's last transactions): continue from the newest archived position
+/// the server has, so the segments received next supersede the lost ones.
+pub(super) async fn step_back(
+    conn: &Connection,
+    segments: &[SegmentManifest],
+    through: &GtidPos,
+) -> Result<GtidPos> {
+    let mut c = connect(conn).await?;
+    let q = |e| EngineError::QueryServer(Box::new(e));
+    let row: Option<(String, String)> = c
+        .query_first("SELECT @@gtid_binlog_pos, @@gtid_binlog_state")
+        .await
+        .map_err(q)?;
+    let (pos, state) = row.unwrap_or_default();
+    let has = |p: &GtidPos| {
+        bulwark_contract::gtid::within_history(
+            bulwark_contract::command::Engine::MariaDb,
+            &p.to_string(),
+            &pos,
+            &state,
+        )
+    };
+    if !has(through) {
+        let mut known: Vec<&SegmentManifest> = segments.iter().collect();
+        known.sort_by_key(|s| std::cmp::Reverse((s.received_at, s.id.clone())));
+        let back = known
+            .iter()
+            .flat_map(|s| [&s.through, &s.after])
+            .find(|p| has(p))
+            .cloned();
+        if let Some(back) = back {
+            tracing::warn!(from = %through, to = %back, server_position = %pos, "the server lacks archived transactions; continuing from the newest archived position it has");
+            let _ = c.disconnect().await;
+            return Ok(back);
+        }
+    }
+    let logs: Vec<(String, u64)> = c.query("SHOW BINARY LOGS").await.map_err(q)?;
+    let first = logs
+        .first()
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default();
+    let events: Vec<mysql_async::Row> = c
+        .query(format!(
+            "SHOW BINLOG EVENTS IN '{}' LIMIT 4",
+            first.replace('\'', "")
+        ))
+        .await
+        .map_err(q)?;
+    let _ = c.disconnect().await;
+    let oldest = events
+        .iter()
+        .filter(|r| r.get::<String, _>("Event_type").as_deref() == Some("Gtid_list"))
+        .filter_map(|r| r.get::<String, _>("Info"))
+        .next()
+        .map(|info| info.trim_matches(|c| c == '[' || c == ']').to_string())
+        .unwrap_or_default();
+    let oldest = GtidPos::parse(&oldest).map_err(EngineError::InvalidArgument)?;
+    tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
+    Ok(oldest)
+}

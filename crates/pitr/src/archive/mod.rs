@@ -1,0 +1,24 @@
+//! Continuous binlog archiving for point-in-time recovery: segments of whole transactions
+//! streamed from the server over the replication protocol and stored like backups
+//! ([`manifest`]), the chains and recovery windows they give ([`window`]), the archiver loop
+//! ([`archiver`]) and the replay of a chain into a server ([`replay`]).
+
+pub mod archiver;
+pub mod compact;
+mod connect;
+pub mod feed;
+mod follow;
+mod housekeeping;
+pub mod manifest;
+pub mod offline;
+pub mod options;
+pub mod pending;
+pub mod recover;
+pub mod replay;
+pub mod retain;
+pub mod status;
+pub mod store;
+pub mod window;
+
+pub use manifest::SegmentManifest;
+pub use window::{Chain, Target, Window};

@@ -1,0 +1,100 @@
+//! The one entry point of a point-in-time replay, for the CLI and the agent alike: checks the
+//! backup's engine, finds the tools, lists the archive that continues the backup, and replays
+//! into a running server or a restored datadir.
+
+use bulwark_engine::Error as EngineError;
+use std::path::PathBuf;
+
+use super::replay::{self, ReplayOutcome, ReplayTools};
+use super::{manifest, offline, store, Target};
+use crate::binlog::{GtidPos, Rebase};
+use crate::error::{Error, Result};
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::format::Flavor;
+use bulwark_engine::repo::{CompleteBackup, Repository};
+use bulwark_engine::source::{self, Connection, ToolJob};
+
+/// Where a replay goes.
+pub enum ReplayInto {
+    /// A running server that holds the restored backup; it logs the replayed transactions
+    /// under their archived GTIDs (it continues the source's history).
+    Server(Connection),
+    /// A running server with a history of its own (a cluster loaded from a logical backup
+    /// under its own GTIDs): the transactions are logged under its `server_id` and domain,
+    /// numbered after its last ([`crate::binlog::rebase`]).
+    ServerOwnHistory(Connection),
+    /// A restored, prepared datadir (a temporary server is started on it).
+    Datadir(PathBuf),
+}
+
+/// Replays the archive after `backup` up to `target`.
+pub async fn replay_after(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    key: Option<&MasterKey>,
+    target: &Target,
+    into: &ReplayInto,
+) -> Result<ReplayOutcome> {
+    let flavor = backup.manifest.source.flavor;
+    if flavor != Flavor::Mariadb {
+        return Err(Error::ArchiveUnsupported(format!(
+            "a MariaDB backup; {} is from MySQL",
+            backup.manifest.id
+        )));
+    }
+    let tools = ReplayTools {
+        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
+        client: source::find_tool(flavor, ToolJob::Client, None)?,
+    };
+    let archive = manifest::archive_of(&backup.manifest);
+    let segments = store::list(repo.store(), archive).await?.segments;
+    let store = repo.store();
+    match into {
+        ReplayInto::Server(conn) => {
+            replay::apply(store, key, backup, &segments, target, conn, &tools, None).await
+        }
+        ReplayInto::ServerOwnHistory(conn) => {
+            let rebase = Some(server_identity(conn).await?);
+            replay::apply(store, key, backup, &segments, target, conn, &tools, rebase).await
+        }
+        ReplayInto::Datadir(dir) => {
+            let server = offline::find_server()?;
+            offline::replay_into_datadir(
+                store, key, backup, &segments, target, dir, &server, &tools,
+            )
+            .await
+        }
+    }
+}
+
+/// The recovery window of `backup` in the archive that continues it, as it is now.
+pub async fn window(repo: &Repository, backup: &CompleteBackup) -> Result<super::Window> {
+    let archive = manifest::archive_of(&backup.manifest);
+    let segments = store::list(repo.store(), archive).await?.segments;
+    Ok(replay::window_of(backup, &segments)?.0)
+}
+
+/// The server's `gtid_domain_id`, `server_id` and the sequence number after the last its binary
+/// log holds in that domain: what replayed transactions are rewritten to.
+async fn server_identity(conn: &Connection) -> Result<Rebase> {
+    use mysql_async::prelude::Queryable;
+    let query_failed = |e: mysql_async::Error| EngineError::QueryServer(Box::new(e));
+    let mut c = super::connect::connect(conn).await?;
+    let row: Option<(u32, u32, String)> = c
+        .query_first("SELECT @@gtid_domain_id, @@server_id, @@gtid_binlog_pos")
+        .await
+        .map_err(query_failed)?;
+    let _ = c.disconnect().await;
+    let (domain, server_id, pos) =
+        row.ok_or_else(|| query_failed(mysql_async::Error::Other("no row".into())))?;
+    let last = GtidPos::parse(&pos)
+        .map_err(|e| Error::PointInTime(format!("the server's @@gtid_binlog_pos: {e}")))?
+        .gtids()
+        .find(|g| g.domain == domain)
+        .map_or(0, |g| g.seq);
+    Ok(Rebase {
+        domain,
+        server_id,
+        next_seq: last + 1,
+    })
+}

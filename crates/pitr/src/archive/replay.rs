@@ -1,0 +1,413 @@
+//! Point-in-time replay: the archived transactions after a backup's consistent point, up to a
+//! target, written as one binary log and applied through `mariadb-binlog - | mariadb`, so the
+//! server logs them under their original GTIDs. Selection is pure ([`Selector`]); running the
+//! tools is the thin edge ([`apply`]).
+
+use bulwark_engine::Error as EngineError;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tokio::io::AsyncWriteExt;
+
+use super::manifest::SegmentManifest;
+use super::window::{self, Target, Window};
+use crate::binlog::event::BINLOG_MAGIC;
+use crate::binlog::{Assembler, GtidPos, Rebase, Step};
+use crate::error::{Error, Result};
+use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::repo::CompleteBackup;
+use bulwark_engine::source::{Connection, DefaultsFile};
+
+/// Picks the transactions to replay from segment plaintexts given in chain order: those after
+/// `start`, up to the target. A time target takes the longest run of transactions stamped at or
+/// before it (stamps are not ordered under concurrent commits, and a replay must be a prefix of
+/// the log, never a selection from it).
+#[derive(Debug)]
+pub struct Selector {
+    target: Target,
+    reached: GtidPos,
+    format: Option<Vec<u8>>,
+    done: bool,
+    rebase: Option<Rebase>,
+    /// Transactions selected.
+    pub transactions: u64,
+    /// Commit stamp of the last selected transaction.
+    pub last_commit: Option<DateTime<Utc>>,
+}
+
+impl Selector {
+    pub fn new(start: GtidPos, target: Target) -> Selector {
+        Selector {
+            reached: start,
+            target,
+            format: None,
+            done: false,
+            rebase: None,
+            transactions: 0,
+            last_commit: None,
+        }
+    }
+
+    /// Writes the selected transactions under the GTIDs of the server `rebase` describes
+    /// instead of the archived ones.
+    pub fn rebased(mut self, rebase: Rebase) -> Selector {
+        self.rebase = Some(rebase);
+        self
+    }
+
+    /// The position after the selected transactions (in the archive's GTIDs).
+    pub fn reached(&self) -> &GtidPos {
+        &self.reached
+    }
+
+    /// Whether the target has been passed (later segments add nothing).
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// Appends the selected events of one segment's plaintext to `out` (the body of a binlog
+    /// whose magic the caller wrote).
+    pub fn take(&mut self, id: &str, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let damaged = |reason: String| Error::DamagedSegment {
+            id: id.to_string(),
+            reason,
+        };
+        let body = plain
+            .strip_prefix(&BINLOG_MAGIC[..])
+            .ok_or_else(|| damaged("it does not start with the binlog magic".into()))?;
+        let mut assembler = Assembler::default();
+        for event in crate::binlog::event::events(body) {
+            if self.done {
+                break;
+            }
+            let event = event.map_err(damaged)?;
+            match assembler.push(event).map_err(|e| damaged(e.to_string()))? {
+                Step::Format(fde) => {
+                    if self.format.as_deref() != Some(fde.bytes()) {
+                        self.format = Some(fde.bytes().to_vec());
+                        out.extend_from_slice(fde.bytes());
+                    }
+                }
+                Step::Transaction(trx) => {
+                    // Also what an earlier segment gave: a chain listed again after a segment
+                    // was compacted may continue inside a segment.
+                    if self.reached.includes(trx.gtid) {
+                        continue;
+                    }
+                    let wanted = match &self.target {
+                        Target::Latest => true,
+                        Target::Gtid(p) => p.includes(trx.gtid),
+                        Target::Time(t) => i64::from(trx.committed) <= t.timestamp(),
+                    };
+                    if !wanted {
+                        // One domain is a single sequence: nothing after the first transaction
+                        // beyond the target is wanted. Other domains' may still be.
+                        if !matches!(&self.target, Target::Gtid(p) if p.gtids().count() > 1) {
+                            self.done = true;
+                        }
+                        continue;
+                    }
+                    match &mut self.rebase {
+                        Some(rebase) => rebase.transaction(&trx.events, out).map_err(damaged)?,
+                        None => out.extend_from_slice(&trx.events),
+                    }
+                    self.reached.advance(trx.gtid);
+                    self.transactions += 1;
+                    self.last_commit = DateTime::from_timestamp(i64::from(trx.committed), 0);
+                }
+                Step::Nothing | Step::Heartbeat => {}
+            }
+        }
+        if assembler.in_transaction() {
+            return Err(damaged("it ends inside a transaction".into()));
+        }
+        Ok(())
+    }
+
+    /// Checks that a GTID target was reached in full.
+    pub fn finish(&self) -> Result<()> {
+        if let Target::Gtid(p) = &self.target {
+            if !self.reached.covers(p) {
+                return Err(Error::PointInTime(format!(
+                    "the archive reaches {} but not all of GTID {p}",
+                    self.reached
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a replay applied.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplayOutcome {
+    /// Backup whose consistent point the replay started from.
+    pub backup_id: String,
+    /// Segments read.
+    pub segments: usize,
+    /// Transactions applied.
+    pub transactions: u64,
+    /// Binlog bytes applied.
+    pub bytes: u64,
+    /// GTID position after the replay.
+    pub reached: String,
+    /// Commit stamp of the last transaction applied.
+    pub last_commit: Option<DateTime<Utc>>,
+}
+
+/// Why a replay failed, when it did: the cause, not its echoes. A damaged segment stops the
+/// feed; a client that fails (a statement the server refuses) closes its input, so the decoder
+/// dies of SIGPIPE and the feed of a broken pipe after it; a decoder that fails leaves the
+/// client a cut stream.
+fn cause(
+    fed: Result<()>,
+    decoder: (&Path, &std::process::Output),
+    client: (&Path, &std::process::Output),
+) -> Result<()> {
+    use std::os::unix::process::ExitStatusExt;
+    let failed = |(tool, out): (&Path, &std::process::Output)| {
+        Error::from(EngineError::ToolFailed {
+            tool: tool.display().to_string(),
+            status: out.status.to_string(),
+            stderr_tail: String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .chars()
+                .take(2000)
+                .collect(),
+        })
+    };
+    let fed_feed_error = matches!(
+        &fed,
+        Err(Error::Engine(EngineError::LocalIo { action: "feed", .. }))
+    );
+    if !(fed.is_ok() || fed_feed_error) {
+        return fed;
+    }
+    let decoder_echo = decoder.1.status.signal() == Some(libc::SIGPIPE);
+    if !client.1.status.success() && (decoder.1.status.success() || decoder_echo) {
+        return Err(failed(client));
+    }
+    if !decoder.1.status.success() {
+        return Err(failed(decoder));
+    }
+    if !client.1.status.success() {
+        return Err(failed(client));
+    }
+    fed
+}
+
+/// The recovery window of `backup` and the segments of its chain.
+pub fn window_of(
+    backup: &CompleteBackup,
+    segments: &[SegmentManifest],
+) -> Result<(Window, Vec<usize>)> {
+    let m = &backup.manifest;
+    let start = m
+        .consistent_point
+        .gtid_set
+        .as_deref()
+        .map(GtidPos::parse)
+        .transpose()
+        .map_err(Error::PointInTime)?
+        .ok_or_else(|| {
+            Error::PointInTime(format!(
+                "backup {} recorded no GTID position, so no archive can continue it",
+                m.id
+            ))
+        })?;
+    let chain = window::chain_from(segments, &start);
+    Ok((Window::of(start, m.finished_at, &chain), chain.segments))
+}
+
+/// The programs a replay runs.
+#[derive(Debug, Clone)]
+pub struct ReplayTools {
+    /// `mariadb-binlog`: turns the binlog into SQL.
+    pub decoder: std::path::PathBuf,
+    /// `mariadb`: sends the SQL to the server.
+    pub client: std::path::PathBuf,
+}
+
+/// Replays the archive after `backup` up to `target` into the server at `conn`, under the
+/// archived GTIDs or, with `rebase`, under the server's own.
+#[allow(clippy::too_many_arguments)]
+pub async fn apply(
+    store: &Arc<dyn bulwark_engine::store::Store>,
+    key: Option<&MasterKey>,
+    backup: &CompleteBackup,
+    segments: &[SegmentManifest],
+    target: &Target,
+    conn: &Connection,
+    tools: &ReplayTools,
+    rebase: Option<Rebase>,
+) -> Result<ReplayOutcome> {
+    let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
+    let (window, chain) = window_of(backup, segments)?;
+    window.check(target).map_err(Error::PointInTime)?;
+    let mut selector = Selector::new(window.from.clone(), target.clone());
+    if let Some(rebase) = rebase {
+        selector = selector.rebased(rebase);
+    }
+    let defaults = DefaultsFile::create(conn)?;
+    let mut client_args: Vec<String> = defaults.iter().map(|d| d.arg()).collect();
+    client_args.extend(conn.tool_args());
+    let io = |action: &'static str, tool: &Path| {
+        let path = tool.display().to_string();
+        move |source| EngineError::LocalIo {
+            action,
+            path,
+            source,
+        }
+    };
+    let mut client = tokio::process::Command::new(client_tool)
+        .args(&client_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io("start", client_tool))?;
+    let client_in: Stdio = client
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .try_into()
+        .map_err(io("connect to", client_tool))?;
+    let mut decoder = tokio::process::Command::new(binlog_tool)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(client_in)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io("start", binlog_tool))?;
+    let mut to_decoder = decoder.stdin.take().expect("piped stdin");
+    let mut bytes = 0u64;
+    let mut read = 0usize;
+    // The next segment is fetched and verified while the tools apply the current one.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>>)>(1);
+    let archive = super::manifest::archive_of(&backup.manifest);
+    let chain: Vec<SegmentManifest> = chain.iter().map(|i| segments[*i].clone()).collect();
+    let mut feed = super::feed::Feed::new(store, key, archive, chain, window.from.clone());
+    let producer = async move {
+        while let Some((id, plain)) = feed.next().await {
+            let failed = plain.is_err();
+            if tx.send((id, plain)).await.is_err() || failed {
+                return;
+            }
+        }
+    };
+    let consumer = async {
+        while let Some((id, plain)) = rx.recv().await {
+            read += 1;
+            let mut out = Vec::new();
+            if bytes == 0 {
+                out.extend_from_slice(&BINLOG_MAGIC);
+            }
+            selector.take(&id, &plain?, &mut out)?;
+            to_decoder
+                .write_all(&out)
+                .await
+                .map_err(|source| EngineError::LocalIo {
+                    action: "feed",
+                    path: binlog_tool.display().to_string(),
+                    source,
+                })?;
+            bytes += out.len() as u64;
+            if selector.done() {
+                break;
+            }
+        }
+        // Stops the producer when the target came before the end of the chain.
+        drop(rx);
+        Ok::<(), Error>(())
+    };
+    let ((), fed) = futures::future::join(producer, consumer).await;
+    if fed.is_ok() && bytes == 0 {
+        // Nothing after the backup: still a valid (empty) binlog for the tools.
+        let _ = to_decoder.write_all(&BINLOG_MAGIC).await;
+    }
+    drop(to_decoder);
+    let decoded = decoder
+        .wait_with_output()
+        .await
+        .map_err(io("wait for", binlog_tool))?;
+    let applied = client
+        .wait_with_output()
+        .await
+        .map_err(io("wait for", client_tool))?;
+    cause(fed, (binlog_tool, &decoded), (client_tool, &applied))?;
+    selector.finish()?;
+    Ok(ReplayOutcome {
+        backup_id: backup.manifest.id.clone(),
+        segments: read,
+        transactions: selector.transactions,
+        bytes,
+        reached: selector.reached().to_string(),
+        last_commit: selector.last_commit,
+    })
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{ExitStatus, Output};
+
+    fn out(status: ExitStatus, stderr: &str) -> Output {
+        Output {
+            status,
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_cause_of_a_failed_replay_is_named_not_its_echoes() {
+        let ok = out(ExitStatus::from_raw(0), "");
+        let exit1 = |e: &str| out(ExitStatus::from_raw(1 << 8), e);
+        let sigpipe = out(ExitStatus::from_raw(libc::SIGPIPE), "");
+        let broken_pipe = || {
+            Err(EngineError::LocalIo {
+                action: "feed",
+                path: "mariadb-binlog".into(),
+                source: std::io::ErrorKind::BrokenPipe.into(),
+            }
+            .into())
+        };
+        let damaged = || {
+            Err(Error::DamagedSegment {
+                id: "s1".into(),
+                reason: "cut".into(),
+            })
+        };
+        let refused = exit1("ERROR 1950 (HY000): out-of-order");
+        let (unknown, syntax) = (exit1("unknown event"), exit1("syntax"));
+        let cases: Vec<(Result<()>, &Output, &Output, &str)> = vec![
+            (Ok(()), &ok, &ok, "ok"),
+            // The server refused a statement: the client's error, however the decoder ended.
+            (Ok(()), &sigpipe, &refused, "out-of-order"),
+            (broken_pipe(), &sigpipe, &refused, "out-of-order"),
+            (Ok(()), &ok, &refused, "out-of-order"),
+            // The decoder failed: its error, not the client's complaint about a cut stream.
+            (Ok(()), &unknown, &syntax, "unknown event"),
+            // A damaged segment stopped the feed: that is the cause.
+            (damaged(), &ok, &syntax, "s1"),
+            (broken_pipe(), &ok, &ok, "feed"),
+        ];
+        for (fed, decoder, client, want) in cases {
+            let got = cause(
+                fed,
+                (Path::new("mariadb-binlog"), decoder),
+                (Path::new("mariadb"), client),
+            );
+            let shown = match &got {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => crate::error::chain(e),
+            };
+            assert!(shown.contains(want), "{shown} lacks {want}");
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The archive's objects in the repository: listing and loading segment manifests, committing
+//! a segment (chunks through the backup write pipeline, then the manifest), and reading a
+//! segment's verified plaintext back.
+
+use bulwark_engine::Error as EngineError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use super::manifest::{self, SegmentManifest};
+use crate::error::{Error, Result};
+use bulwark_engine::crypto::{DataKey, MasterKey};
+use bulwark_engine::format::{self, EncryptionInfo};
+use bulwark_engine::progress::Progress;
+use bulwark_engine::reader::{self, Depth, WriteSink};
+use bulwark_engine::store::Store;
+
+/// An archive's segments as the repository holds them.
+#[derive(Debug, Default)]
+pub struct ArchiveListing {
+    /// Committed segments no compacted segment supersedes: what chains are built from.
+    pub segments: Vec<SegmentManifest>,
+    /// Committed segments a compacted one holds the transactions of, kept for a grace.
+    pub superseded: Vec<Superseded>,
+    /// Segment ids with objects but no valid manifest.
+    pub incomplete: Vec<IncompleteSegment>,
+}
+
+/// A segment whose transactions a compacted segment holds.
+#[derive(Debug, Clone)]
+pub struct Superseded {
+    pub manifest: SegmentManifest,
+    /// The compacted segment.
+    pub by: String,
+    /// When that segment was written.
+    pub since: DateTime<Utc>,
+}
+
+/// A segment with objects but no manifest that loads.
+#[derive(Debug, Clone)]
+pub struct IncompleteSegment {
+    pub id: String,
+    /// Why it is incomplete ("no manifest", or why the manifest did not load).
+    pub reason: String,
+    /// Whether a manifest exists but did not load (never removed automatically).
+    pub damaged: bool,
+    /// The most recent modification among its objects.
+    pub newest: Option<DateTime<Utc>>,
+}
+
+/// The names of the archives the repository holds.
+pub async fn archives(store: &Arc<dyn Store>) -> Result<Vec<String>> {
+    let objects = store
+        .list(format::BINLOGS_PREFIX)
+        .await
+        .map_err(EngineError::ListRepository)?;
+    let mut names: Vec<String> = objects
+        .iter()
+        .filter_map(|o| o.key[format::BINLOGS_PREFIX.len()..].split_once('/'))
+        .map(|(name, _)| name.to_owned())
+        .filter(|n| manifest::is_archive_name(n))
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// Every archive's segments, by archive name.
+pub async fn list_all(store: &Arc<dyn Store>) -> Result<BTreeMap<String, ArchiveListing>> {
+    let mut out = BTreeMap::new();
+    for name in archives(store).await? {
+        let listing = list(store, &name).await?;
+        out.insert(name, listing);
+    }
+    Ok(out)
+}
+
+/// Lists and loads every segment manifest of archive `archive`.
+pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListing> {
+    let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
+    let objects = store
+        .list(&prefix)
+        .await
+        .map_err(EngineError::ListRepository)?;
+    // Per segment id: whether it has a manifest, and its newest object.
+    let mut by_id: BTreeMap<String, (bool, Option<DateTime<Utc>>)> = BTreeMap::new();
+    for o in &objects {
+        let rest = &o.key[prefix.len()..];
+        if let Some((dir, name)) = rest.split_once('/') {
+            let id = format!("{}{archive}/{dir}", format::ARCHIVE_ID_PREFIX);
+            if manifest::segment_archive(&id) == Some(archive) {
+                let entry = by_id.entry(id).or_default();
+                entry.0 |= name == format::MANIFEST_NAME;
+                entry.1 = entry.1.max(Some(o.last_modified));
+            }
+        }
+    }
+    let loaded: Vec<_> = futures::stream::iter(by_id)
+        .map(|(id, (has_manifest, newest))| async move {
+            let m = if has_manifest {
+                Some(load(store, &id).await)
+            } else {
+                None
+            };
+            (id, m, newest)
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let mut all = Vec::new();
+    let mut listing = ArchiveListing::default();
+    for (id, m, newest) in loaded {
+        let (reason, damaged) = match m {
+            Some(Ok(m)) => {
+                all.push(m);
+                continue;
+            }
+            Some(Err(e)) => (crate::error::chain(&e), true),
+            None => ("no manifest".to_string(), false),
+        };
+        listing.incomplete.push(IncompleteSegment {
+            id,
+            reason,
+            damaged,
+            newest,
+        });
+    }
+    let replaced: BTreeMap<&str, (&str, DateTime<Utc>)> = all
+        .iter()
+        .flat_map(|m| {
+            let since = m.compacted_at.unwrap_or(m.received_at);
+            m.replaces
+                .iter()
+                .map(move |r| (r.as_str(), (m.id.as_str(), since)))
+        })
+        .collect();
+    let (superseded, segments): (Vec<_>, Vec<_>) = all
+        .iter()
+        .cloned()
+        .partition(|m| replaced.contains_key(m.id.as_str()));
+    listing.superseded = superseded
+        .into_iter()
+        .map(|manifest| {
+            let (by, since) = replaced[manifest.id.as_str()];
+            Superseded {
+                by: by.to_string(),
+                since,
+                manifest,
+            }
+        })
+        .collect();
+    listing.segments = segments;
+    Ok(listing)
+}
+
+/// Loads one segment manifest.
+pub async fn load(store: &Arc<dyn Store>, id: &str) -> Result<SegmentManifest> {
+    let raw = store
+        .get(&format::object_key(id, format::MANIFEST_NAME))
+        .await
+        .map_err(|source| EngineError::ReadManifest {
+            id: id.to_string(),
+            source,
+        })?;
+    manifest::parse(id, &raw).map_err(|reason| Error::DamagedSegment {
+        id: id.to_string(),
+        reason,
+    })
+}
+
+/// Stores a segment's plaintext through the write pipeline, then its manifest (the commit
+/// point). `fill` completes the manifest from what was written. On failure the objects
+/// written are deleted (best effort; a leftover has no manifest and is never read).
+pub async fn commit(
+    store: &Arc<dyn Store>,
+    plaintext: Bytes,
+    key: Option<&MasterKey>,
+    write: &bulwark_engine::writer::WriteOptions,
+    mut manifest: SegmentManifest,
+) -> Result<SegmentManifest> {
+    let id = manifest.id.clone();
+    let data_key = key.map(|_| Arc::new(DataKey::generate()));
+    let written = bulwark_engine::writer::write_stream(
+        store,
+        &id,
+        std::io::Cursor::new(plaintext),
+        "binlog archiver",
+        write,
+        data_key.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await;
+    let result = match written {
+        Ok(w) => {
+            manifest.encryption = match (key, &data_key) {
+                (Some(master), Some(dk)) => Some(EncryptionInfo {
+                    algorithm: "AES-256-GCM".into(),
+                    key_id: master.id().to_string(),
+                    wrapped_data_key: master.wrap(&id, dk),
+                }),
+                _ => None,
+            };
+            manifest.plaintext = format::PlaintextInfo {
+                bytes: w.plaintext_bytes,
+                chunks: w.chunks,
+                sha256: w.plaintext_sha256,
+            };
+            manifest.stored_bytes = w.stored_bytes;
+            manifest.segments = w.segments;
+            put_manifest(store, &manifest).await
+        }
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = result {
+        discard(store, &id).await;
+        return Err(e);
+    }
+    Ok(manifest)
+}
+
+/// Writes (or replaces, in one put) a segment's manifest: the segment's commit point.
+pub async fn put_manifest(store: &Arc<dyn Store>, manifest: &SegmentManifest) -> Result<()> {
+    let body = serde_json::to_vec_pretty(manifest).expect("segment manifest serializes");
+    store
+        .put(
+            &format::object_key(&manifest.id, format::MANIFEST_NAME),
+            Bytes::from(body),
+        )
+        .await
+        .map_err(|source| {
+            EngineError::WriteManifest {
+                id: manifest.id.clone(),
+                source,
+            }
+            .into()
+        })
+}
+
+/// Deletes a segment's objects, manifest first (best effort).
+pub async fn discard(store: &Arc<dyn Store>, id: &str) {
+    if let Err(e) = delete(store, id).await {
+        tracing::warn!(segment = id, error = %crate::error::chain(&e), "failed to delete what a failed segment commit wrote; it has no manifest and is never read");
+    }
+}
+
+/// Deletes a segment, manifest first (it stops existing before its data goes).
+pub async fn delete(store: &Arc<dyn Store>, id: &str) -> Result<()> {
+    let manifest = format::object_key(id, format::MANIFEST_NAME);
+    let objects = store
+        .list(&format::object_key(id, ""))
+        .await
+        .map_err(EngineError::ListRepository)?;
+    for key in std::iter::once(manifest.clone()).chain(
+        objects
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| *k != manifest),
+    ) {
+        store
+            .delete(&key)
+            .await
+            .map_err(|source| EngineError::Delete { key, source })?;
+    }
+    Ok(())
+}
+
+/// Reads a segment's plaintext with every check (digests, authentication, totals).
+pub async fn read(
+    store: &Arc<dyn Store>,
+    segment: &SegmentManifest,
+    key: Option<&MasterKey>,
+) -> Result<Vec<u8>> {
+    let data_key = match (&segment.encryption, key) {
+        (Some(info), Some(master)) => Some(Arc::new(master.unwrap(&segment.id, info)?)),
+        (Some(_), None) => {
+            return Err(EngineError::KeyRequired {
+                id: segment.id.clone(),
+            }
+            .into())
+        }
+        _ => None,
+    };
+    let mut sink = WriteSink {
+        out: Vec::with_capacity(segment.plaintext.bytes as usize),
+        what: "memory",
+    };
+    reader::read_backup(
+        store,
+        segment,
+        data_key,
+        Depth::Full,
+        4,
+        Arc::new(Progress::default()),
+        &mut sink,
+    )
+    .await?;
+    Ok(sink.out)
+}

@@ -1,0 +1,41 @@
+//! Errors of archiving, replay, prune and rewrap: the engine's, and those only point-in-time
+//! recovery has. Each names what failed; the reporter prints the chain (`chain`).
+
+pub use bulwark_engine::error::chain;
+
+use crate::binlog::assemble::AssembleError;
+
+/// Errors of point-in-time recovery and the repository-wide operations.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine failed (storage, keys, servers, tools).
+    #[error(transparent)]
+    Engine(#[from] bulwark_engine::Error),
+    #[error("failed to stream binary logs from {target}")]
+    StreamBinlog {
+        target: String,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
+    #[error("failed to archive the binlog stream of {target}")]
+    ArchiveStream {
+        target: String,
+        #[source]
+        source: AssembleError,
+    },
+    #[error("binlog archiving needs {0}")]
+    ArchiveUnsupported(String),
+    #[error("archived binlog segment {id} is damaged: {reason}")]
+    DamagedSegment { id: String, reason: String },
+    #[error("failed to restore to a point in time: {0}")]
+    PointInTime(String),
+}
+
+impl From<bulwark_engine::crypto::KeyError> for Error {
+    fn from(e: bulwark_engine::crypto::KeyError) -> Self {
+        Error::Engine(e.into())
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
