@@ -28,8 +28,8 @@ use crate::pending::{self, PendingRestoreConfig};
 use crate::sql::{self, Source, Statement};
 use crate::topology::{self, Action, Decision, GtidAdoption, Observed, Pending, Situation};
 use bulwark_contract::order::Standing;
-use bulwark_engine::format::Flavor;
-use bulwark_engine::source::{flavor_of, Connection};
+use bulwark_contract::Engine;
+use bulwark_engine::source::{engine_of, Connection};
 
 /// Time to connect to mysqld.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -229,11 +229,11 @@ fn member_status(
 ) -> MemberStatus {
     MemberStatus {
         writes_held,
-        role: role.map(|r| r.role.as_str().to_owned()),
+        role: role.map(|r| r.role),
         epoch: role.map_or(0, |r| r.epoch),
         ready: decision.ready,
         reason: decision.reason.clone(),
-        flavor: o.flavor.to_string(),
+        engine: o.engine,
         read_only: o.read_only,
         super_read_only: o.super_read_only,
         gtid_executed: o.gtid_logged.clone(),
@@ -244,12 +244,7 @@ fn member_status(
         replication: o.replication.as_ref().map(|r| MemberReplication {
             source_host: r.source_host.clone(),
             source_port: r.source_port,
-            io: match r.io {
-                sql::IoState::Running => "running",
-                sql::IoState::Connecting => "connecting",
-                sql::IoState::Stopped => "stopped",
-            }
-            .to_owned(),
+            io: r.io,
             sql_running: r.sql_running,
             relay_applied: r.relay_applied,
             sql_caught_up: r.sql_caught_up,
@@ -543,7 +538,7 @@ struct RestoreState {
 struct Agent {
     config: AgentConfig,
     conn: Option<mysql_async::Conn>,
-    flavor: Flavor,
+    engine: Engine,
     /// `@@version` of the connected server.
     version: String,
     accounts_digest: Option<[u8; 32]>,
@@ -585,7 +580,7 @@ impl Agent {
             fence: None,
             config,
             conn: None,
-            flavor: Flavor::Mariadb,
+            engine: Engine::MariaDb,
             version: String::new(),
             accounts_digest: None,
             converge_after_load: false,
@@ -756,8 +751,8 @@ impl Agent {
                 source: Box::new(e),
             })?;
         let (version, comment) = row.unwrap_or_default();
-        self.flavor = flavor_of(&version, &comment);
-        tracing::info!(flavor = %self.flavor, version = %version, "connected to mysqld");
+        self.engine = engine_of(&version, &comment);
+        tracing::info!(engine = %self.engine, version = %version, "connected to mysqld");
         self.version = version;
         self.conn = Some(conn);
         self.accounts_digest = None;
@@ -765,7 +760,7 @@ impl Agent {
     }
 
     async fn observe(&mut self) -> Result<Observed, AgentError> {
-        let flavor = self.flavor;
+        let engine = self.engine;
         let conn = self.conn.as_mut().expect("connected");
         let observe_err = |what| {
             move |source| AgentError::Observe {
@@ -773,12 +768,12 @@ impl Agent {
                 source: Box::new(source),
             }
         };
-        let vars: Vec<mysql_async::Row> = timed(conn.query(sql::variables_query(flavor)))
+        let vars: Vec<mysql_async::Row> = timed(conn.query(sql::variables_query(engine)))
             .await
             .map_err(observe_err("variables"))?;
         let vars = vars.first().map(row_texts).unwrap_or_default();
         let status: Vec<mysql_async::Row> =
-            timed(conn.query(sql::replication_status_query(flavor)))
+            timed(conn.query(sql::replication_status_query(engine)))
                 .await
                 .map_err(observe_err("replication status"))?;
         let replication = status
@@ -800,9 +795,9 @@ impl Agent {
                 .is_some_and(|v| !matches!(v.as_str(), "0" | "OFF" | "off"))
         };
         Ok(Observed {
-            flavor,
+            engine,
             read_only: flag(0),
-            super_read_only: flavor == Flavor::Mysql && flag(1),
+            super_read_only: engine == Engine::MySql && flag(1),
             gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
             gtid_history: vars.get(5).cloned().flatten().unwrap_or_default(),
             semi_sync_wait: flag(3),
@@ -914,7 +909,7 @@ impl Agent {
     }
 
     async fn apply(&mut self, action: &Action, creds: &Credentials) -> Result<(), AgentError> {
-        let flavor = self.flavor;
+        let engine = self.engine;
         let statements = match action {
             Action::EnsureAccounts => {
                 let passwords = sql::AccountPasswords {
@@ -925,22 +920,22 @@ impl Agent {
                 if self.converge_after_load {
                     // Only a primary loads a backup, so the server is writable here.
                     let root = creds.root.as_ref().filter(|r| !r.is_empty());
-                    sql::converge_after_load(flavor, &passwords, root.map(|r| r.as_str()))
+                    sql::converge_after_load(engine, &passwords, root.map(|r| r.as_str()))
                 } else {
                     // MySQL's super_read_only stops even root: lifted around the change if on.
-                    let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
-                    sql::ensure_accounts(flavor, &passwords, lift)
+                    let lift = engine == Engine::MySql && self.super_read_only().await?;
+                    sql::ensure_accounts(engine, &passwords, lift)
                 }
             }
-            Action::StopReplicationIo => sql::stop_replication_io(flavor),
-            Action::StopReplication => sql::stop_replication(flavor),
-            Action::ResetReplication => sql::reset_replication(flavor),
-            Action::StartReplicationSql => sql::start_replication_sql(flavor),
-            Action::SetSemiSyncWait(on) => sql::set_semi_sync_wait(flavor, *on),
-            Action::FinishPromotion => sql::finish_promotion(flavor),
-            Action::SetWritable => sql::set_writable(flavor),
-            Action::SetReadOnly => sql::set_read_only(flavor),
-            Action::RestartReplicationIo => sql::restart_replication_io(flavor),
+            Action::StopReplicationIo => sql::stop_replication_io(engine),
+            Action::StopReplication => sql::stop_replication(engine),
+            Action::ResetReplication => sql::reset_replication(engine),
+            Action::StartReplicationSql => sql::start_replication_sql(engine),
+            Action::SetSemiSyncWait(on) => sql::set_semi_sync_wait(engine, *on),
+            Action::FinishPromotion => sql::finish_promotion(engine),
+            Action::SetWritable => sql::set_writable(engine),
+            Action::SetReadOnly => sql::set_read_only(engine),
+            Action::RestartReplicationIo => sql::restart_replication_io(engine),
             Action::ReleaseFence => {
                 if let Some(fence) = self.fence.take() {
                     fence.release().await;
@@ -948,14 +943,14 @@ impl Agent {
                 return Ok(());
             }
             Action::ChangeSource { adopt_gtid_pos } => sql::change_source(
-                flavor,
+                engine,
                 &self.source,
                 &creds.replication,
                 adopt_gtid_pos.as_deref(),
             ),
             Action::StartReplication => {
                 self.last_start = Some(Instant::now());
-                sql::start_replication(flavor)
+                sql::start_replication(engine)
             }
             Action::LoadPendingRestore { backup_id } => {
                 self.start_restore(backup_id, creds);
@@ -972,9 +967,9 @@ impl Agent {
                 restored,
                 stop_replication,
             } => {
-                let lift = flavor == Flavor::Mysql && self.super_read_only().await?;
+                let lift = engine == Engine::MySql && self.super_read_only().await?;
                 sql::adopt_restored_gtid(
-                    flavor,
+                    engine,
                     &self.version,
                     &restored.gtid_set,
                     &restored.gtid_history,
@@ -1014,7 +1009,7 @@ impl Agent {
             Action::SetReadOnly => {
                 // MariaDB's read_only lets READ ONLY ADMIN accounts (root) commit; MySQL's
                 // super_read_only stops everyone.
-                if flavor == Flavor::Mariadb {
+                if engine == Engine::MariaDb {
                     self.hold_writes(creds).await;
                 }
                 let keep = self.fence.as_ref().map(|f| f.session);

@@ -247,7 +247,7 @@ pub async fn restore_physical(
     if m.encryption.is_some() && dk.is_none() {
         return Err(bulwark_engine::Error::KeyRequired { id: m.id.clone() }.into());
     }
-    let prepare_tool = source::find_tool(m.source.flavor, ToolJob::Physical, tool)?;
+    let prepare_tool = source::find_tool(m.source.engine, ToolJob::Physical, tool)?;
     let marker = datadir.join(MARKER_NAME);
     outfile::write_atomic(
         &marker,

@@ -12,7 +12,8 @@ use bulwark_cli::args::{
 };
 use bulwark_cli::output::{print_json, LogFormat};
 use bulwark_cli::progress::Reporter;
-use bulwark_engine::format::{Flavor, Method};
+use bulwark_contract::Engine;
+use bulwark_engine::format::Method;
 use bulwark_engine::progress::Progress;
 use bulwark_engine::Error;
 use clap::{Args, Parser, Subcommand};
@@ -75,7 +76,7 @@ pub struct InitArgs {
     pub cluster: String,
     /// Server family.
     #[arg(long, value_parser = bulwark_cli::args::engine_parser(), env = "BULWARK_AGENT_ENGINE")]
-    pub engine: Flavor,
+    pub engine: Engine,
     /// The cluster's configuration, copied into the include directory as bulwark-cluster.cnf.
     #[arg(
         long,
@@ -513,8 +514,9 @@ fn cmd_init(a: InitArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bulwark_contract::command::{self, Argv, Engine, Repository};
+    use bulwark_contract::command::{self, Argv, Repository};
     use bulwark_contract::paths;
+    use bulwark_contract::Engine;
 
     /// Parses what the operator builds; every container logs JSON lines.
     fn parse(argv: Argv) -> AgentCommand {

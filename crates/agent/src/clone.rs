@@ -140,7 +140,7 @@ async fn stream_backup(stream: &mut TcpStream, donor: &Donor) -> Result<u64, Str
     let info = source::probe(&conn)
         .await
         .map_err(|e| bulwark_engine::error::chain(&e))?;
-    let tool = source::find_tool(info.flavor, ToolJob::Physical, None)
+    let tool = source::find_tool(info.engine, ToolJob::Physical, None)
         .map_err(|e| bulwark_engine::error::chain(&e))?;
     let defaults = DefaultsFile::create(&conn).map_err(|e| bulwark_engine::error::chain(&e))?;
     let work = tempfile::Builder::new()

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use bulwark_engine::format::Flavor;
+use bulwark_contract::Engine;
 use bulwark_engine::outfile::{self, OutfileError};
 
 /// Name of the copied cluster configuration in the include directory. It sorts before
@@ -56,7 +56,7 @@ pub struct InitRequest {
     /// Cluster (StatefulSet) name; the headless Service is `<cluster>-headless`.
     pub cluster: String,
     /// Server family.
-    pub engine: Flavor,
+    pub engine: Engine,
     /// The cluster's configuration file, copied as is.
     pub config_file: PathBuf,
     /// mysqld's include directory (`!includedir`).
@@ -116,7 +116,7 @@ pub const REPLICA_NET_TIMEOUT_SECONDS: u32 = 10;
 
 /// The per-pod `[mysqld]` settings. `read_only` starts ON: the agent lifts it once the pod is
 /// labelled primary, so a restarted pod never takes writes before its role is known.
-pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -> String {
+pub fn instance_config(pod: &str, cluster: &str, engine: Engine, ordinal: u32) -> String {
     let mut settings: Vec<(&str, String)> = vec![
         ("server_id", (SERVER_ID_BASE + ordinal).to_string()),
         ("report_host", format!("{pod}.{cluster}-headless")),
@@ -128,7 +128,7 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
         // Replication starts when the agent says so, never by itself at server start: a
         // restored datadir or a demoted primary may hold a configuration the agent must check
         // (or replace) first.
-        Flavor::Mariadb => settings.extend([
+        Engine::MariaDb => settings.extend([
             ("skip_slave_start", "ON".to_string()),
             ("log_slave_updates", "ON".to_string()),
             ("binlog_format", "ROW".to_string()),
@@ -137,7 +137,7 @@ pub fn instance_config(pod: &str, cluster: &str, engine: Flavor, ordinal: u32) -
         ]),
         // binlog_format is ROW by default and deprecated in 8.4; replicas log what they
         // apply by default (log_replica_updates).
-        Flavor::Mysql => settings.extend([
+        Engine::MySql => settings.extend([
             ("skip_replica_start", "ON".to_string()),
             ("gtid_mode", "ON".to_string()),
             ("enforce_gtid_consistency", "ON".to_string()),
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn mariadb_settings() {
         assert_eq!(
-            instance_config("harbor-2", "harbor", Flavor::Mariadb, 2),
+            instance_config("harbor-2", "harbor", Engine::MariaDb, 2),
             "# Written by `bulwark-agent init` for pod harbor-2 of cluster harbor (mariadb),\n\
              # again at every start of the pod: do not edit.\n\
              [mysqld]\n\
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn mysql_settings_leave_binlog_format_alone() {
-        let c = instance_config("harbor-0", "harbor", Flavor::Mysql, 0);
+        let c = instance_config("harbor-0", "harbor", Engine::MySql, 0);
         assert!(c.contains("server_id = 100\n"), "{c}");
         assert!(
             c.contains("report_host = harbor-0.harbor-headless\n"),
@@ -277,7 +277,7 @@ mod tests {
         let mut req = InitRequest {
             pod_name: "harbor-1".into(),
             cluster: "harbor".into(),
-            engine: Flavor::Mariadb,
+            engine: Engine::MariaDb,
             config_file: cfg,
             conf_dir: dir.path().join("conf.d"),
             datadir: Some(dir.path().join("volume/mysql")),

@@ -16,10 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bulwark_contract::clone::CloneRequest;
-use bulwark_contract::command::Engine;
 use bulwark_contract::member::{MemberStatus, STATUS_PATH};
 use bulwark_contract::order::ORDER_KEY;
-use bulwark_engine::format::Flavor;
+use bulwark_contract::{Engine, Role};
 use bulwark_engine::source::{self, ToolIo, ToolJob};
 
 use crate::bootstrap::{self, BootstrapError, DatadirState, RestoredGtid};
@@ -140,16 +139,12 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
         path: key_path.display().to_string(),
         source,
     })?;
-    let flavor = if report.flavor == Flavor::Mysql.to_string() {
-        Flavor::Mysql
-    } else {
-        Flavor::Mariadb
-    };
+    let engine = report.engine;
     tracing::info!(donor = %addr, donor_gtid = %report.gtid_executed, "copying a member's data into the empty datadir");
     bootstrap::mark(datadir, &format!("copying the data of {addr}"))?;
     bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
     bootstrap::clear(datadir)?;
-    let copied = copy(cfg, addr, &key, flavor).await;
+    let copied = copy(cfg, addr, &key, engine).await;
     let copied = match copied {
         Ok(done) => bootstrap::binlog_info_gtid(datadir)
             .map_err(SeedError::from)
@@ -186,7 +181,7 @@ async fn copy(
     cfg: &SeedConfig,
     addr: SocketAddr,
     key: &[u8],
-    flavor: Flavor,
+    engine: Engine,
 ) -> Result<(u64, u64), SeedError> {
     let staging = cfg.datadir.join(bootstrap::STAGING_NAME);
     std::fs::create_dir(&staging).map_err(|source| BootstrapError::CreateStaging {
@@ -204,7 +199,7 @@ async fn copy(
         .await
         .map_err(SeedError::ReceiverTask)??;
     tracing::info!(donor = %addr, bytes = received.bytes, files = received.files, "copy received; preparing");
-    let tool = source::find_tool(flavor, ToolJob::Physical, cfg.tool.as_deref())
+    let tool = source::find_tool(engine, ToolJob::Physical, cfg.tool.as_deref())
         .map_err(SeedError::Prepare)?;
     let args = [
         "--prepare".to_owned(),
@@ -273,25 +268,18 @@ async fn report(addr: SocketAddr) -> Result<MemberStatus, String> {
 /// has (never a member with transactions of its own); among those the one with every
 /// transaction the others have. `None` when no such member has data.
 pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
-    let engine = |r: &MemberStatus| {
-        if r.flavor == "mysql" {
-            Engine::MySql
-        } else {
-            Engine::MariaDb
-        }
-    };
-    let role_is = |i: usize, role: &str| members[i].1.role.as_deref() == Some(role);
-    let primary = (0..members.len()).find(|&i| role_is(i, "primary"));
+    let role_is = |i: usize, role: Role| members[i].1.role == Some(role);
+    let primary = (0..members.len()).find(|&i| role_is(i, Role::Primary));
     let serves = |i: usize| {
         let r = &members[i].1;
         r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
     };
     let replicas: Vec<usize> = (0..members.len())
-        .filter(|&i| serves(i) && role_is(i, "replica"))
+        .filter(|&i| serves(i) && role_is(i, Role::Replica))
         .filter(|&i| {
             primary.is_none_or(|p| {
                 let p = &members[p].1;
-                p.has_all_of(engine(p), &members[i].1)
+                p.has_all_of(p.engine, &members[i].1)
             })
         })
         .collect();
@@ -299,7 +287,7 @@ pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
         let me = &members[i].1;
         replicas
             .iter()
-            .all(|&j| me.has_all_of(engine(me), &members[j].1))
+            .all(|&j| me.has_all_of(me.engine, &members[j].1))
     });
     most_complete.or_else(|| primary.filter(|&p| serves(p)))
 }
@@ -336,14 +324,14 @@ pub fn describe(outcome: &SeedOutcome, datadir: &Path) -> String {
 mod tests {
     use super::*;
 
-    fn member(role: &str, ready: bool, gtid: &str, clone_port: u16) -> MemberStatus {
+    fn member(role: Role, ready: bool, gtid: &str, clone_port: u16) -> MemberStatus {
         MemberStatus {
-            role: Some(role.into()),
+            role: Some(role),
             epoch: 1,
             ready,
             reason: String::new(),
-            flavor: "mariadb".into(),
-            read_only: role != "primary",
+            engine: Engine::MariaDb,
+            read_only: role != Role::Primary,
             super_read_only: false,
             gtid_executed: gtid.into(),
             gtid_history: String::new(),
@@ -363,58 +351,58 @@ mod tests {
             (
                 "a new cluster: nobody has data",
                 vec![
-                    member("primary", true, "", 9082),
-                    member("replica", true, "", 9082),
+                    member(Role::Primary, true, "", 9082),
+                    member(Role::Replica, true, "", 9082),
                 ],
                 None,
             ),
             (
                 "the replica with the most, before the primary",
                 vec![
-                    member("primary", true, "0-100-90", 9082),
-                    member("replica", true, "0-100-80", 9082),
-                    member("replica", true, "0-100-85", 9082),
+                    member(Role::Primary, true, "0-100-90", 9082),
+                    member(Role::Replica, true, "0-100-80", 9082),
+                    member(Role::Replica, true, "0-100-85", 9082),
                 ],
                 Some(2),
             ),
             (
                 "a replica that is not ready is no donor; the primary is",
                 vec![
-                    member("primary", true, "0-100-90", 9082),
-                    member("replica", false, "0-100-85", 9082),
+                    member(Role::Primary, true, "0-100-90", 9082),
+                    member(Role::Replica, false, "0-100-85", 9082),
                 ],
                 Some(0),
             ),
             (
                 "an agent that serves no copies is no donor",
                 vec![
-                    member("primary", true, "0-100-90", 0),
-                    member("replica", true, "0-100-85", 0),
+                    member(Role::Primary, true, "0-100-90", 0),
+                    member(Role::Replica, true, "0-100-85", 0),
                 ],
                 None,
             ),
             (
                 "diverging replicas and no primary: nobody",
                 vec![
-                    member("replica", true, "0-100-90,1-7-3", 9082),
-                    member("replica", true, "0-100-95", 9082),
+                    member(Role::Replica, true, "0-100-90,1-7-3", 9082),
+                    member(Role::Replica, true, "0-100-95", 9082),
                 ],
                 None,
             ),
             (
                 "a replica with a transaction the primary lacks is no donor",
                 vec![
-                    member("primary", true, "0-100-90", 9082),
-                    member("replica", true, "0-100-90,1-7-3", 9082),
-                    member("replica", true, "0-100-80", 9082),
+                    member(Role::Primary, true, "0-100-90", 9082),
+                    member(Role::Replica, true, "0-100-90,1-7-3", 9082),
+                    member(Role::Replica, true, "0-100-80", 9082),
                 ],
                 Some(2),
             ),
             (
                 "replicas ahead of the primary, which is not ready: nobody",
                 vec![
-                    member("primary", false, "0-100-90", 9082),
-                    member("replica", true, "0-100-95", 9082),
+                    member(Role::Primary, false, "0-100-90", 9082),
+                    member(Role::Replica, true, "0-100-95", 9082),
                 ],
                 None,
             ),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bulwark_contract::Account;
 use zeroize::Zeroizing;
 
-use bulwark_engine::format::Flavor;
+use bulwark_contract::Engine;
 
 /// Replication account (REPLICATION SLAVE).
 pub const REPLICATION_USER: &str = Account::Replication.user();
@@ -118,21 +118,21 @@ pub struct AccountPasswords<'a> {
 }
 
 /// Global privileges of each account.
-pub fn grants(flavor: Flavor, user: &str) -> &'static str {
-    match (flavor, user) {
+pub fn grants(engine: Engine, user: &str) -> &'static str {
+    match (engine, user) {
         (_, REPLICATION_USER) => "REPLICATION SLAVE",
         // REPLICATION SLAVE: the binlog archiver streams the binary logs with this account.
-        (Flavor::Mariadb, BACKUP_USER) => {
+        (Engine::MariaDb, BACKUP_USER) => {
             "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, SLAVE MONITOR, CONNECTION ADMIN, \
              REPLICATION SLAVE, SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
         }
-        (Flavor::Mysql, BACKUP_USER) => {
+        (Engine::MySql, BACKUP_USER) => {
             "RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, BACKUP_ADMIN, \
              SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
         }
         // MariaDB 10.5.9+ wants SLAVE MONITOR for SHOW SLAVE STATUS (replication metrics).
-        (Flavor::Mariadb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR, SELECT",
-        (Flavor::Mysql, _) => "PROCESS, REPLICATION CLIENT, SELECT",
+        (Engine::MariaDb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR, SELECT",
+        (Engine::MySql, _) => "PROCESS, REPLICATION CLIENT, SELECT",
     }
 }
 
@@ -141,23 +141,23 @@ pub fn grants(flavor: Flavor, user: &str) -> &'static str {
 /// `super_read_only` (MySQL) blocks even root, so it is lifted around the change; read_only
 /// stays on meanwhile.
 pub fn ensure_accounts(
-    flavor: Flavor,
+    engine: Engine,
     passwords: &AccountPasswords<'_>,
     super_read_only: bool,
 ) -> Vec<Statement> {
     let mut out = session_setup();
-    let lift = flavor == Flavor::Mysql && super_read_only;
+    let lift = engine == Engine::MySql && super_read_only;
     if lift {
         out.push(Statement::plain(LIFT_SUPER_READ_ONLY));
     }
-    out.extend(account_statements(flavor, passwords));
+    out.extend(account_statements(engine, passwords));
     if lift {
         out.push(Statement::plain(RESTORE_SUPER_READ_ONLY));
     }
     out
 }
 
-fn account_statements(flavor: Flavor, passwords: &AccountPasswords<'_>) -> Vec<Statement> {
+fn account_statements(engine: Engine, passwords: &AccountPasswords<'_>) -> Vec<Statement> {
     let mut out = Vec::new();
     let exporter_limits = format!(" WITH MAX_USER_CONNECTIONS {EXPORTER_MAX_CONNECTIONS}");
     let accounts = [
@@ -177,7 +177,7 @@ fn account_statements(flavor: Flavor, passwords: &AccountPasswords<'_>) -> Vec<S
         ));
         out.push(Statement::plain(format!(
             "GRANT {} ON *.* TO {account}",
-            grants(flavor, user)
+            grants(engine, user)
         )));
     }
     out
@@ -188,7 +188,7 @@ fn account_statements(flavor: Flavor, passwords: &AccountPasswords<'_>) -> Vec<S
 /// reached the replicas through the binary log; these statements follow them there, so that
 /// every member ends with this cluster's passwords, not the backup's source's.
 pub fn converge_after_load(
-    flavor: Flavor,
+    engine: Engine,
     passwords: &AccountPasswords<'_>,
     root_password: Option<&str>,
 ) -> Vec<Statement> {
@@ -196,7 +196,7 @@ pub fn converge_after_load(
         Statement::plain("SET SESSION sql_mode = ''"),
         Statement::plain("SET SESSION sql_log_bin = 1"),
     ];
-    out.extend(account_statements(flavor, passwords));
+    out.extend(account_statements(engine, passwords));
     for host in ["localhost", "%"] {
         if let Some(root) = root_password {
             out.push(Statement::with_secret(
@@ -211,10 +211,10 @@ pub fn converge_after_load(
 }
 
 /// Lets the server take writes (a primary).
-pub fn set_writable(flavor: Flavor) -> Vec<Statement> {
-    match flavor {
-        Flavor::Mariadb => vec![Statement::plain("SET GLOBAL read_only = OFF")],
-        Flavor::Mysql => vec![
+pub fn set_writable(engine: Engine) -> Vec<Statement> {
+    match engine {
+        Engine::MariaDb => vec![Statement::plain("SET GLOBAL read_only = OFF")],
+        Engine::MySql => vec![
             Statement::plain(LIFT_SUPER_READ_ONLY),
             Statement::plain("SET GLOBAL read_only = OFF"),
         ],
@@ -222,65 +222,65 @@ pub fn set_writable(flavor: Flavor) -> Vec<Statement> {
 }
 
 /// Stops writes from anyone but replication (a replica).
-pub fn set_read_only(flavor: Flavor) -> Vec<Statement> {
-    match flavor {
-        Flavor::Mariadb => vec![Statement::plain("SET GLOBAL read_only = ON")],
+pub fn set_read_only(engine: Engine) -> Vec<Statement> {
+    match engine {
+        Engine::MariaDb => vec![Statement::plain("SET GLOBAL read_only = ON")],
         // super_read_only ON implies read_only ON.
-        Flavor::Mysql => vec![
+        Engine::MySql => vec![
             Statement::plain("SET GLOBAL read_only = ON"),
             Statement::plain(RESTORE_SUPER_READ_ONLY),
         ],
     }
 }
 
-fn replica_word(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Mariadb => "SLAVE",
-        Flavor::Mysql => "REPLICA",
+fn replica_word(engine: Engine) -> &'static str {
+    match engine {
+        Engine::MariaDb => "SLAVE",
+        Engine::MySql => "REPLICA",
     }
 }
 
 /// Stops receiving (the first step of a promotion: the relay log is applied before the rest).
-pub fn stop_replication_io(flavor: Flavor) -> Vec<Statement> {
+pub fn stop_replication_io(engine: Engine) -> Vec<Statement> {
     vec![Statement::plain(format!(
         "STOP {} IO_THREAD",
-        replica_word(flavor)
+        replica_word(engine)
     ))]
 }
 
 /// Stops both replication threads.
-pub fn stop_replication(flavor: Flavor) -> Vec<Statement> {
-    vec![Statement::plain(format!("STOP {}", replica_word(flavor)))]
+pub fn stop_replication(engine: Engine) -> Vec<Statement> {
+    vec![Statement::plain(format!("STOP {}", replica_word(engine)))]
 }
 
 /// Forgets the replication source (a primary has none).
-pub fn reset_replication(flavor: Flavor) -> Vec<Statement> {
+pub fn reset_replication(engine: Engine) -> Vec<Statement> {
     vec![Statement::plain(format!(
         "RESET {} ALL",
-        replica_word(flavor)
+        replica_word(engine)
     ))]
 }
 
 /// Starts the applier only: a promoted replica applies what it received, from nobody.
-pub fn start_replication_sql(flavor: Flavor) -> Vec<Statement> {
+pub fn start_replication_sql(engine: Engine) -> Vec<Statement> {
     vec![Statement::plain(format!(
         "START {} SQL_THREAD",
-        replica_word(flavor)
+        replica_word(engine)
     ))]
 }
 
 /// Ends a promotion once everything received is applied: both threads stopped and the source
 /// forgotten, in one step (a transaction cut short by the stopped receiver stays in the relay
 /// log unapplied, so a stopped applier could not tell that it is done).
-pub fn finish_promotion(flavor: Flavor) -> Vec<Statement> {
-    let mut out = stop_replication(flavor);
-    out.extend(reset_replication(flavor));
+pub fn finish_promotion(engine: Engine) -> Vec<Statement> {
+    let mut out = stop_replication(engine);
+    out.extend(reset_replication(engine));
     out
 }
 
 /// Starts both replication threads.
-pub fn restart_replication_io(flavor: Flavor) -> Vec<Statement> {
-    let w = replica_word(flavor);
+pub fn restart_replication_io(engine: Engine) -> Vec<Statement> {
+    let w = replica_word(engine);
     vec![
         Statement::plain(format!("STOP {w} IO_THREAD")),
         Statement::plain(format!("START {w} IO_THREAD")),
@@ -313,8 +313,8 @@ pub fn kill_session(id: u64) -> Statement {
     Statement::plain(format!("KILL CONNECTION {id}"))
 }
 
-pub fn start_replication(flavor: Flavor) -> Vec<Statement> {
-    vec![Statement::plain(format!("START {}", replica_word(flavor)))]
+pub fn start_replication(engine: Engine) -> Vec<Statement> {
+    vec![Statement::plain(format!("START {}", replica_word(engine)))]
 }
 
 /// MySQL's statement that empties the binary log and the GTID history: `RESET BINARY LOGS AND
@@ -341,7 +341,7 @@ pub fn mysql_reset_binary_logs(server_version: &str) -> &'static str {
 /// MySQL: the binary logs and GTID history reset, `gtid_purged` set to the set
 /// (`super_read_only`, which would refuse that, lifted around it).
 pub fn adopt_restored_gtid(
-    flavor: Flavor,
+    engine: Engine,
     server_version: &str,
     gtid_set: &str,
     history: &str,
@@ -349,17 +349,17 @@ pub fn adopt_restored_gtid(
     super_read_only: bool,
 ) -> Vec<Statement> {
     let mut out = Vec::new();
-    let lift = flavor == Flavor::Mysql && super_read_only;
+    let lift = engine == Engine::MySql && super_read_only;
     if lift {
         out.push(Statement::plain(LIFT_SUPER_READ_ONLY));
     }
     if stop_replication {
-        out.extend(self::stop_replication(flavor));
-        out.extend(reset_replication(flavor));
+        out.extend(self::stop_replication(engine));
+        out.extend(reset_replication(engine));
     }
     let gtid = quote(gtid_set);
-    match flavor {
-        Flavor::Mariadb => out.extend([
+    match engine {
+        Engine::MariaDb => out.extend([
             Statement::plain("RESET MASTER"),
             Statement::plain(format!(
                 "SET GLOBAL gtid_binlog_state = {}",
@@ -370,7 +370,7 @@ pub fn adopt_restored_gtid(
             )),
             Statement::plain(format!("SET GLOBAL gtid_slave_pos = {gtid}")),
         ]),
-        Flavor::Mysql => {
+        Engine::MySql => {
             out.push(Statement::plain(mysql_reset_binary_logs(server_version)));
             if !gtid_set.is_empty() {
                 out.push(Statement::plain(format!("SET GLOBAL gtid_purged = {gtid}")));
@@ -397,14 +397,14 @@ pub struct Source {
 /// demoted primary needs: its own transactions are in its binary log, not in its
 /// gtid_slave_pos. MySQL's auto-position works from gtid_executed and needs nothing.
 pub fn change_source(
-    flavor: Flavor,
+    engine: Engine,
     source: &Source,
     password: &str,
     adopt_gtid_pos: Option<&str>,
 ) -> Vec<Statement> {
     let mut out = Vec::new();
-    match flavor {
-        Flavor::Mariadb => {
+    match engine {
+        Engine::MariaDb => {
             if let Some(pos) = adopt_gtid_pos {
                 out.push(Statement::plain(format!(
                     "SET GLOBAL gtid_slave_pos = {}",
@@ -423,7 +423,7 @@ pub fn change_source(
                 password,
             ));
         }
-        Flavor::Mysql => out.push(Statement::with_secret(
+        Engine::MySql => out.push(Statement::with_secret(
             &format!(
                 "CHANGE REPLICATION SOURCE TO SOURCE_HOST = {}, SOURCE_PORT = {}, \
                  SOURCE_USER = {}, SOURCE_PASSWORD = {{secret}}, SOURCE_AUTO_POSITION = 1, \
@@ -439,10 +439,10 @@ pub fn change_source(
 }
 
 /// The query that shows replication's state.
-pub fn replication_status_query(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Mariadb => "SHOW SLAVE STATUS",
-        Flavor::Mysql => "SHOW REPLICA STATUS",
+pub fn replication_status_query(engine: Engine) -> &'static str {
+    match engine {
+        Engine::MariaDb => "SHOW SLAVE STATUS",
+        Engine::MySql => "SHOW REPLICA STATUS",
     }
 }
 
@@ -450,9 +450,9 @@ pub fn replication_status_query(flavor: Flavor) -> &'static str {
 ///
 /// The semi-sync columns come from the variable tables, so that a server without them (a MySQL
 /// whose plugins are not loaded) answers NULL instead of failing the whole query.
-pub fn variables_query(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Mariadb => {
+pub fn variables_query(engine: Engine) -> &'static str {
+    match engine {
+        Engine::MariaDb => {
             "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos, \
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES \
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_ENABLED'), \
@@ -460,7 +460,7 @@ pub fn variables_query(flavor: Flavor) -> &'static str {
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'), \
              @@GLOBAL.gtid_binlog_state"
         }
-        Flavor::Mysql => {
+        Engine::MySql => {
             "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_variables \
               WHERE VARIABLE_NAME = 'rpl_semi_sync_source_enabled'), \
@@ -472,25 +472,17 @@ pub fn variables_query(flavor: Flavor) -> &'static str {
 }
 
 /// The primary starts (or stops) waiting for replicas' acknowledgements of its commits.
-pub fn set_semi_sync_wait(flavor: Flavor, on: bool) -> Vec<Statement> {
-    let name = match flavor {
-        Flavor::Mariadb => "rpl_semi_sync_master_enabled",
-        Flavor::Mysql => "rpl_semi_sync_source_enabled",
+pub fn set_semi_sync_wait(engine: Engine, on: bool) -> Vec<Statement> {
+    let name = match engine {
+        Engine::MariaDb => "rpl_semi_sync_master_enabled",
+        Engine::MySql => "rpl_semi_sync_source_enabled",
     };
     let value = if on { "ON" } else { "OFF" };
     vec![Statement::plain(format!("SET GLOBAL {name} = {value}"))]
 }
 
-/// State of the receiving thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoState {
-    /// Connected and receiving.
-    Running,
-    /// Trying to connect.
-    Connecting,
-    /// Stopped.
-    Stopped,
-}
+/// State of the receiving thread (the contract's: the operator reads it in reports).
+pub use bulwark_contract::member::IoState;
 
 /// One replica status row, with the column names of either engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -599,7 +591,7 @@ mod tests {
             backup: "b-pw",
             exporter: "e-pw",
         };
-        let st = converge_after_load(Flavor::Mariadb, &passwords, Some("root-pw"));
+        let st = converge_after_load(Engine::MariaDb, &passwords, Some("root-pw"));
         let text = sql(&st);
         assert_eq!(text[1], "SET SESSION sql_log_bin = 1");
         assert_eq!(text.last().unwrap(), "SET SESSION sql_log_bin = 0");
@@ -618,7 +610,7 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         // Without a root password, root is left as the backup had it.
-        let text = sql(&converge_after_load(Flavor::Mariadb, &passwords, None));
+        let text = sql(&converge_after_load(Engine::MariaDb, &passwords, None));
         assert!(!text.iter().any(|t| t.contains("'root'")), "{text:?}");
     }
 
@@ -629,7 +621,7 @@ mod tests {
             backup: "b",
             exporter: "e",
         };
-        let lifted = ensure_accounts(Flavor::Mysql, &passwords, true);
+        let lifted = ensure_accounts(Engine::MySql, &passwords, true);
         let lift_at = lifted
             .iter()
             .position(|s| s.sql.as_str() == LIFT_SUPER_READ_ONLY)
@@ -645,11 +637,11 @@ mod tests {
             );
         }
         // Nothing lifted (MariaDB, or already writable): nothing to restore.
-        let plain = ensure_accounts(Flavor::Mariadb, &passwords, true);
+        let plain = ensure_accounts(Engine::MariaDb, &passwords, true);
         assert!(after_failure(&plain, plain.len() - 1).is_empty());
         // A seeded member's history continues its donor's up to the copy's position.
         let seeded = adopt_restored_gtid(
-            Flavor::Mariadb,
+            Engine::MariaDb,
             "10.11.9-MariaDB",
             "0-101-600",
             "0-100-500,0-101-590",
@@ -660,22 +652,22 @@ mod tests {
             sql(&seeded)[1],
             "SET GLOBAL gtid_binlog_state = '0-100-500,0-101-600'"
         );
-        let adopt = adopt_restored_gtid(Flavor::Mysql, "8.4.3", "u:1-5", "", true, true);
+        let adopt = adopt_restored_gtid(Engine::MySql, "8.4.3", "u:1-5", "", true, true);
         assert_eq!(sql(&after_failure(&adopt, 2)), [RESTORE_SUPER_READ_ONLY]);
     }
 
     #[test]
     fn role_statements_per_engine() {
-        type Build = fn(Flavor) -> Vec<Statement>;
-        let cases: &[(Build, Flavor, &[&str])] = &[
+        type Build = fn(Engine) -> Vec<Statement>;
+        let cases: &[(Build, Engine, &[&str])] = &[
             (
                 set_writable,
-                Flavor::Mariadb,
+                Engine::MariaDb,
                 &["SET GLOBAL read_only = OFF"],
             ),
             (
                 set_writable,
-                Flavor::Mysql,
+                Engine::MySql,
                 &[
                     "SET GLOBAL super_read_only = OFF",
                     "SET GLOBAL read_only = OFF",
@@ -683,12 +675,12 @@ mod tests {
             ),
             (
                 set_read_only,
-                Flavor::Mariadb,
+                Engine::MariaDb,
                 &["SET GLOBAL read_only = ON"],
             ),
             (
                 set_read_only,
-                Flavor::Mysql,
+                Engine::MySql,
                 &[
                     "SET GLOBAL read_only = ON",
                     "SET GLOBAL super_read_only = ON",
@@ -696,23 +688,23 @@ mod tests {
             ),
             (
                 stop_replication_io,
-                Flavor::Mariadb,
+                Engine::MariaDb,
                 &["STOP SLAVE IO_THREAD"],
             ),
             (
                 stop_replication_io,
-                Flavor::Mysql,
+                Engine::MySql,
                 &["STOP REPLICA IO_THREAD"],
             ),
-            (stop_replication, Flavor::Mariadb, &["STOP SLAVE"]),
-            (stop_replication, Flavor::Mysql, &["STOP REPLICA"]),
-            (reset_replication, Flavor::Mariadb, &["RESET SLAVE ALL"]),
-            (reset_replication, Flavor::Mysql, &["RESET REPLICA ALL"]),
-            (start_replication, Flavor::Mariadb, &["START SLAVE"]),
-            (start_replication, Flavor::Mysql, &["START REPLICA"]),
+            (stop_replication, Engine::MariaDb, &["STOP SLAVE"]),
+            (stop_replication, Engine::MySql, &["STOP REPLICA"]),
+            (reset_replication, Engine::MariaDb, &["RESET SLAVE ALL"]),
+            (reset_replication, Engine::MySql, &["RESET REPLICA ALL"]),
+            (start_replication, Engine::MariaDb, &["START SLAVE"]),
+            (start_replication, Engine::MySql, &["START REPLICA"]),
         ];
-        for (build, flavor, want) in cases {
-            assert_eq!(sql(&build(*flavor)), *want, "{flavor}");
+        for (build, engine, want) in cases {
+            assert_eq!(sql(&build(*engine)), *want, "{engine}");
         }
     }
 
@@ -722,7 +714,7 @@ mod tests {
             host: "harbor-primary".into(),
             port: 3306,
         };
-        let maria = change_source(Flavor::Mariadb, &source, "s3cr'et", None);
+        let maria = change_source(Engine::MariaDb, &source, "s3cr'et", None);
         assert_eq!(
             sql(&maria),
             [
@@ -733,10 +725,10 @@ mod tests {
         );
         assert!(!maria[0].shown.contains("s3cr") && maria[0].shown.contains("<redacted>"));
         assert_eq!(format!("{:?}", maria[0]), maria[0].shown);
-        let demoted = change_source(Flavor::Mariadb, &source, "pw", Some("0-101-42"));
+        let demoted = change_source(Engine::MariaDb, &source, "pw", Some("0-101-42"));
         assert_eq!(sql(&demoted)[0], "SET GLOBAL gtid_slave_pos = '0-101-42'");
         assert_eq!(demoted.len(), 2);
-        let mysql = change_source(Flavor::Mysql, &source, "pw", Some("ignored"));
+        let mysql = change_source(Engine::MySql, &source, "pw", Some("ignored"));
         assert_eq!(
             sql(&mysql),
             [
@@ -751,10 +743,10 @@ mod tests {
     fn restored_gtid_adoption_per_engine_and_version() {
         let maria_set = "0-101-42,1-102-7";
         let mysql_set = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5";
-        type Case<'a> = (Flavor, &'a str, &'a str, bool, bool, &'a [&'a str]);
+        type Case<'a> = (Engine, &'a str, &'a str, bool, bool, &'a [&'a str]);
         let cases: &[Case<'_>] = &[
             (
-                Flavor::Mariadb,
+                Engine::MariaDb,
                 "10.11.6-MariaDB",
                 maria_set,
                 false,
@@ -766,7 +758,7 @@ mod tests {
                 ],
             ),
             (
-                Flavor::Mariadb,
+                Engine::MariaDb,
                 "11.4.2-MariaDB",
                 "",
                 true,
@@ -780,7 +772,7 @@ mod tests {
                 ],
             ),
             (
-                Flavor::Mysql,
+                Engine::MySql,
                 "8.0.36",
                 mysql_set,
                 false,
@@ -791,7 +783,7 @@ mod tests {
                 ],
             ),
             (
-                Flavor::Mysql,
+                Engine::MySql,
                 "8.4.3",
                 mysql_set,
                 true,
@@ -806,7 +798,7 @@ mod tests {
                 ],
             ),
             (
-                Flavor::Mysql,
+                Engine::MySql,
                 "8.2.0",
                 "",
                 false,
@@ -814,7 +806,7 @@ mod tests {
                 &["RESET BINARY LOGS AND GTIDS"],
             ),
             (
-                Flavor::Mysql,
+                Engine::MySql,
                 "8.1.0-commercial",
                 "",
                 false,
@@ -822,13 +814,13 @@ mod tests {
                 &["RESET MASTER"],
             ),
         ];
-        for (flavor, version, gtid, stop, sro, want) in cases {
+        for (engine, version, gtid, stop, sro, want) in cases {
             assert_eq!(
                 sql(&adopt_restored_gtid(
-                    *flavor, version, gtid, "", *stop, *sro
+                    *engine, version, gtid, "", *stop, *sro
                 )),
                 *want,
-                "{flavor} {version}"
+                "{engine} {version}"
             );
         }
     }
@@ -840,7 +832,7 @@ mod tests {
             backup: "b-pw",
             exporter: "e-pw",
         };
-        let maria = ensure_accounts(Flavor::Mariadb, &pw, true);
+        let maria = ensure_accounts(Engine::MariaDb, &pw, true);
         let text = sql(&maria);
         assert_eq!(text[1], "SET SESSION sql_log_bin = 0");
         assert!(text.contains(
@@ -863,13 +855,13 @@ mod tests {
             assert!(!s.contains("-pw"), "password in {s}");
         }
 
-        let mysql = sql(&ensure_accounts(Flavor::Mysql, &pw, true));
+        let mysql = sql(&ensure_accounts(Engine::MySql, &pw, true));
         assert_eq!(mysql[2], "SET GLOBAL super_read_only = OFF");
         assert_eq!(mysql.last().unwrap(), "SET GLOBAL super_read_only = ON");
         assert!(mysql.iter().any(|s| s.starts_with("GRANT RELOAD")
             && s.contains("BACKUP_ADMIN")
             && s.contains("REPLICATION CLIENT")));
-        let writable = sql(&ensure_accounts(Flavor::Mysql, &pw, false));
+        let writable = sql(&ensure_accounts(Engine::MySql, &pw, false));
         assert!(!writable.iter().any(|s| s.contains("super_read_only")));
         assert!(writable.contains(
             &"GRANT PROCESS, REPLICATION CLIENT, SELECT ON *.* TO 'bulwark_exporter'@'%'"

@@ -7,15 +7,14 @@ use std::time::Duration;
 use crate::labels::Role;
 use crate::restored::RestoredGtid;
 use crate::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
-use bulwark_contract::command::Engine;
 use bulwark_contract::gtid;
-use bulwark_engine::format::Flavor;
+use bulwark_contract::Engine;
 
 /// What the server reported in this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     /// Server family.
-    pub flavor: Flavor,
+    pub engine: Engine,
     /// `@@read_only`.
     pub read_only: bool,
     /// `@@super_read_only` (MySQL; always false on MariaDB).
@@ -239,11 +238,7 @@ pub fn decide(s: &Situation<'_>) -> Decision {
             } else {
                 r.gtid_set.as_str()
             };
-            let engine = match o.flavor {
-                Flavor::Mariadb => Engine::MariaDb,
-                Flavor::Mysql => Engine::MySql,
-            };
-            if !gtid::within(engine, &o.gtid_logged, &r.gtid_set) {
+            if !gtid::within(o.engine, &o.gtid_logged, &r.gtid_set) {
                 return wait(format!(
                     "not adopting the GTID position {shown} of restored backup {}: the server \
                      has logged {} since; check it and remove the restored GTID file",
@@ -289,7 +284,7 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
             }
             // MariaDB (GTID mode) empties the relay log when a thread starts while both are
             // stopped; with the receiver still running it keeps it.
-            if r.io != IoState::Stopped || o.flavor == Flavor::Mysql {
+            if r.io != IoState::Stopped || o.engine == Engine::MySql {
                 return act(
                     Action::StartReplicationSql,
                     format!("promoting: applying what was received from {from} first"),
@@ -383,7 +378,7 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
             format!("discarding pending backup {id}: a replica gets the data by replication"),
         );
     }
-    if !o.read_only || (o.flavor == Flavor::Mysql && !o.super_read_only) {
+    if !o.read_only || (o.engine == Engine::MySql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
     }
     match s.fence_hold {
@@ -411,7 +406,7 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     let Some(r) = &o.replication else {
         // No configuration: a new replica, or a primary being demoted, whose own transactions
         // are in its binary log (MariaDB's slave position does not know them).
-        let adopt_gtid_pos = (o.flavor == Flavor::Mariadb && !o.gtid_logged.is_empty())
+        let adopt_gtid_pos = (o.engine == Engine::MariaDb && !o.gtid_logged.is_empty())
             .then(|| o.gtid_logged.clone());
         return act(
             Action::ChangeSource { adopt_gtid_pos },
@@ -504,11 +499,11 @@ mod tests {
         }
     }
 
-    fn observed(flavor: Flavor, read_only: bool, r: Option<ReplicaStatus>) -> Observed {
+    fn observed(engine: Engine, read_only: bool, r: Option<ReplicaStatus>) -> Observed {
         Observed {
-            flavor,
+            engine,
             read_only,
-            super_read_only: flavor == Flavor::Mysql && read_only,
+            super_read_only: engine == Engine::MySql && read_only,
             gtid_logged: String::new(),
             gtid_history: String::new(),
             semi_sync_wait: false,
@@ -565,7 +560,7 @@ mod tests {
     #[test]
     fn decisions() {
         use Action::*;
-        use Flavor::{Mariadb, Mysql};
+        use Engine::{MariaDb, MySql};
         let primary = || Ok(Role::Primary);
         let replica = || Ok(Role::Replica);
         let running = || Some(status(IoState::Running, true));
@@ -591,9 +586,9 @@ mod tests {
         stopped_elsewhere.sql_running = false;
         let mut broken = status(IoState::Stopped, false);
         broken.last_error = "Duplicate entry".into();
-        let mut demoted = observed(Mariadb, true, None);
+        let mut demoted = observed(MariaDb, true, None);
         demoted.gtid_logged = "0-101-42".into();
-        let mut mysql_half_read_only = observed(Mysql, true, running());
+        let mut mysql_half_read_only = observed(MySql, true, running());
         mysql_half_read_only.super_read_only = false;
         let restored = |g: &str| RestoredGtid {
             backup_id: "B1".into(),
@@ -601,15 +596,15 @@ mod tests {
             gtid_history: String::new(),
         };
         let waiting = |g: &str| GtidAdoption::Waiting(restored(g));
-        let mut adopted = observed(Mariadb, true, None);
+        let mut adopted = observed(MariaDb, true, None);
         adopted.gtid_logged = "0-1-500".into();
-        let mut logged_more = observed(Mariadb, true, None);
+        let mut logged_more = observed(MariaDb, true, None);
         logged_more.gtid_logged = "0-100-501".into();
 
-        let mut waiting_read_only = observed(Mariadb, true, None);
+        let mut waiting_read_only = observed(MariaDb, true, None);
         waiting_read_only.semi_sync_wait = true;
         let with_clients = |clients: u32, waiting: bool, r: Option<ReplicaStatus>| {
-            let mut o = observed(Mariadb, r.is_some(), r);
+            let mut o = observed(MariaDb, r.is_some(), r);
             o.semi_sync_clients = clients;
             o.semi_sync_wait = waiting;
             o
@@ -621,7 +616,7 @@ mod tests {
                     "a primary whose server restarted (read-only, not waiting) waits for \
                      acknowledgements before it takes writes, replicas connected or not",
                     primary(),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(
@@ -676,32 +671,32 @@ mod tests {
                 ..case(
                     "accounts come first",
                     primary(),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(Some(EnsureAccounts), false, "accounts"),
             case(
                 "unknown role waits",
                 Err("role unknown: no label".into()),
-                observed(Mariadb, false, None),
+                observed(MariaDb, false, None),
             )
             .then(None, false, "role unknown"),
             case(
                 "writable primary is ready",
                 primary(),
-                observed(Mariadb, false, None),
+                observed(MariaDb, false, None),
             )
             .then(None, true, "primary"),
             case(
                 "read-only primary turns writable",
                 primary(),
-                observed(Mysql, true, None),
+                observed(MySql, true, None),
             )
             .then(Some(SetWritable), false, "read_only off"),
             case(
                 "promotion stops receiving first",
                 primary(),
-                observed(Mariadb, true, running()),
+                observed(MariaDb, true, running()),
             )
             .then(
                 Some(StopReplicationIo),
@@ -711,25 +706,25 @@ mod tests {
             case(
                 "promotion applies the relay log",
                 primary(),
-                observed(Mariadb, true, Some(unapplied)),
+                observed(MariaDb, true, Some(unapplied)),
             )
             .then(None, false, "applying"),
             case(
                 "promotion then stops and resets",
                 primary(),
-                observed(Mariadb, true, Some(status(IoState::Stopped, true))),
+                observed(MariaDb, true, Some(status(IoState::Stopped, true))),
             )
             .then(Some(FinishPromotion), false, "everything received"),
             case(
                 "a transaction cut by the stopped receiver does not block promotion",
                 primary(),
-                observed(Mariadb, true, Some(cut)),
+                observed(MariaDb, true, Some(cut)),
             )
             .then(Some(FinishPromotion), false, "everything received"),
             case(
                 "a stopped applier with unapplied relay log is started, not reset",
                 primary(),
-                observed(Mysql, true, Some(unapplied_stopped.clone())),
+                observed(MySql, true, Some(unapplied_stopped.clone())),
             )
             .then(
                 Some(StartReplicationSql),
@@ -739,25 +734,25 @@ mod tests {
             case(
                 "on MariaDB the applier is started while the receiver still runs",
                 primary(),
-                observed(Mariadb, true, Some(unapplied_receiving)),
+                observed(MariaDb, true, Some(unapplied_receiving)),
             )
             .then(Some(StartReplicationSql), false, "first"),
             case(
                 "on MariaDB, with both threads stopped, a start would discard: halted",
                 primary(),
-                observed(Mariadb, true, Some(unapplied_stopped)),
+                observed(MariaDb, true, Some(unapplied_stopped)),
             )
             .then(None, false, "MariaDB would discard them"),
             case(
                 "a failed applier halts promotion and keeps what was received",
                 primary(),
-                observed(Mariadb, true, Some(unapplied_failed)),
+                observed(MariaDb, true, Some(unapplied_failed)),
             )
             .then(None, false, "promotion halted: applying what was received"),
             case(
                 "promotion resets a configuration with nothing left to apply",
                 primary(),
-                observed(Mariadb, true, Some(status(IoState::Stopped, false))),
+                observed(MariaDb, true, Some(status(IoState::Stopped, false))),
             )
             .then(Some(ResetReplication), false, "removing"),
             Case {
@@ -765,7 +760,7 @@ mod tests {
                 ..case(
                     "pending restore loads",
                     primary(),
-                    observed(Mariadb, false, None),
+                    observed(MariaDb, false, None),
                 )
             }
             .then(
@@ -780,7 +775,7 @@ mod tests {
                 ..case(
                     "loading is not ready",
                     primary(),
-                    observed(Mariadb, false, None),
+                    observed(MariaDb, false, None),
                 )
             }
             .then(None, false, "loading backup B1"),
@@ -792,14 +787,14 @@ mod tests {
                 ..case(
                     "failed load waits",
                     primary(),
-                    observed(Mariadb, false, None),
+                    observed(MariaDb, false, None),
                 )
             }
             .then(None, false, "failed (retrying): boom"),
             case(
                 "writable replica turns read-only",
                 replica(),
-                observed(Mariadb, false, running()),
+                observed(MariaDb, false, running()),
             )
             .then(Some(SetReadOnly), false, "read_only on"),
             case(
@@ -811,7 +806,7 @@ mod tests {
             case(
                 "new replica is configured",
                 replica(),
-                observed(Mariadb, true, None),
+                observed(MariaDb, true, None),
             )
             .then(
                 Some(ChangeSource {
@@ -835,19 +830,19 @@ mod tests {
             case(
                 "running replica is ready",
                 replica(),
-                observed(Mariadb, true, running()),
+                observed(MariaDb, true, running()),
             )
             .then(None, true, "replicating from quay-primary:3306, 0s behind"),
             case(
                 "MySQL running replica is ready",
                 replica(),
-                observed(Mysql, true, running()),
+                observed(MySql, true, running()),
             )
             .then(None, true, "replicating"),
             case(
                 "lagging replica is not ready",
                 replica(),
-                observed(Mariadb, true, Some(lagging)),
+                observed(MariaDb, true, Some(lagging)),
             )
             .then(None, false, "31s behind (at most 30s)"),
             Case {
@@ -882,7 +877,7 @@ mod tests {
                 ..case(
                     "a new primary: the receiver reconnects",
                     replica(),
-                    observed(Mariadb, true, running()),
+                    observed(MariaDb, true, running()),
                 )
             }
             .then(
@@ -895,7 +890,7 @@ mod tests {
                 ..case(
                     "a new primary, replication stopped: started, not restarted",
                     replica(),
-                    observed(Mariadb, true, Some(status(IoState::Stopped, false))),
+                    observed(MariaDb, true, Some(status(IoState::Stopped, false))),
                 )
             }
             .then(Some(StartReplication), false, "stopped"),
@@ -904,20 +899,20 @@ mod tests {
                 ..case(
                     "a new primary, for the new primary: nothing to reconnect",
                     primary(),
-                    observed(Mariadb, false, None),
+                    observed(MariaDb, false, None),
                 )
             }
             .then(None, true, "primary: writable"),
             case(
                 "connecting replica waits",
                 replica(),
-                observed(Mariadb, true, Some(status(IoState::Connecting, true))),
+                observed(MariaDb, true, Some(status(IoState::Connecting, true))),
             )
             .then(None, false, "connecting"),
             case(
                 "stopped replica starts",
                 replica(),
-                observed(Mariadb, true, Some(broken.clone())),
+                observed(MariaDb, true, Some(broken.clone())),
             )
             .then(Some(StartReplication), false, "stopped: Duplicate entry"),
             Case {
@@ -925,14 +920,14 @@ mod tests {
                 ..case(
                     "restart is throttled",
                     replica(),
-                    observed(Mariadb, true, Some(broken)),
+                    observed(MariaDb, true, Some(broken)),
                 )
             }
             .then(None, false, "stopped"),
             case(
                 "moved source: stop first",
                 replica(),
-                observed(Mariadb, true, Some(elsewhere)),
+                observed(MariaDb, true, Some(elsewhere)),
             )
             .then(
                 Some(StopReplication),
@@ -942,7 +937,7 @@ mod tests {
             case(
                 "moved source: then re-point",
                 replica(),
-                observed(Mariadb, true, Some(stopped_elsewhere)),
+                observed(MariaDb, true, Some(stopped_elsewhere)),
             )
             .then(
                 Some(ChangeSource {
@@ -956,7 +951,7 @@ mod tests {
                 ..case(
                     "stale password: re-point",
                     replica(),
-                    observed(Mariadb, true, running()),
+                    observed(MariaDb, true, running()),
                 )
             }
             .then(Some(StopReplication), false, "re-pointing"),
@@ -965,7 +960,7 @@ mod tests {
                 ..case(
                     "replicas never load, and forget the pending load",
                     replica(),
-                    observed(Mariadb, true, running()),
+                    observed(MariaDb, true, running()),
                 )
             }
             .then(
@@ -980,7 +975,7 @@ mod tests {
                 ..case(
                     "restored primary adopts the backup's position first",
                     primary(),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(
@@ -996,7 +991,7 @@ mod tests {
                 ..case(
                     "restored replica adopts it before replicating",
                     replica(),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(
@@ -1012,7 +1007,7 @@ mod tests {
                 ..case(
                     "replication that came with the backup is removed",
                     primary(),
-                    observed(Mysql, true, running()),
+                    observed(MySql, true, running()),
                 )
             }
             .then(
@@ -1053,7 +1048,7 @@ mod tests {
                 ..case(
                     "the role comes first",
                     Err("role unknown: no label".into()),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(None, false, "role unknown"),
@@ -1063,7 +1058,7 @@ mod tests {
                 ..case(
                     "accounts before the position",
                     primary(),
-                    observed(Mariadb, true, None),
+                    observed(MariaDb, true, None),
                 )
             }
             .then(Some(EnsureAccounts), false, "accounts"),

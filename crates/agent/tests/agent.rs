@@ -6,6 +6,8 @@
 
 mod common;
 
+use bulwark_contract::member::IoState;
+use bulwark_contract::{Engine, Role};
 use common::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -168,20 +170,20 @@ fn agents_replicate_switch_over_and_answer_probes() {
         let m = member(&b);
         (m.replication.as_ref()?.relay_applied && m.gtid_executed == logged).then_some(m)
     });
-    assert_eq!(replica.role.as_deref(), Some("replica"));
+    assert_eq!(replica.role, Some(Role::Replica));
     assert!(replica.read_only && replica.ready, "{replica:?}");
     let r = replica.replication.unwrap();
     assert_eq!(
-        (r.io.as_str(), r.sql_running, r.source_port),
-        ("running", true, a_db.port())
+        (r.io, r.sql_running, r.source_port),
+        (IoState::Running, true, a_db.port())
     );
     let primary = member(&a);
-    assert_eq!(primary.role.as_deref(), Some("primary"));
+    assert_eq!(primary.role, Some(Role::Primary));
     assert!(
         !primary.read_only && primary.replication.is_none(),
         "{primary:?}"
     );
-    assert_eq!(primary.flavor, "mariadb");
+    assert_eq!(primary.engine, Engine::MariaDb);
     assert!(primary.age_ms < 10_000, "{primary:?}");
 
     // Switchover: the old primary is made a replica first, then the new primary promoted.
@@ -253,7 +255,6 @@ fn agents_replicate_switch_over_and_answer_probes() {
 /// only once a replica has it, and holds it (however long) while no replica can take it.
 #[test]
 fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
-    use bulwark_contract::command::Engine;
     use bulwark_contract::semisync::SemiSync;
     let work = tempfile::tempdir().unwrap();
     let w = work.path();

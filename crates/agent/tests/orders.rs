@@ -5,9 +5,9 @@
 
 mod common;
 
-use bulwark_contract::command::Engine;
 use bulwark_contract::member::MemberStatus;
 use bulwark_contract::order::RoleOrder;
+use bulwark_contract::Engine;
 use bulwark_contract::Role;
 use common::*;
 use std::io::{BufRead, BufReader, Write};
@@ -116,8 +116,8 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
     assert_eq!(code, 200, "{fenced}\n{}", a.logs());
     let fenced = MemberStatus::from_line(&fenced).unwrap();
     assert_eq!(
-        (fenced.role.as_deref(), fenced.epoch, fenced.read_only),
-        (Some("replica"), 1, true),
+        (fenced.role, fenced.epoch, fenced.read_only),
+        (Some(Role::Replica), 1, true),
         "{fenced:?}"
     );
     assert!(fenced.writes_held, "{fenced:?}");
@@ -152,8 +152,8 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
     assert_eq!(code, 200, "{promoted}\n{}", b.logs());
     let promoted = MemberStatus::from_line(&promoted).unwrap();
     assert_eq!(
-        (promoted.role.as_deref(), promoted.epoch, promoted.read_only),
-        (Some("primary"), 1, false),
+        (promoted.role, promoted.epoch, promoted.read_only),
+        (Some(Role::Primary), 1, false),
         "{promoted:?}"
     );
     assert!(

@@ -165,7 +165,7 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
     );
     assert_same(&snapshot(&a_db).unwrap(), &replica_snapshot(&c_db));
     // Compared by GTID, the seeded member and the others agree: each has all the other has.
-    let engine = bulwark_contract::command::Engine::MariaDb;
+    let engine = bulwark_contract::Engine::MariaDb;
     let reports = wait_for(
         "the members' reports at the same position",
         &[&a, &b, &c],

@@ -162,16 +162,9 @@ fn default_replicas() -> i32 {
     3
 }
 
-/// Database engine of a cluster.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum Engine {
-    /// Oracle MySQL.
-    #[serde(rename = "mysql")]
-    MySql,
-    /// MariaDB.
-    #[serde(rename = "mariadb")]
-    MariaDb,
-}
+/// Database engine of a cluster (the contract's type: one for the API, the command lines, the
+/// repository and the agent).
+pub use bulwark_contract::Engine;
 
 /// Persistent volume of each server instance.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -11,8 +11,9 @@ use clap::{Args, ValueEnum};
 use zeroize::Zeroizing;
 
 use crate::progress;
+use bulwark_contract::Engine;
 use bulwark_engine::crypto::MasterKey;
-use bulwark_engine::format::{Flavor, Method};
+use bulwark_engine::format::Method;
 use bulwark_engine::repo::{CompleteBackup, Repository};
 use bulwark_engine::source::Connection;
 use bulwark_engine::store::{self, S3Options};
@@ -355,10 +356,10 @@ pub fn method_parser() -> impl clap::builder::TypedValueParser<Value = Method> {
 }
 
 /// Parses `--engine`, listing its values in `--help`.
-pub fn engine_parser() -> impl clap::builder::TypedValueParser<Value = Flavor> {
+pub fn engine_parser() -> impl clap::builder::TypedValueParser<Value = Engine> {
     PossibleValuesParser::new(["mariadb", "mysql"]).map(|s| match s.as_str() {
-        "mysql" => Flavor::Mysql,
-        _ => Flavor::Mariadb,
+        "mysql" => Engine::MySql,
+        _ => Engine::MariaDb,
     })
 }
 

@@ -2,7 +2,7 @@
 //! builder yields an [`Argv`]; the binaries' tests parse every builder's output with their real
 //! argument parsers, so both sides cannot drift apart.
 
-use crate::{paths, Account};
+use crate::{paths, Account, Engine};
 
 /// The backup tool (backup and delete Jobs).
 pub const BACKUP_PROGRAM: &str = "mysql-backup";
@@ -53,22 +53,6 @@ impl Argv {
         std::iter::once(self.program.to_owned())
             .chain(self.args.iter().cloned())
             .collect()
-    }
-}
-
-/// Server family, as `--engine` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    MariaDb,
-    MySql,
-}
-
-impl Engine {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::MariaDb => "mariadb",
-            Engine::MySql => "mysql",
-        }
     }
 }
 

@@ -5,15 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::Engine as Flavor;
+use crate::Engine;
 
 /// Whether every transaction in `logged` (what the server reports: `@@gtid_binlog_pos` on
 /// MariaDB, `@@gtid_executed` on MySQL) is within `restored`. Whitespace is ignored; text
 /// that does not parse is never within.
-pub fn within(flavor: Flavor, logged: &str, restored: &str) -> bool {
-    match flavor {
-        Flavor::MariaDb => mariadb_within(logged, restored),
-        Flavor::MySql => mysql_within(logged, restored),
+pub fn within(engine: Engine, logged: &str, restored: &str) -> bool {
+    match engine {
+        Engine::MariaDb => mariadb_within(logged, restored),
+        Engine::MySql => mysql_within(logged, restored),
     }
 }
 
@@ -72,11 +72,11 @@ fn mariadb_within(logged: &str, restored: &str) -> bool {
 /// transaction (`0-100-40`, never replicated) is missing from a new primary that has since
 /// written `0-101-41..200`; the history can: the new primary's last transaction from server
 /// 100 is `0-100-39`. An empty history (a report without one) falls back to the positions.
-pub fn within_history(flavor: Flavor, logged: &str, position: &str, history: &str) -> bool {
-    if !within(flavor, logged, position) {
+pub fn within_history(engine: Engine, logged: &str, position: &str, history: &str) -> bool {
+    if !within(engine, logged, position) {
         return false;
     }
-    if flavor == Flavor::MySql || history.trim().is_empty() {
+    if engine == Engine::MySql || history.trim().is_empty() {
         return true;
     }
     let (Some(logged), Some(history)) = (mariadb_position(logged), mariadb_history(history)) else {
@@ -223,7 +223,7 @@ mod tests {
         ];
         for (logged, restored, want) in cases {
             assert_eq!(
-                within(Flavor::MariaDb, logged, restored),
+                within(Engine::MariaDb, logged, restored),
                 want,
                 "{logged:?} within {restored:?}"
             );
@@ -250,14 +250,14 @@ mod tests {
         ];
         for (logged, position, history, want) in cases {
             assert_eq!(
-                within_history(Flavor::MariaDb, logged, position, history),
+                within_history(Engine::MariaDb, logged, position, history),
                 want,
                 "{logged:?} within {position:?} with history {history:?}"
             );
         }
         let a = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
         assert!(within_history(
-            Flavor::MySql,
+            Engine::MySql,
             &format!("{a}:1-5"),
             &format!("{a}:1-9"),
             "ignored"
@@ -294,13 +294,13 @@ mod tests {
         // an earlier primary: it has it.
         let state = seeded_history("0-101-600", "0-100-500,0-101-590").unwrap();
         assert!(within_history(
-            Flavor::MariaDb,
+            Engine::MariaDb,
             "0-100-500",
             "0-101-600",
             &state
         ));
         assert!(!within_history(
-            Flavor::MariaDb,
+            Engine::MariaDb,
             "0-100-501",
             "0-101-600",
             &state
@@ -333,7 +333,7 @@ mod tests {
         ];
         for (logged, restored, want) in cases {
             assert_eq!(
-                within(Flavor::MySql, &logged, &restored),
+                within(Engine::MySql, &logged, &restored),
                 want,
                 "{logged:?} within {restored:?}"
             );

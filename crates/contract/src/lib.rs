@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod archive;
 pub mod clone;
 pub mod command;
+pub mod engine;
 pub mod gtid;
 pub mod ids;
 pub mod labels;
@@ -20,4 +21,5 @@ pub mod result;
 pub mod semisync;
 
 pub use accounts::Account;
+pub use engine::Engine;
 pub use labels::Role;

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Engine;
 use crate::gtid;
+use crate::{Engine, Role};
 
 /// Path of the report on the agent's port.
 pub const STATUS_PATH: &str = "/status";
@@ -18,15 +18,16 @@ pub const FRESH_QUERY: &str = "fresh";
 pub struct MemberStatus {
     /// The role the agent acts on (its pod's label or the operator's order, whichever is
     /// newer), `None` while unknown.
-    pub role: Option<String>,
+    pub role: Option<Role>,
     /// The epoch of that role (`order`).
     #[serde(default)]
     pub epoch: u64,
     /// The agent's readiness and its reason, as `/readyz` answers.
     pub ready: bool,
     pub reason: String,
-    /// `mariadb` or `mysql`.
-    pub flavor: String,
+    /// The server's engine (`engine` on the wire).
+    #[serde(rename = "flavor")]
+    pub engine: Engine,
     pub read_only: bool,
     /// MySQL only; false on MariaDB.
     pub super_read_only: bool,
@@ -56,14 +57,26 @@ pub struct MemberStatus {
     pub age_ms: u64,
 }
 
+/// State of a replica's receiving thread.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IoState {
+    /// Connected and receiving.
+    Running,
+    /// Trying to connect.
+    Connecting,
+    /// Stopped.
+    Stopped,
+}
+
 /// State of a member's replication.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberReplication {
     pub source_host: String,
     pub source_port: u16,
-    /// Receiving thread: `running`, `connecting` or `stopped`.
-    pub io: String,
+    /// Receiving thread.
+    pub io: IoState,
     pub sql_running: bool,
     /// Everything received is applied.
     pub relay_applied: bool,
@@ -107,11 +120,11 @@ mod tests {
     #[test]
     fn a_report_round_trips_on_one_line() {
         let s = MemberStatus {
-            role: Some("replica".into()),
+            role: Some(Role::Replica),
             epoch: 3,
             ready: true,
             reason: "replica: replicating from quay-primary:3306, 0s behind".into(),
-            flavor: "mariadb".into(),
+            engine: Engine::MariaDb,
             read_only: true,
             super_read_only: false,
             gtid_executed: "0-100-42".into(),
@@ -121,7 +134,7 @@ mod tests {
             replication: Some(MemberReplication {
                 source_host: "quay-primary".into(),
                 source_port: 3306,
-                io: "running".into(),
+                io: IoState::Running,
                 sql_running: true,
                 relay_applied: true,
                 sql_caught_up: true,
@@ -137,6 +150,14 @@ mod tests {
         assert!(line.contains("\"writesHeld\":true"), "{line}");
         assert!(!line.contains('\n'));
         assert!(line.contains("\"gtidExecuted\":\"0-100-42\""), "{line}");
+        // The wire keeps the names every release has sent.
+        for field in [
+            "\"role\":\"replica\"",
+            "\"flavor\":\"mariadb\"",
+            "\"io\":\"running\"",
+        ] {
+            assert!(line.contains(field), "{field} in {line}");
+        }
         assert_eq!(MemberStatus::from_line(&line).unwrap(), s);
     }
 }

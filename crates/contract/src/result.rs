@@ -5,6 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::Engine;
+
 /// Kubernetes keeps at most this many bytes of a termination message.
 pub const LINE_LIMIT: usize = 4096;
 
@@ -26,8 +28,9 @@ pub struct BackupResult {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub duration_seconds: f64,
-    /// `mariadb` or `mysql`.
-    pub flavor: String,
+    /// The source's engine (`engine` on the wire).
+    #[serde(rename = "flavor")]
+    pub engine: Engine,
     pub server_version: String,
     pub source_host: Option<String>,
     /// The program that produced the stream (mariadb-backup, xtrabackup, mariadb-dump, ...).
@@ -132,7 +135,7 @@ mod tests {
             started_at: "2026-11-22T03:16:33Z".parse().unwrap(),
             finished_at: "2026-11-22T03:17:00Z".parse().unwrap(),
             duration_seconds: 27.0,
-            flavor: "mariadb".into(),
+            engine: Engine::MariaDb,
             server_version: "10.11.6-MariaDB".into(),
             source_host: Some("db-1".into()),
             tool: "mariadb-backup".into(),

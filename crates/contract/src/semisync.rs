@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::command::Engine;
+use crate::Engine;
 
 /// What the cluster's spec asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,13 +4,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bulwark_contract::Engine;
 use chrono::Utc;
 
 use crate::crypto::{DataKey, MasterKey};
 use crate::error::{Error, Result};
-use crate::format::{
-    self, Chunking, EncryptionInfo, Flavor, Manifest, Method, PlaintextInfo, SourceInfo,
-};
+use crate::format::{self, Chunking, EncryptionInfo, Manifest, Method, PlaintextInfo, SourceInfo};
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::series;
@@ -59,7 +58,7 @@ pub async fn run(
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> Result<BackupOutcome> {
     let server = source::probe(&req.connection).await?;
-    tracing::info!(flavor = %server.flavor, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
+    tracing::info!(engine = %server.engine, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
     // A physical stream copies the datadir's files; when they are visible here their sizes are
     // a far better estimate than the tables' data sizes.
     let estimate = match req.method {
@@ -79,13 +78,13 @@ pub async fn run(
     };
     progress.total_hint.store(estimate, Ordering::Relaxed);
     let tool_path = source::find_tool(
-        server.flavor,
+        server.engine,
         ToolJob::from(req.method),
         req.tool.as_deref(),
     )?;
     let tool_version = source::tool_version(&tool_path).await;
     if matches!(req.method, Method::Physical) {
-        if let Some(why) = series::mismatch(server.flavor, &tool_version, &server.version) {
+        if let Some(why) = series::mismatch(server.engine, &tool_version, &server.version) {
             return Err(Error::ToolSeries(why));
         }
     }
@@ -108,7 +107,7 @@ pub async fn run(
         ),
         Method::Logical => source::logical_args(
             &req.connection,
-            server.flavor,
+            server.engine,
             &server.version,
             server.log_bin,
             &req.extra_args,
@@ -181,7 +180,7 @@ pub async fn run(
             }
         };
         if req.method == Method::Physical
-            && server.flavor == Flavor::Mariadb
+            && server.engine == Engine::MariaDb
             && server.log_bin
             && consistent_point.binlog_file.is_none()
         {
@@ -204,7 +203,7 @@ pub async fn run(
             finished_at: Utc::now(),
             source: SourceInfo {
                 host: server.hostname.clone(),
-                flavor: server.flavor,
+                engine: server.engine,
                 server_version: server.version.clone(),
                 tool: tool_name.clone(),
                 tool_version,

@@ -1,6 +1,7 @@
 //! Repository format v1: object layout, manifest and segment index types, and the
 //! byte-level conventions (nonces, associated data, skippable frames) shared by writer and reader.
 
+use bulwark_contract::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -47,25 +48,6 @@ impl std::fmt::Display for Method {
     }
 }
 
-/// Server family, which decides the tools used to back up and restore.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Flavor {
-    /// Oracle MySQL or Percona Server (xtrabackup, mysqldump, mysql).
-    Mysql,
-    /// MariaDB (mariabackup, mariadb-dump, mariadb).
-    Mariadb,
-}
-
-impl std::fmt::Display for Flavor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Flavor::Mysql => "mysql",
-            Flavor::Mariadb => "mariadb",
-        })
-    }
-}
-
 /// The commit record of one backup. Its presence is what makes a backup exist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -106,7 +88,8 @@ pub struct SourceInfo {
     /// Host name reported by the server (`@@hostname`).
     pub host: String,
     /// Server family.
-    pub flavor: Flavor,
+    #[serde(rename = "flavor")]
+    pub engine: Engine,
     /// `@@version` of the server.
     pub server_version: String,
     /// Program that produced the stream.
@@ -322,6 +305,21 @@ pub fn parse_index_frame(frame: &[u8]) -> Result<SegmentIndex, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_keeps_the_field_names_every_manifest_has() {
+        let source = SourceInfo {
+            host: "db-0".into(),
+            engine: Engine::MariaDb,
+            server_version: "10.11.19-MariaDB-log".into(),
+            tool: "mariadb-backup".into(),
+            tool_version: "10.11.19".into(),
+        };
+        let json = serde_json::to_value(&source).unwrap();
+        assert_eq!(json["flavor"], "mariadb", "{json}");
+        let read: SourceInfo = serde_json::from_value(json).unwrap();
+        assert_eq!(read.engine, Engine::MariaDb);
+    }
 
     #[test]
     fn backup_ids_round_trip_and_sort_by_time() {

@@ -16,7 +16,7 @@ pub fn backup_result(b: &CompleteBackup, location: Option<String>) -> BackupResu
         started_at: m.started_at,
         finished_at: m.finished_at,
         duration_seconds: (m.finished_at - m.started_at).num_milliseconds() as f64 / 1000.0,
-        flavor: m.source.flavor.to_string(),
+        engine: m.source.engine,
         server_version: m.source.server_version.clone(),
         source_host: Some(m.source.host.clone()),
         tool: m.source.tool.clone(),

@@ -273,9 +273,9 @@ async fn restore_physical(
     let m = &backup.manifest;
     check_target(path, force)?;
     let prepare_tool = if prepare {
-        let t = source::find_tool(m.source.flavor, ToolJob::Physical, tool)?;
+        let t = source::find_tool(m.source.engine, ToolJob::Physical, tool)?;
         let line = source::tool_version(&t).await;
-        if let Some(why) = crate::series::mismatch(m.source.flavor, &line, &m.source.server_version)
+        if let Some(why) = crate::series::mismatch(m.source.engine, &line, &m.source.server_version)
         {
             return Err(Error::ToolSeries(why));
         }
@@ -497,7 +497,7 @@ async fn restore_logical(
     progress: Arc<Progress>,
 ) -> Result<RestoreOutcome> {
     let m = &backup.manifest;
-    let client = source::find_tool(m.source.flavor, ToolJob::Client, tool)?;
+    let client = source::find_tool(m.source.engine, ToolJob::Client, tool)?;
     // Reach the server before anything else, so a wrong address fails fast.
     source::probe(conn).await?;
     if verify_first {

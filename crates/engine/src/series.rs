@@ -3,7 +3,7 @@
 //! MySQL series: a tool of another series fails late and obscurely or, worse, copies files it
 //! cannot prepare. Physical backups and prepares are refused up front instead.
 
-use crate::format::Flavor;
+use bulwark_contract::Engine;
 
 /// A `major.minor` release series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,15 +50,15 @@ pub fn of_tool(version_line: &str) -> Option<Series> {
 
 /// Why a physical tool cannot handle a server's data files, if it cannot. A tool whose
 /// version line cannot be read is not refused (the tool itself then decides).
-pub fn mismatch(flavor: Flavor, tool_line: &str, server_version: &str) -> Option<String> {
+pub fn mismatch(engine: Engine, tool_line: &str, server_version: &str) -> Option<String> {
     let tool = of_tool(tool_line)?;
     let server = of_version(server_version)?;
     if tool == server {
         return None;
     }
-    let (product, tool_name) = match flavor {
-        Flavor::Mariadb => ("MariaDB", "mariadb-backup"),
-        Flavor::Mysql => ("MySQL", "xtrabackup"),
+    let (product, tool_name) = match engine {
+        Engine::MariaDb => ("MariaDB", "mariadb-backup"),
+        Engine::MySql => ("MySQL", "xtrabackup"),
     };
     Some(format!(
         "{tool_name} {tool} cannot handle the data files of {product} {server} (server {}): physical backups and restores need the {tool_name} of the server's release series; use a backup image or tool built for {product} {server}, or a logical backup",
@@ -110,23 +110,23 @@ mod tests {
         let maria =
             "mariadb-backup based on MariaDB server 10.11.6-MariaDB debian-linux-gnu (x86_64)";
         let xtra = "xtrabackup version 8.4.0-1 based on MySQL server 8.4.0 Linux (x86_64)";
-        // (flavor, tool line, server version, refused)
+        // (engine, tool line, server version, refused)
         let cases = [
-            (Flavor::Mariadb, maria, "10.11.9-MariaDB-log", false),
-            (Flavor::Mariadb, maria, "11.4.2-MariaDB", true),
-            (Flavor::Mariadb, maria, "10.6.18-MariaDB", true),
-            (Flavor::Mysql, xtra, "8.4.2", false),
-            (Flavor::Mysql, xtra, "8.0.36", true),
+            (Engine::MariaDb, maria, "10.11.9-MariaDB-log", false),
+            (Engine::MariaDb, maria, "11.4.2-MariaDB", true),
+            (Engine::MariaDb, maria, "10.6.18-MariaDB", true),
+            (Engine::MySql, xtra, "8.4.2", false),
+            (Engine::MySql, xtra, "8.0.36", true),
             // Unreadable versions are left to the tool.
-            (Flavor::Mariadb, "mariadb-backup ?", "11.4.2-MariaDB", false),
-            (Flavor::Mysql, xtra, "", false),
+            (Engine::MariaDb, "mariadb-backup ?", "11.4.2-MariaDB", false),
+            (Engine::MySql, xtra, "", false),
         ];
-        for (flavor, tool, server, refused) in cases {
-            let got = mismatch(flavor, tool, server);
+        for (engine, tool, server, refused) in cases {
+            let got = mismatch(engine, tool, server);
             assert_eq!(got.is_some(), refused, "{tool} / {server}: {got:?}");
         }
         assert_eq!(
-            mismatch(Flavor::Mariadb, maria, "11.4.2-MariaDB").unwrap(),
+            mismatch(Engine::MariaDb, maria, "11.4.2-MariaDB").unwrap(),
             "mariadb-backup 10.11 cannot handle the data files of MariaDB 11.4 (server 11.4.2-MariaDB): physical backups and restores need the mariadb-backup of the server's release series; use a backup image or tool built for MariaDB 11.4, or a logical backup"
         );
     }

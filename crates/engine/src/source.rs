@@ -11,7 +11,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
-use crate::format::{ConsistentPoint, Flavor, Method};
+use crate::format::{ConsistentPoint, Method};
+use bulwark_contract::Engine;
 
 /// The completion line the physical tools print last.
 pub const PHYSICAL_COMPLETION: &str = "completed OK!";
@@ -91,7 +92,7 @@ impl Connection {
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
     /// Family.
-    pub flavor: Flavor,
+    pub engine: Engine,
     /// `@@version`.
     pub version: String,
     /// `@@hostname`.
@@ -105,13 +106,13 @@ pub struct ServerInfo {
 }
 
 /// Family of a server from its version string.
-pub fn flavor_of(version: &str, comment: &str) -> Flavor {
+pub fn engine_of(version: &str, comment: &str) -> Engine {
     if version.to_ascii_lowercase().contains("mariadb")
         || comment.to_ascii_lowercase().contains("mariadb")
     {
-        Flavor::Mariadb
+        Engine::MariaDb
     } else {
-        Flavor::Mysql
+        Engine::MySql
     }
 }
 
@@ -145,7 +146,7 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
         .map_err(|e| Error::QueryServer(Box::new(e)))?;
     let _ = c.disconnect().await;
     Ok(ServerInfo {
-        flavor: flavor_of(&version, &comment),
+        engine: engine_of(&version, &comment),
         version,
         hostname,
         datadir,
@@ -155,16 +156,16 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
 }
 
 /// Programs tried, in order, for a job.
-pub fn tool_candidates(flavor: Flavor, job: ToolJob) -> &'static [&'static str] {
-    match (flavor, job) {
-        (Flavor::Mariadb, ToolJob::Physical) => &["mariadb-backup", "mariabackup"],
-        (Flavor::Mysql, ToolJob::Physical) => &["xtrabackup"],
-        (Flavor::Mariadb, ToolJob::Logical) => &["mariadb-dump", "mysqldump"],
-        (Flavor::Mysql, ToolJob::Logical) => &["mysqldump"],
-        (Flavor::Mariadb, ToolJob::Client) => &["mariadb", "mysql"],
-        (Flavor::Mysql, ToolJob::Client) => &["mysql"],
-        (Flavor::Mariadb, ToolJob::BinlogDecoder) => &["mariadb-binlog", "mysqlbinlog"],
-        (Flavor::Mysql, ToolJob::BinlogDecoder) => &["mysqlbinlog"],
+pub fn tool_candidates(engine: Engine, job: ToolJob) -> &'static [&'static str] {
+    match (engine, job) {
+        (Engine::MariaDb, ToolJob::Physical) => &["mariadb-backup", "mariabackup"],
+        (Engine::MySql, ToolJob::Physical) => &["xtrabackup"],
+        (Engine::MariaDb, ToolJob::Logical) => &["mariadb-dump", "mysqldump"],
+        (Engine::MySql, ToolJob::Logical) => &["mysqldump"],
+        (Engine::MariaDb, ToolJob::Client) => &["mariadb", "mysql"],
+        (Engine::MySql, ToolJob::Client) => &["mysql"],
+        (Engine::MariaDb, ToolJob::BinlogDecoder) => &["mariadb-binlog", "mysqlbinlog"],
+        (Engine::MySql, ToolJob::BinlogDecoder) => &["mysqlbinlog"],
     }
 }
 
@@ -191,10 +192,10 @@ impl From<Method> for ToolJob {
 }
 
 /// Finds the tool: the override if given (a name or path), else the first candidate on PATH.
-pub fn find_tool(flavor: Flavor, job: ToolJob, override_: Option<&str>) -> Result<PathBuf> {
+pub fn find_tool(engine: Engine, job: ToolJob, override_: Option<&str>) -> Result<PathBuf> {
     let candidates: Vec<&str> = match override_ {
         Some(t) => vec![t],
-        None => tool_candidates(flavor, job).to_vec(),
+        None => tool_candidates(engine, job).to_vec(),
     };
     for c in &candidates {
         if c.contains('/') {
@@ -315,7 +316,7 @@ pub fn physical_args(
 /// recorded as comments when binary logging is on.
 pub fn logical_args(
     conn: &Connection,
-    flavor: Flavor,
+    engine: Engine,
     server_version: &str,
     log_bin: bool,
     extra: &[String],
@@ -335,12 +336,12 @@ pub fn logical_args(
     .map(|s| s.to_string())
     .collect();
     if log_bin {
-        match flavor {
-            Flavor::Mariadb => {
+        match engine {
+            Engine::MariaDb => {
                 args.push("--master-data=2".into());
                 args.push("--gtid".into());
             }
-            Flavor::Mysql => {
+            Engine::MySql => {
                 // MySQL 8.0.26 renamed --master-data; 8.4 removed the old name.
                 let (major, minor, patch) = parse_version(server_version);
                 if (major, minor, patch) >= (8, 0, 26) {
@@ -627,7 +628,7 @@ mod tests {
     }
 
     #[test]
-    fn dump_heads_of_both_flavors() {
+    fn dump_heads_of_both_engines() {
         let maria = b"-- MariaDB dump\n-- CHANGE MASTER TO MASTER_USE_GTID=slave_pos;\n-- SET GLOBAL gtid_slave_pos='0-1-2';\n-- CHANGE MASTER TO MASTER_LOG_FILE='mysql-bin.000001', MASTER_LOG_POS=623;\n-- Current Database: `x`\n-- CHANGE MASTER TO MASTER_LOG_FILE='later', MASTER_LOG_POS=1;\n";
         let p = parse_dump_head(maria);
         assert_eq!(
@@ -671,16 +672,16 @@ mod tests {
             user: Some("bk".into()),
             ..Default::default()
         };
-        let new = logical_args(&conn, Flavor::Mysql, "8.4.2", true, &[]);
+        let new = logical_args(&conn, Engine::MySql, "8.4.2", true, &[]);
         assert!(
             new.contains(&"--source-data=2".to_string())
                 && new.contains(&"--set-gtid-purged=AUTO".to_string())
         );
-        let old = logical_args(&conn, Flavor::Mysql, "8.0.25-15", true, &[]);
+        let old = logical_args(&conn, Engine::MySql, "8.0.25-15", true, &[]);
         assert!(old.contains(&"--master-data=2".to_string()));
         let maria = logical_args(
             &conn,
-            Flavor::Mariadb,
+            Engine::MariaDb,
             "10.11.6-MariaDB",
             true,
             &["--skip-lock-tables".into()],
@@ -688,27 +689,27 @@ mod tests {
         assert!(
             maria.contains(&"--gtid".to_string()) && maria.last().unwrap() == "--skip-lock-tables"
         );
-        let nobin = logical_args(&conn, Flavor::Mariadb, "10.11.6-MariaDB", false, &[]);
+        let nobin = logical_args(&conn, Engine::MariaDb, "10.11.6-MariaDB", false, &[]);
         assert!(!nobin.iter().any(|a| a.contains("master-data")));
         assert!(new.contains(&"--host=db".to_string()) && new.contains(&"--port=3307".to_string()));
     }
 
     #[test]
-    fn flavor_detection_and_tools() {
+    fn engine_detection_and_tools() {
         assert_eq!(
-            flavor_of("10.11.6-MariaDB-0+deb12u1", "Debian 12"),
-            Flavor::Mariadb
+            engine_of("10.11.6-MariaDB-0+deb12u1", "Debian 12"),
+            Engine::MariaDb
         );
         assert_eq!(
-            flavor_of("8.0.36", "MySQL Community Server - GPL"),
-            Flavor::Mysql
+            engine_of("8.0.36", "MySQL Community Server - GPL"),
+            Engine::MySql
         );
         assert_eq!(
-            flavor_of("8.0.36-28", "Percona Server (GPL)"),
-            Flavor::Mysql
+            engine_of("8.0.36-28", "Percona Server (GPL)"),
+            Engine::MySql
         );
         assert_eq!(
-            tool_candidates(Flavor::Mysql, ToolJob::Physical),
+            tool_candidates(Engine::MySql, ToolJob::Physical),
             &["xtrabackup"]
         );
     }

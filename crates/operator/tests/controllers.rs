@@ -371,7 +371,7 @@ fn result_json(id: &str) -> String {
         started_at: "2026-11-22T03:00:00Z".parse().unwrap(),
         finished_at: "2026-11-22T03:04:10Z".parse().unwrap(),
         duration_seconds: 250.0,
-        flavor: "mariadb".into(),
+        engine: bulwark_contract::Engine::MariaDb,
         server_version: "11.4.4-MariaDB".into(),
         source_host: Some("vault-1".into()),
         tool: "mariadb-backup".into(),
@@ -543,7 +543,7 @@ async fn a_cluster_gets_its_objects_and_updates_patch_them_in_place() {
     let init = &pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(
         argv_of(init),
-        command::Init::for_pod("ledger", command::Engine::MariaDb, true).argv()
+        command::Init::for_pod("ledger", bulwark_contract::Engine::MariaDb, true).argv()
     );
     assert_eq!(
         argv_of(&pod.containers[1]),

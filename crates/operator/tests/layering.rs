@@ -96,7 +96,7 @@ fn rules() -> BTreeMap<&'static str, (Vec<&'static str>, Vec<&'static str>)> {
                 with(&command_line),
             ),
         ),
-        ("cli", (vec!["engine", "pitr"], with(&[]))),
+        ("cli", (vec!["engine", "pitr", "contract"], with(&[]))),
         (
             "backup",
             (
@@ -108,7 +108,7 @@ fn rules() -> BTreeMap<&'static str, (Vec<&'static str>, Vec<&'static str>)> {
             "agent",
             (vec!["contract", "engine", "pitr", "cli", "http"], with(&[])),
         ),
-        ("api", (vec![], vec!["bulwark-contract", "tokio"])),
+        ("api", (vec!["contract"], vec!["tokio"])),
         (
             "operator",
             (

@@ -68,7 +68,7 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 m.method.to_string(),
                 format!(
                     "{} {}",
-                    m.source.flavor,
+                    m.source.engine,
                     m.source.server_version.split('-').next().unwrap_or("")
                 ),
                 human_bytes(m.plaintext.bytes),

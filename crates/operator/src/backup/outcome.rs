@@ -182,7 +182,7 @@ mod tests {
             started_at: "2026-11-22T03:00:01Z".parse().unwrap(),
             finished_at: "2026-11-22T03:04:00Z".parse().unwrap(),
             duration_seconds: 239.0,
-            flavor: "mariadb".into(),
+            engine: bulwark_contract::Engine::MariaDb,
             server_version: "10.11.6-MariaDB".into(),
             source_host: Some("tide-1".into()),
             tool: "mariadb-backup".into(),

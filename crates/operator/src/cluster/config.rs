@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use bulwark_api::cluster::Engine;
 use bulwark_api::MySQLClusterSpec;
-use bulwark_contract::command;
 use bulwark_contract::semisync::SemiSync;
 
 /// Options the operator sets unless the user overrides them.
@@ -24,14 +23,6 @@ fn defaults(engine: Engine) -> BTreeMap<&'static str, &'static str> {
         d.insert("mysqlx", "OFF");
     }
     d
-}
-
-/// The engine as the contract with the pods spells it.
-pub fn contract_engine(engine: Engine) -> command::Engine {
-    match engine {
-        Engine::MariaDb => command::Engine::MariaDb,
-        Engine::MySql => command::Engine::MySql,
-    }
 }
 
 /// The semi-synchronous replication a spec asks for.
@@ -86,7 +77,7 @@ pub fn render(spec: &MySQLClusterSpec) -> String {
         };
         options.insert("plugin_load_add".to_owned(), plugins);
     }
-    for (k, v) in semi_sync(spec).server_options(contract_engine(engine)) {
+    for (k, v) in semi_sync(spec).server_options(engine) {
         options.insert(k.to_owned(), v);
     }
     let mut out =

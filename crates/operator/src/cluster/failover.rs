@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use bulwark_contract::command::Engine;
+use bulwark_contract::member::IoState;
+use bulwark_contract::Engine;
 use bulwark_contract::Role;
 
 use super::roles::MemberView;
@@ -49,7 +50,7 @@ pub fn primary_lost(primary: &str, members: &[MemberView]) -> Option<String> {
     if let Some((m, _)) = replicas.iter().find(|(_, r)| {
         r.replication
             .as_ref()
-            .is_some_and(|rep| rep.io == "running")
+            .is_some_and(|rep| rep.io == IoState::Running)
     }) {
         tracing::debug!(primary, receiving = %m.pod, "primary unreachable but a replica still receives");
         return None;
@@ -136,13 +137,13 @@ mod tests {
     use super::*;
     use bulwark_contract::member::MemberReplication;
 
-    fn replica(pod: &str, gtid: &str, io: &str, applied: bool) -> MemberView {
+    fn replica(pod: &str, gtid: &str, io: IoState, applied: bool) -> MemberView {
         let mut report = super::super::roles::sample_report(gtid);
-        report.role = Some("replica".into());
+        report.role = Some(Role::Replica);
         report.replication = Some(MemberReplication {
             source_host: "db-primary".into(),
             source_port: 3306,
-            io: io.into(),
+            io,
             sql_running: true,
             relay_applied: applied,
             sql_caught_up: applied,
@@ -197,10 +198,10 @@ mod tests {
                 "a primary that reports is healthy",
                 vec![
                     MemberView {
-                        report: replica("db-0", "0-100-9", "stopped", true).report,
+                        report: replica("db-0", "0-100-9", IoState::Stopped, true).report,
                         ..gone("db-0")
                     },
-                    replica("db-1", "0-100-9", "connecting", true),
+                    replica("db-1", "0-100-9", IoState::Connecting, true),
                 ],
                 lost(300),
                 AFTER,
@@ -208,21 +209,30 @@ mod tests {
             ),
             (
                 "not lost while a replica still receives",
-                vec![gone("db-0"), replica("db-1", "0-100-9", "running", true)],
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-9", IoState::Running, true),
+                ],
                 lost(300),
                 AFTER,
                 Err(""),
             ),
             (
                 "lost, within the grace",
-                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-9", IoState::Connecting, true),
+                ],
                 lost(10),
                 AFTER,
                 Err("a replica takes over once it has been lost for 30s"),
             ),
             (
                 "failover off",
-                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-9", IoState::Connecting, true),
+                ],
                 lost(300),
                 Duration::ZERO,
                 Err("automatic failover is off"),
@@ -231,8 +241,8 @@ mod tests {
                 "the most advanced replica is promoted",
                 vec![
                     gone("db-0"),
-                    replica("db-1", "0-100-7", "connecting", true),
-                    replica("db-2", "0-100-9", "connecting", true),
+                    replica("db-1", "0-100-7", IoState::Connecting, true),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
                 ],
                 lost(31),
                 AFTER,
@@ -242,8 +252,8 @@ mod tests {
                 "a replica still applying makes the choice wait",
                 vec![
                     gone("db-0"),
-                    replica("db-1", "0-100-7", "stopped", false),
-                    replica("db-2", "0-100-9", "connecting", true),
+                    replica("db-1", "0-100-7", IoState::Stopped, false),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
                 ],
                 lost(31),
                 AFTER,
@@ -253,8 +263,8 @@ mod tests {
                 "diverging replicas: nobody",
                 vec![
                     gone("db-0"),
-                    replica("db-1", "0-100-7,1-101-3", "connecting", true),
-                    replica("db-2", "0-100-9", "connecting", true),
+                    replica("db-1", "0-100-7,1-101-3", IoState::Connecting, true),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
                 ],
                 lost(31),
                 AFTER,
@@ -266,10 +276,13 @@ mod tests {
                 vec![
                     gone("db-0"),
                     with_history(
-                        replica("db-1", "0-101-200", "connecting", true),
+                        replica("db-1", "0-101-200", IoState::Connecting, true),
                         "0-100-39,0-101-200",
                     ),
-                    with_history(replica("db-2", "0-100-40", "connecting", true), "0-100-40"),
+                    with_history(
+                        replica("db-2", "0-100-40", IoState::Connecting, true),
+                        "0-100-40",
+                    ),
                 ],
                 lost(31),
                 AFTER,
@@ -280,11 +293,11 @@ mod tests {
                 vec![
                     gone("db-0"),
                     with_history(
-                        replica("db-1", "0-101-200", "connecting", true),
+                        replica("db-1", "0-101-200", IoState::Connecting, true),
                         "0-100-39,0-101-200",
                     ),
                     with_history(
-                        replica("db-2", "0-101-150", "connecting", true),
+                        replica("db-2", "0-101-150", IoState::Connecting, true),
                         "0-100-39,0-101-150",
                     ),
                 ],
@@ -294,7 +307,7 @@ mod tests {
             ),
             (
                 "a deleted primary pod counts as lost",
-                vec![replica("db-1", "0-100-9", "connecting", true)],
+                vec![replica("db-1", "0-100-9", IoState::Connecting, true)],
                 lost(31),
                 AFTER,
                 Ok("db-1"),
@@ -315,7 +328,10 @@ mod tests {
             ),
             (
                 "not yet seen lost",
-                vec![gone("db-0"), replica("db-1", "0-100-9", "connecting", true)],
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-9", IoState::Connecting, true),
+                ],
                 None,
                 AFTER,
                 Err(""),
@@ -341,7 +357,7 @@ mod tests {
         );
         assert!(primary_lost(
             "db-0",
-            &[gone("db-0"), replica("db-1", "", "connecting", true)]
+            &[gone("db-0"), replica("db-1", "", IoState::Connecting, true)]
         )
         .is_some_and(|w| w.contains("db-0 does not report")));
     }

@@ -30,13 +30,14 @@ fn step(m: &MemberView, role: Role, epoch: u64) -> Option<Step> {
     let label = m.labelled != Some(role) || m.labelled_epoch != Some(epoch);
     // A member that gives no report may still have its agent running while its server is
     // down: the order is kept there and acted on before the server can take writes again.
-    let order = m.report.as_ref().map_or(true, |r| {
-        r.epoch < epoch || r.role.as_deref() != Some(role.as_str())
-    });
+    let order = m
+        .report
+        .as_ref()
+        .map_or(true, |r| r.epoch < epoch || r.role != Some(role));
     let fence = m.labelled != Some(role)
-        || m.report.as_ref().is_ok_and(|r| {
-            r.role.as_deref() != Some(role.as_str()) || (role == Role::Replica && !r.read_only)
-        });
+        || m.report
+            .as_ref()
+            .is_ok_and(|r| r.role != Some(role) || (role == Role::Replica && !r.read_only));
     (label || order).then(|| Step {
         pod: m.pod.clone(),
         standing,
@@ -115,7 +116,7 @@ mod tests {
             report: match report {
                 Some((role, epoch, read_only)) => {
                     let mut r = sample_report("0-1-5");
-                    r.role = Some(role.as_str().into());
+                    r.role = Some(role);
                     r.epoch = epoch;
                     r.read_only = read_only;
                     Ok(r)

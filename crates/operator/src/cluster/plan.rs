@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bulwark_api::cluster::{MySQLClusterStatus, SwitchoverRecord};
-use bulwark_contract::command::Engine;
+use bulwark_contract::Engine;
 use bulwark_contract::Role;
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -319,11 +319,9 @@ fn running(status: &MySQLClusterStatus) -> Option<SwitchoverRecord> {
 fn busy_reason(i: &Inputs, primary: &str, epoch: u64, lost: bool) -> Option<&'static str> {
     let settled = i.views.iter().any(|m| {
         m.pod == primary
-            && m.report.as_ref().is_ok_and(|r| {
-                r.role.as_deref() == Some(Role::Primary.as_str())
-                    && r.epoch >= epoch
-                    && !r.read_only
-            })
+            && m.report
+                .as_ref()
+                .is_ok_and(|r| r.role == Some(Role::Primary) && r.epoch >= epoch && !r.read_only)
     });
     if i.status.primary_since.is_none() {
         Some("the cluster has had no primary yet")

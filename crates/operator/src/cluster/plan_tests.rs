@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cluster::roles::sample_view;
-use bulwark_contract::member::MemberReplication;
+use bulwark_contract::member::{IoState, MemberReplication};
 use rollout::Step;
 
 const NOW: &str = "2026-11-25T12:00:00Z";
@@ -66,7 +66,7 @@ fn orphaned(pod: &str, gtid: &str) -> MemberView {
     let r = v.report.as_mut().unwrap();
     r.gtid_executed = gtid.into();
     r.replication = Some(MemberReplication {
-        io: "connecting".into(),
+        io: IoState::Connecting,
         lag_seconds: None,
         ..r.replication.clone().unwrap()
     });

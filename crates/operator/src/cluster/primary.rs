@@ -63,7 +63,7 @@ pub async fn settle(
     .await?;
     let mut views = members::views(&pods).await;
     let status = cluster.status.clone().unwrap_or_default();
-    let engine = super::config::contract_engine(cluster.spec.engine);
+    let engine = cluster.spec.engine;
     let rollout_pods = rollout::pods_of(&name, set, &pods);
     let plan = plan::plan(&Inputs {
         cluster: &name,

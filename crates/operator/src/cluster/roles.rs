@@ -3,8 +3,8 @@
 //! transactions another member has (a replaced volume, a pod restored from an old backup) is
 //! never made the primary. Pure; the members' reports are read by `members`.
 
-use bulwark_contract::command::Engine;
 use bulwark_contract::member::MemberStatus;
+use bulwark_contract::Engine;
 use bulwark_contract::Role;
 
 /// One server pod as the operator sees it.
@@ -123,7 +123,7 @@ pub(super) fn sample_report(gtid: &str) -> MemberStatus {
         epoch: 0,
         ready: false,
         reason: "role unknown".into(),
-        flavor: "mariadb".into(),
+        engine: Engine::MariaDb,
         read_only: true,
         super_read_only: false,
         gtid_executed: gtid.into(),
@@ -148,7 +148,7 @@ pub(super) fn sample_view(
     lag: Option<u64>,
 ) -> MemberView {
     let mut r = sample_report("0-1-9");
-    r.role = Some(role.as_str().into());
+    r.role = Some(role);
     r.epoch = epoch;
     r.read_only = read_only;
     r.ready = true;
@@ -156,7 +156,7 @@ pub(super) fn sample_view(
     r.replication = lag.map(|l| bulwark_contract::member::MemberReplication {
         source_host: "quay-primary".into(),
         source_port: 3306,
-        io: "running".into(),
+        io: bulwark_contract::member::IoState::Running,
         sql_running: true,
         relay_applied: true,
         sql_caught_up: true,
@@ -175,7 +175,7 @@ pub(super) fn sample_view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bulwark_contract::member::MemberReplication;
+    use bulwark_contract::member::{IoState, MemberReplication};
 
     #[test]
     fn members_whose_replication_broke_are_named_with_what_they_have_extra() {
@@ -183,11 +183,10 @@ mod tests {
             source_host: "db-1.db-headless".into(),
             source_port: 3306,
             io: if io_errno == 0 {
-                "running"
+                IoState::Running
             } else {
-                "connecting"
-            }
-            .into(),
+                IoState::Connecting
+            },
             sql_running: sql_errno == 0,
             relay_applied: true,
             sql_caught_up: true,

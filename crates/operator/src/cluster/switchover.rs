@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use bulwark_api::cluster::SwitchoverRecord;
+use bulwark_contract::member::IoState;
+use bulwark_contract::Role;
 
 use super::roles::MemberView;
 
@@ -74,7 +76,9 @@ pub fn evaluate(
         None => return refuse(format!("pod {to} does not exist")),
     };
     let healthy = report.replication.as_ref().is_some_and(|r| {
-        r.io == "running" && r.sql_running && r.lag_seconds.is_some_and(|l| l <= max_lag.as_secs())
+        r.io == IoState::Running
+            && r.sql_running
+            && r.lag_seconds.is_some_and(|l| l <= max_lag.as_secs())
     });
     if !healthy || !report.ready {
         return refuse(format!(
@@ -109,7 +113,7 @@ pub fn handover_target(
             let r = m.report.as_ref().ok().filter(|r| r.ready)?;
             let rep = r.replication.as_ref()?;
             let lag = rep.lag_seconds?;
-            (rep.io == "running" && rep.sql_running && lag <= max_lag.as_secs())
+            (rep.io == IoState::Running && rep.sql_running && lag <= max_lag.as_secs())
                 .then(|| (lag, m.pod.len(), m.pod.clone()))
         })
         .min()
@@ -139,7 +143,7 @@ pub fn progress(
         .iter()
         .find(|m| m.pod == running.to)
         .and_then(|m| m.report.as_ref().ok());
-    let promoted = to.is_some_and(|r| r.role.as_deref() == Some("primary") && r.epoch >= epoch);
+    let promoted = to.is_some_and(|r| r.role == Some(Role::Primary) && r.epoch >= epoch);
     if promoted && to.is_some_and(|r| !r.read_only) {
         return Progress::Completed;
     }

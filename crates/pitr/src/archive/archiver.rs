@@ -26,8 +26,8 @@ use super::status::Board;
 use super::store;
 use crate::binlog::{Assembler, GtidPos, Step};
 use crate::error::{Error, Result};
+use bulwark_contract::Engine;
 use bulwark_engine::crypto::MasterKey;
-use bulwark_engine::format::Flavor;
 use bulwark_engine::repo::Repository;
 use bulwark_engine::source::{self, Connection};
 
@@ -196,7 +196,7 @@ impl Archive<'_> {
         let (version, comment, host, server_id) = row.ok_or_else(|| {
             EngineError::QueryServer(Box::new(mysql_async::Error::Other("no row".into())))
         })?;
-        if source::flavor_of(&version, &comment) != Flavor::Mariadb {
+        if source::engine_of(&version, &comment) != Engine::MariaDb {
             return Err(Error::ArchiveUnsupported(format!(
                 "a MariaDB server; {} at {} is MySQL, whose archiving is not built yet",
                 version,

@@ -64,7 +64,7 @@ pub(super) async fn step_back(
     let (pos, state) = row.unwrap_or_default();
     let has = |p: &GtidPos| {
         bulwark_contract::gtid::within_history(
-            bulwark_contract::command::Engine::MariaDb,
+            bulwark_contract::Engine::MariaDb,
             &p.to_string(),
             &pos,
             &state,

@@ -9,8 +9,8 @@ use super::replay::{self, ReplayOutcome, ReplayTools};
 use super::{manifest, offline, store, Target};
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
+use bulwark_contract::Engine;
 use bulwark_engine::crypto::MasterKey;
-use bulwark_engine::format::Flavor;
 use bulwark_engine::repo::{CompleteBackup, Repository};
 use bulwark_engine::source::{self, Connection, ToolJob};
 
@@ -35,16 +35,16 @@ pub async fn replay_after(
     target: &Target,
     into: &ReplayInto,
 ) -> Result<ReplayOutcome> {
-    let flavor = backup.manifest.source.flavor;
-    if flavor != Flavor::Mariadb {
+    let engine = backup.manifest.source.engine;
+    if engine != Engine::MariaDb {
         return Err(Error::ArchiveUnsupported(format!(
             "a MariaDB backup; {} is from MySQL",
             backup.manifest.id
         )));
     }
     let tools = ReplayTools {
-        decoder: source::find_tool(flavor, ToolJob::BinlogDecoder, None)?,
-        client: source::find_tool(flavor, ToolJob::Client, None)?,
+        decoder: source::find_tool(engine, ToolJob::BinlogDecoder, None)?,
+        client: source::find_tool(engine, ToolJob::Client, None)?,
     };
     let archive = manifest::archive_of(&backup.manifest);
     let segments = store::list(repo.store(), archive).await?.segments;

@@ -222,14 +222,10 @@ fn volumes(cluster: &MySQLCluster, validated: &Validated, config_map_name: &str)
     ]
 }
 
-fn engine(cluster: &MySQLCluster) -> command::Engine {
-    crate::cluster::config::contract_engine(cluster.spec.engine)
-}
-
 /// `bulwark-agent init`: the per-pod option files.
 fn init_container(cluster: &MySQLCluster, images: &Images) -> Container {
     let metrics = cluster.spec.metrics.enabled;
-    let argv = command::Init::for_pod(cluster_name(cluster), engine(cluster), metrics).argv();
+    let argv = command::Init::for_pod(cluster_name(cluster), cluster.spec.engine, metrics).argv();
     let mut mounts = vec![
         mount("config", paths::CONFIG_DIR, true),
         mount("conf", paths::CONF_DIR, false),
