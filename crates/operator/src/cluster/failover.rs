@@ -181,14 +181,25 @@ mod tests {
         Some(Duration::from_secs(secs))
     }
 
-    /// Name, members, how long the primary has been lost, the time before a takeover, and
-    /// `Ok(pod)` for a promotion, `Err("")` for healthy, `Err(part of the reason)` for waiting.
+    /// What a case expects.
+    #[derive(Debug)]
+    enum Expect {
+        Healthy,
+        /// Waiting, with a reason that contains this.
+        Waiting(&'static str),
+        /// This pod is promoted.
+        Promote(&'static str),
+    }
+    use Expect::*;
+
+    /// Name, members, how long the primary has been lost, the time before a takeover, and the
+    /// expected decision.
     type Case = (
         &'static str,
         Vec<MemberView>,
         Option<Duration>,
         Duration,
-        Result<&'static str, &'static str>,
+        Expect,
     );
 
     #[test]
@@ -205,7 +216,7 @@ mod tests {
                 ],
                 lost(300),
                 AFTER,
-                Err(""),
+                Healthy,
             ),
             (
                 "not lost while a replica still receives",
@@ -215,7 +226,7 @@ mod tests {
                 ],
                 lost(300),
                 AFTER,
-                Err(""),
+                Healthy,
             ),
             (
                 "lost, within the grace",
@@ -225,7 +236,7 @@ mod tests {
                 ],
                 lost(10),
                 AFTER,
-                Err("a replica takes over once it has been lost for 30s"),
+                Waiting("a replica takes over once it has been lost for 30s"),
             ),
             (
                 "failover off",
@@ -235,7 +246,7 @@ mod tests {
                 ],
                 lost(300),
                 Duration::ZERO,
-                Err("automatic failover is off"),
+                Waiting("automatic failover is off"),
             ),
             (
                 "the most advanced replica is promoted",
@@ -246,7 +257,7 @@ mod tests {
                 ],
                 lost(31),
                 AFTER,
-                Ok("db-2"),
+                Promote("db-2"),
             ),
             (
                 "a replica still applying makes the choice wait",
@@ -257,7 +268,7 @@ mod tests {
                 ],
                 lost(31),
                 AFTER,
-                Err("waiting for db-1 to apply"),
+                Waiting("waiting for db-1 to apply"),
             ),
             (
                 "diverging replicas: nobody",
@@ -268,7 +279,7 @@ mod tests {
                 ],
                 lost(31),
                 AFTER,
-                Err("diverge"),
+                Waiting("diverge"),
             ),
             (
                 "a rejoined old primary's unacknowledged commit, behind the position of a \
@@ -286,7 +297,7 @@ mod tests {
                 ],
                 lost(31),
                 AFTER,
-                Err("diverge"),
+                Waiting("diverge"),
             ),
             (
                 "histories that agree: the most advanced",
@@ -303,14 +314,14 @@ mod tests {
                 ],
                 lost(31),
                 AFTER,
-                Ok("db-1"),
+                Promote("db-1"),
             ),
             (
                 "a deleted primary pod counts as lost",
                 vec![replica("db-1", "0-100-9", IoState::Connecting, true)],
                 lost(31),
                 AFTER,
-                Ok("db-1"),
+                Promote("db-1"),
             ),
             (
                 "nothing known of the replicas: no takeover",
@@ -324,7 +335,7 @@ mod tests {
                 ],
                 lost(300),
                 AFTER,
-                Err(""),
+                Healthy,
             ),
             (
                 "not yet seen lost",
@@ -334,17 +345,16 @@ mod tests {
                 ],
                 None,
                 AFTER,
-                Err(""),
+                Healthy,
             ),
         ];
         for (name, members, lost_for, after, want) in cases {
             let got = decide(Engine::MariaDb, "db-0", &members, lost_for, after);
-            match (want, &got) {
-                (Err(""), Failover::Healthy) => {}
-                (Err(needle), Failover::Waiting(reason))
-                    if !needle.is_empty() && reason.contains(needle) => {}
-                (Ok(pod), Failover::Promote { to, .. }) if to == pod => {}
-                _ => panic!("{name}: {got:?}"),
+            match (&want, &got) {
+                (Healthy, Failover::Healthy) => {}
+                (Waiting(needle), Failover::Waiting(reason)) if reason.contains(needle) => {}
+                (Promote(pod), Failover::Promote { to, .. }) if to == pod => {}
+                _ => panic!("{name}: expected {want:?}, got {got:?}"),
             }
         }
     }
