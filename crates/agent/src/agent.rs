@@ -771,7 +771,7 @@ impl Agent {
         let vars: Vec<mysql_async::Row> = timed(conn.query(sql::variables_query(engine)))
             .await
             .map_err(observe_err("variables"))?;
-        let vars = vars.first().map(row_texts).unwrap_or_default();
+        let vars = sql::parse_variables(&vars.first().map(row_texts).unwrap_or_default());
         let status: Vec<mysql_async::Row> =
             timed(conn.query(sql::replication_status_query(engine)))
                 .await
@@ -788,25 +788,14 @@ impl Agent {
                 sql::parse_replica_status(&named)
             })
             .filter(|r| !r.source_host.is_empty());
-        let flag = |i: usize| {
-            vars.get(i)
-                .cloned()
-                .flatten()
-                .is_some_and(|v| !matches!(v.as_str(), "0" | "OFF" | "off"))
-        };
         Ok(Observed {
             engine,
-            read_only: flag(0),
-            super_read_only: engine == Engine::MySql && flag(1),
-            gtid_logged: vars.get(2).cloned().flatten().unwrap_or_default(),
-            gtid_history: vars.get(5).cloned().flatten().unwrap_or_default(),
-            semi_sync_wait: flag(3),
-            semi_sync_clients: vars
-                .get(4)
-                .cloned()
-                .flatten()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            read_only: vars.read_only,
+            super_read_only: engine == Engine::MySql && vars.super_read_only,
+            gtid_logged: vars.gtid_logged,
+            gtid_history: vars.gtid_history,
+            semi_sync_wait: vars.semi_sync_wait,
+            semi_sync_clients: vars.semi_sync_clients,
             replication,
         })
     }
@@ -1120,21 +1109,10 @@ impl Agent {
 }
 
 fn remove_pending(path: &Path) -> Result<(), AgentError> {
-    let err = |source| AgentError::RemovePending {
+    crate::files::remove(path).map_err(|source| AgentError::RemovePending {
         path: path.display().to_string(),
         source,
-    };
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(err)?;
-    }
-    Ok(())
+    })
 }
 
 async fn timed<T>(

@@ -26,7 +26,7 @@ use bulwark_pitr::archive::recover::{self, ReplayInto};
 use bulwark_pitr::archive::replay::ReplayOutcome;
 use bulwark_pitr::archive::Target;
 
-use crate::files::read_if_present;
+use crate::files::{self, read_if_present, sync_dir};
 use crate::pending::{self, PendingFileError};
 pub use crate::restored::{
     normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid,
@@ -208,10 +208,6 @@ pub fn clear(datadir: &Path) -> Result<(), BootstrapError> {
         }
     }
     sync_dir(datadir).map_err(err)
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// What a physical bootstrap did.
@@ -519,15 +515,7 @@ pub fn remove_restored_gtid(path: &Path) -> Result<(), BootstrapError> {
         path: path.display().to_string(),
         source,
     };
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(err(e)),
-    }
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        sync_dir(dir).map_err(err)?;
-    }
-    Ok(())
+    files::remove(path).map_err(err)
 }
 
 #[cfg(test)]

@@ -4,9 +4,7 @@
 //! number and time.
 
 use std::future::Future;
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::routing::get;

@@ -1,8 +1,9 @@
 //! `bulwark-agent`: what runs inside each MySQL pod of a cluster. `init` writes the per-pod
 //! server settings, `bootstrap` restores a new cluster's datadir from a backup, and the `agent`
 //! sidecar serves the health endpoints and keeps accounts, role and replication as the pod's
-//! labels say. Backups and restores go through the `mysql-backup` library; what the operator
-//! and this crate must agree on lives in `bulwark-contract`.
+//! labels say. Backups and restores go through the engine (`bulwark-engine`) and point-in-time
+//! recovery (`bulwark-pitr`); what the operator and this crate must agree on lives in
+//! `bulwark-contract`.
 
 pub mod agent;
 pub mod bootstrap;

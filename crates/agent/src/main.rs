@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(bulwark_agent::cli::run(cli.command)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", bulwark_cli::output::error_line(e.as_ref()));
+            eprintln!("error: {}", bulwark_cli::output::failure_line(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

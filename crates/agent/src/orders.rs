@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use axum::body::Bytes;
 use bulwark_contract::order::{OrderError, RoleOrder, Standing, ORDER_KEY};
 
-use crate::files::read_secret;
+use crate::files::{self, read_secret};
 use crate::http::Readiness;
 use crate::http::Response;
 
@@ -254,25 +254,17 @@ impl Orders {
 }
 
 fn read(path: &Path) -> std::io::Result<Option<RoleOrder>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let invalid = |e| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    files::read_if_present(path)?
+        .map(|text| serde_json::from_str(&text).map_err(invalid))
+        .transpose()
 }
 
-/// Written whole or not at all: a temporary file, synced, renamed, and the directory synced.
+/// Written whole or not at all (`files::replace`); an order that does not serialize is an
+/// error, never an empty file.
 fn write(path: &Path, order: &RoleOrder) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(serde_json::to_string(order).unwrap_or_default().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    let text = serde_json::to_vec(order).map_err(std::io::Error::other)?;
+    files::replace(path, &text, 0o600)
 }
 
 #[cfg(test)]

@@ -471,6 +471,42 @@ pub fn variables_query(engine: Engine) -> &'static str {
     }
 }
 
+/// The answer of [`variables_query`], by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerVariables {
+    pub read_only: bool,
+    /// MySQL only (the query answers 0 on MariaDB).
+    pub super_read_only: bool,
+    /// `gtid_binlog_pos` (MariaDB) or `gtid_executed` (MySQL).
+    pub gtid_logged: String,
+    /// The primary waits for semi-sync acknowledgements.
+    pub semi_sync_wait: bool,
+    /// Replicas connected with semi-sync.
+    pub semi_sync_clients: u32,
+    /// `gtid_binlog_state` (MariaDB; empty on MySQL).
+    pub gtid_history: String,
+}
+
+/// Reads the row [`variables_query`] answers (its columns in the order it selects them; a
+/// missing or NULL column reads as off, empty or zero).
+pub fn parse_variables(row: &[Option<String>]) -> ServerVariables {
+    let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let flag = |i: usize| {
+        row.get(i)
+            .cloned()
+            .flatten()
+            .is_some_and(|v| !matches!(v.as_str(), "0" | "OFF" | "off"))
+    };
+    ServerVariables {
+        read_only: flag(0),
+        super_read_only: flag(1),
+        gtid_logged: text(2),
+        semi_sync_wait: flag(3),
+        semi_sync_clients: text(4).parse().unwrap_or(0),
+        gtid_history: text(5),
+    }
+}
+
 /// The primary starts (or stops) waiting for replicas' acknowledgements of its commits.
 pub fn set_semi_sync_wait(engine: Engine, on: bool) -> Vec<Statement> {
     let name = match engine {
@@ -562,6 +598,54 @@ pub fn parse_replica_status(row: &BTreeMap<String, Option<String>>) -> ReplicaSt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_variables_row_is_read_by_the_columns_its_query_selects() {
+        let row = |v: &[Option<&str>]| v.iter().map(|c| c.map(str::to_owned)).collect::<Vec<_>>();
+        let mariadb = parse_variables(&row(&[
+            Some("1"),
+            Some("0"),
+            Some("0-100-42"),
+            Some("ON"),
+            Some("2"),
+            Some("0-100-42,0-101-7"),
+        ]));
+        assert_eq!(
+            mariadb,
+            ServerVariables {
+                read_only: true,
+                super_read_only: false,
+                gtid_logged: "0-100-42".into(),
+                semi_sync_wait: true,
+                semi_sync_clients: 2,
+                gtid_history: "0-100-42,0-101-7".into(),
+            }
+        );
+        // A MySQL without the semi-sync plugins answers NULL there.
+        let mysql = parse_variables(&row(&[
+            Some("0"),
+            Some("1"),
+            Some("uuid:1-5"),
+            None,
+            None,
+            Some(""),
+        ]));
+        assert!(!mysql.read_only && mysql.super_read_only && !mysql.semi_sync_wait);
+        assert_eq!(
+            (mysql.semi_sync_clients, mysql.gtid_history.as_str()),
+            (0, "")
+        );
+        for engine in Engine::ALL {
+            let columns = variables_query(engine).matches("@@GLOBAL.").count()
+                + variables_query(engine).matches("(SELECT").count()
+                + variables_query(engine).matches(", 0,").count()
+                + variables_query(engine).matches("''").count();
+            assert_eq!(
+                columns, 6,
+                "{engine}: the query selects what parse_variables reads"
+            );
+        }
+    }
 
     fn sql(statements: &[Statement]) -> Vec<String> {
         statements.iter().map(|s| s.sql.to_string()).collect()

@@ -1,5 +1,5 @@
 //! The `mysql-backup` command line: argument parsing, output formatting and exit codes over the
-//! library.
+//! engine (`bulwark-engine`) and point-in-time recovery (`bulwark-pitr`).
 
 use bulwark_cli::output::{init_logging, LogFormat};
 use clap::{Parser, Subcommand};
@@ -23,7 +23,7 @@ struct Cli {
         env = "MYSQL_BACKUP_LOG_FORMAT"
     )]
     log_format: LogFormat,
-    /// Log filter (tracing syntax), e.g. `info` or `mysql_backup=debug`.
+    /// Log filter (tracing syntax), e.g. `info` or `bulwark_engine=debug,bulwark_pitr=debug`.
     #[arg(long, global = true, default_value = "info", env = "MYSQL_BACKUP_LOG")]
     log: String,
     #[command(subcommand)]
@@ -92,7 +92,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", bulwark_cli::output::error_line(e.as_ref()));
+            eprintln!("error: {}", bulwark_cli::output::failure_line(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

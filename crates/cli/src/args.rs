@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use zeroize::Zeroizing;
 
@@ -347,20 +347,27 @@ impl UntilArgs {
     }
 }
 
-/// Parses `--method`, listing its values in `--help`.
+/// Parses `--method`, listing its values with their tools in `--help`.
 pub fn method_parser() -> impl clap::builder::TypedValueParser<Value = Method> {
-    PossibleValuesParser::new(["physical", "logical"]).map(|s| match s.as_str() {
+    PossibleValuesParser::new([
+        PossibleValue::new("physical")
+            .help("A physical copy streamed as xbstream by xtrabackup or mariabackup"),
+        PossibleValue::new("logical").help("An SQL dump from mysqldump or mariadb-dump"),
+    ])
+    .map(|s| match s.as_str() {
         "logical" => Method::Logical,
         _ => Method::Physical,
     })
 }
 
-/// Parses `--engine`, listing its values in `--help`.
+/// Parses `--engine` (the contract's names), listing its values in `--help`.
 pub fn engine_parser() -> impl clap::builder::TypedValueParser<Value = Engine> {
-    PossibleValuesParser::new(["mariadb", "mysql"]).map(|s| match s.as_str() {
-        "mysql" => Engine::MySql,
-        _ => Engine::MariaDb,
-    })
+    let help = |e: Engine| match e {
+        Engine::MySql => "Oracle MySQL or Percona Server (xtrabackup, mysqldump, mysql)",
+        Engine::MariaDb => "MariaDB (mariabackup, mariadb-dump, mariadb)",
+    };
+    PossibleValuesParser::new(Engine::ALL.map(|e| PossibleValue::new(e.as_str()).help(help(e))))
+        .try_map(|s| s.parse::<Engine>())
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub fn init_logging(format: LogFormat, filter: &str) {
 
 /// The one line a command prints for a failure: its cause chain, and, where the command line
 /// can remedy it, the flag that does (the engine's errors name no flags).
-pub fn error_line(err: &(dyn std::error::Error + 'static)) -> String {
+pub fn failure_line(err: &(dyn std::error::Error + 'static)) -> String {
     let line = bulwark_engine::error::chain(err);
     match hint(err) {
         Some(hint) => format!("{line}; {hint}"),
@@ -153,7 +153,7 @@ mod tests {
             (Box::new(Error::Interrupted), "interrupted by signal"),
         ];
         for (err, want) in cases {
-            assert_eq!(error_line(err.as_ref()), want);
+            assert_eq!(failure_line(err.as_ref()), want);
         }
     }
 }

@@ -9,7 +9,7 @@ use std::str::FromStr;
 #[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Engine {
-    /// Oracle MySQL.
+    /// Oracle MySQL (or Percona Server, which the same tools serve).
     #[serde(rename = "mysql")]
     MySql,
     /// MariaDB.

@@ -25,7 +25,7 @@ pub struct MemberStatus {
     /// The agent's readiness and its reason, as `/readyz` answers.
     pub ready: bool,
     pub reason: String,
-    /// The server's engine (`engine` on the wire).
+    /// The server's engine (`flavor` on the wire).
     #[serde(rename = "flavor")]
     pub engine: Engine,
     pub read_only: bool,

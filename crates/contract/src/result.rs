@@ -28,7 +28,7 @@ pub struct BackupResult {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub duration_seconds: f64,
-    /// The source's engine (`engine` on the wire).
+    /// The source's engine (`flavor` on the wire).
     #[serde(rename = "flavor")]
     pub engine: Engine,
     pub server_version: String,

@@ -10,7 +10,7 @@
 //! name what failed, not which flag to pass.
 
 pub mod backup;
-pub mod chain;
+mod chain;
 pub mod codec;
 pub mod crypto;
 pub mod dumphead;

@@ -79,7 +79,7 @@ pub async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
     if let Some(path) = result_file {
         let line = match &outcome {
             Ok(result) => result.to_line(),
-            Err(e) => report::error_line(&bulwark_cli::output::error_line(e.as_ref())),
+            Err(e) => report::error_line(&bulwark_cli::output::failure_line(e.as_ref())),
         };
         match bulwark_engine::outfile::write_replacing(&path, line.as_bytes()) {
             Ok(how) => {

@@ -1,4 +1,5 @@
-//! The subcommands, one module per family: arguments and how each runs over the library.
+//! The subcommands, one module per family: arguments and how each runs over the engine and
+//! PITR crates.
 
 pub mod backup;
 pub mod list;

@@ -609,6 +609,7 @@ async fn report(
         },
     );
     write_status(cluster, ctx, ns, &status).await?;
+    primary::announce(ctx, cluster, ns, plan).await;
     Ok(ready_cond.status == Status::True)
 }
 

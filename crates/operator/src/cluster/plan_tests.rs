@@ -422,15 +422,80 @@ fn a_transition_raises_the_epoch_and_names_the_new_primary() {
         "the old primary takes writes again, at a new epoch"
     );
 
-    let started = case("start", serving("quay-0", 1), healthy(), Outcome::Steady)
-        .asking("quay-2@1")
-        .plan();
+    let started = case(
+        "start",
+        serving("quay-0", 1),
+        healthy(),
+        Outcome::SwitchoverTo("quay-2".into(), HandOver::Requested),
+    )
+    .asking("quay-2@1")
+    .plan();
     assert_eq!((started.primary.as_str(), started.epoch), ("quay-2", 2));
     assert_eq!(started.switching(), Some(("quay-0", "quay-2")));
     let record = started.switchover_record().unwrap();
     assert_eq!(
         (record.request.as_str(), record.finished.as_ref()),
         ("quay-2@1", None)
+    );
+}
+
+#[test]
+fn a_hand_over_answers_the_request_the_annotation_holds() {
+    let scale_down = case(
+        "scale-down",
+        serving("quay-2", 1),
+        vec![
+            replica("quay-0", 1),
+            replica("quay-1", 1),
+            primary("quay-2", 1),
+        ],
+        Outcome::SwitchoverTo("quay-0".into(), HandOver::ScaleDown),
+    )
+    .members(2)
+    .asking("quay-2@1")
+    .plan();
+    let record = scale_down.switchover_record().unwrap();
+    assert_eq!(
+        (record.request.as_str(), record.to.as_str()),
+        ("quay-2@1", "quay-0"),
+        "the next pass does not take the annotation up again"
+    );
+    let mut handled = serving("quay-0", 1);
+    handled.last_switchover = Some(SwitchoverRecord {
+        request: "quay-1@4".into(),
+        finished: Some(ago(60)),
+        ..switching(serving("quay-0", 1), "quay-1", "quay-0", 60)
+            .last_switchover
+            .unwrap()
+    });
+    let rollout = case(
+        "rollout",
+        handled,
+        healthy(),
+        Outcome::SwitchoverTo("quay-1".into(), HandOver::Rollout),
+    )
+    .rolling(&[false, true, true])
+    .plan();
+    assert_eq!(
+        rollout.switchover_record().unwrap().request,
+        "quay-1@4",
+        "without an annotation, the request handled last"
+    );
+}
+
+#[test]
+fn a_rollout_restarts_no_replica_while_the_primary_is_lost() {
+    let lost = case(
+        "lost",
+        lost_for(serving("quay-0", 1), 5),
+        primary_gone(),
+        Outcome::Waiting,
+    )
+    .rolling(&[false, false, false])
+    .plan();
+    assert_eq!(
+        lost.hold().unwrap().rollout,
+        Step::Wait("the primary is lost".into())
     );
 }
 

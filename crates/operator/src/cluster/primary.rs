@@ -1,9 +1,9 @@
-//! Carries out a pass's decision about the primary (`plan`): reads the members' reports,
-//! announces the transition (events, metrics), and while the primary stays moves the members
-//! to the status' primary and epoch in the order `fencing` gives (labels and signed orders to
-//! their agents: every other member read-only first), the primary's move only after its data
-//! was compared (`roles`). A transition that changes the primary only raises the epoch with
-//! the new primary in the status; the members move in the next pass.
+//! Carries out a pass's decision about the primary (`plan`): reads the members' reports, and
+//! while the primary stays moves the members to the status' primary and epoch in the order
+//! `fencing` gives (labels and signed orders to their agents: every other member read-only
+//! first), the primary's move only after its data was compared (`roles`). A transition that
+//! changes the primary only raises the epoch with the new primary in the status; the members
+//! move in the next pass. `announce` gives the transition's events once the status holds it.
 
 use std::time::Duration;
 
@@ -81,7 +81,6 @@ pub async fn settle(
         backup_sources: read,
         now: Utc::now(),
     });
-    announce(ctx, cluster, ns, &plan).await;
     let mut settled = Settled {
         plan,
         pods,
@@ -164,8 +163,9 @@ pub async fn settle(
     Ok(settled)
 }
 
-/// The events, metrics and log lines of a pass's transition.
-async fn announce(ctx: &Context, cluster: &MySQLCluster, ns: &str, plan: &Plan) {
+/// The events, metrics and log lines of a pass's transition, once the status records it (a
+/// pass whose status write fails plans again, and announces then).
+pub(super) async fn announce(ctx: &Context, cluster: &MySQLCluster, ns: &str, plan: &Plan) {
     let name = cluster.name_any();
     let message =
         |r: &bulwark_api::cluster::SwitchoverRecord| r.message.clone().unwrap_or_default();

@@ -280,6 +280,16 @@ mod tests {
         assert_eq!(s.primary_since, previous.primary_since, "set once");
         assert_eq!(s.last_switchover, previous.last_switchover);
         assert_eq!(s.last_failover, previous.last_failover);
+        let fresh = BinlogArchiveStatus {
+            through: "0-1-12".into(),
+            ..BinlogArchiveStatus::default()
+        };
+        let s = of_pass(
+            &previous,
+            &hold("quay-1", 7),
+            observed(true, Some(fresh.clone())),
+        );
+        assert_eq!(s.binlog_archive, Some(fresh), "a fresh report is shown");
         let s = of_pass(&previous, &hold("quay-1", 7), observed(false, None));
         assert_eq!(s.binlog_archive, None, "the archive went from the spec");
     }
@@ -293,14 +303,48 @@ mod tests {
             reason: "quay-1 does not report".into(),
             abandoned: None,
         };
-        let fresh = MySQLClusterStatus::default();
-        let s = of_pass(&fresh, &plan, observed(false, None));
+        let previous = lived_in();
+        let mut failing_over = observed(false, None);
+        // A primary being replaced does not serve yet.
+        failing_over.primary_ready = false;
+        let s = of_pass(&previous, &plan, failing_over.clone());
         assert_eq!(s.epoch, Some(8));
         assert_eq!(s.current_primary.as_deref(), Some("quay-2"));
+        assert_eq!(s.primary_lost_since, None, "no longer lost: replaced");
         let f = s.last_failover.unwrap();
-        assert_eq!((f.from.as_str(), f.to.as_str()), ("quay-1", "quay-2"));
         assert_eq!(
-            s.primary_since,
+            (f.from.as_str(), f.to.as_str(), f.time),
+            ("quay-1", "quay-2", Time(failing_over.now))
+        );
+        assert_eq!(s.primary_since, previous.primary_since, "set once");
+        assert_eq!(
+            s.last_switchover, previous.last_switchover,
+            "no switchover ran"
+        );
+        let abandoned = SwitchoverRecord {
+            result: Some("Aborted".into()),
+            ..previous.last_switchover.clone().unwrap()
+        };
+        plan.transition = Transition::Failover {
+            from: "quay-1".into(),
+            to: "quay-2".into(),
+            reason: "quay-1 does not report".into(),
+            abandoned: Some(abandoned.clone()),
+        };
+        let s = of_pass(&previous, &plan, failing_over);
+        assert_eq!(
+            s.last_switchover,
+            Some(abandoned),
+            "the abandoned one is recorded"
+        );
+
+        let new_cluster = of_pass(
+            &MySQLClusterStatus::default(),
+            &hold("quay-0", 0),
+            observed(false, None),
+        );
+        assert_eq!(
+            new_cluster.primary_since,
             Some(Time("2026-11-25T00:00:00Z".parse().unwrap())),
             "a primary ready for the first time"
         );

@@ -379,4 +379,25 @@ mod tests {
             "orders-hourly-20261122031500"
         );
     }
+
+    #[test]
+    fn the_scheduler_writes_its_own_fields_and_no_other() {
+        let health = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: bulwark_api::common::condition::BACKUP_HEALTHY.into(),
+            status: "True".into(),
+            reason: "Recent".into(),
+            message: String::new(),
+            last_transition_time: Time("2026-11-25T00:00:00Z".parse().unwrap()),
+            observed_generation: None,
+        };
+        let status = owned_status(Vec::new(), None, health);
+        let value = serde_json::to_value(&status).unwrap();
+        let keys: Vec<&String> = value.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["conditions"],
+            "none of the cluster controller's fields: {value}"
+        );
+        assert_eq!(value["conditions"][0]["type"], "BackupHealthy");
+    }
 }
