@@ -444,6 +444,21 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
     ns.delete().await.expect("delete namespace");
 }
 
+/// The cluster `ledger` once its Degraded condition has `status`.
+async fn degraded(clusters: &Api<MySQLCluster>, status: &'static str) -> MySQLCluster {
+    wait_for(&format!("Degraded={status}"), WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
+            match condition(&c, "Degraded") {
+                Some(d) if d.0 == status => Ok(c),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+}
+
 /// Server-side apply removes every field a manager leaves out: an invalid edit of a cluster
 /// that has switched over must keep what its status records (the epoch above all: orders at an
 /// older epoch than the members accepted are refused, so a switchover after the edit would
@@ -457,16 +472,7 @@ async fn an_invalid_edit_of_a_running_cluster_keeps_every_status_field() {
                  metadata: {name: ledger}\nspec: {engine: mariadb, version: \"11.4\", \
                  replicas: 2, storage: {size: 1Gi}}\n";
     apply_yaml(&clusters, valid).await;
-    wait_for("the first status", WAIT, || {
-        let clusters = clusters.clone();
-        async move {
-            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
-            condition(&c, "Degraded")
-                .filter(|d| d.0 == "False")
-                .ok_or_else(|| "no Degraded=False yet".to_owned())
-        }
-    })
-    .await;
+    degraded(&clusters, "False").await;
     // What a pass after a failover and a switchover recorded, written as the operator's
     // cluster controller writes it.
     let recorded = json!({
@@ -519,30 +525,10 @@ async fn an_invalid_edit_of_a_running_cluster_keeps_every_status_field() {
         "storage: {size: 1Gi}, credentials: {root: {name: elsewhere, key: root-password}}",
     );
     apply_yaml(&clusters, &invalid).await;
-    let c = wait_for("Degraded=True", WAIT, || {
-        let clusters = clusters.clone();
-        async move {
-            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
-            match condition(&c, "Degraded") {
-                Some(d) if d.0 == "True" => Ok(c),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    let c = degraded(&clusters, "True").await;
     assert_eq!(owned(&c), recorded, "the invalid spec's write keeps them");
     apply_yaml(&clusters, valid).await;
-    let c = wait_for("Degraded=False again", WAIT, || {
-        let clusters = clusters.clone();
-        async move {
-            let c = clusters.get("ledger").await.map_err(|e| e.to_string())?;
-            match condition(&c, "Degraded") {
-                Some(d) if d.0 == "False" => Ok(c),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    let c = degraded(&clusters, "False").await;
     assert_eq!(owned(&c), recorded, "a valid pass carries them on");
     ns.delete().await.expect("delete namespace");
 }
