@@ -55,11 +55,11 @@ fn hint(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
                 Error::WrongRestoreTarget {
                     method: Method::Physical,
                     ..
-                } => Some("restore it into a directory with --target-dir"),
+                } => Some("use --target-dir"),
                 Error::WrongRestoreTarget {
                     method: Method::Logical,
                     ..
-                } => Some("restore it into a server with --mysql-socket or --mysql-host"),
+                } => Some("use --mysql-socket or --mysql-host"),
                 _ => None,
             };
         }
@@ -147,8 +147,8 @@ mod tests {
                     id: "b2".into(),
                     method: bulwark_engine::format::Method::Logical,
                 }),
-                "backup b2 is logical: it restores into a server; restore it into a server \
-                 with --mysql-socket or --mysql-host",
+                "backup b2 is logical: it restores into a server, not into a directory; use \
+                 --mysql-socket or --mysql-host",
             ),
             (Box::new(Error::Interrupted), "interrupted by signal"),
         ];

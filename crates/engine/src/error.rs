@@ -104,8 +104,8 @@ pub enum Error {
     #[error("failed to restore into {target}: it is not empty")]
     TargetNotEmpty { target: String },
     #[error("backup {id} is {method}: {}", match method {
-        Method::Physical => "it restores into a directory",
-        Method::Logical => "it restores into a server",
+        Method::Physical => "it restores into a directory, not into a server",
+        Method::Logical => "it restores into a server, not into a directory",
     })]
     WrongRestoreTarget { id: String, method: Method },
     #[error("failed to {action} {path}")]
