@@ -349,58 +349,18 @@ pub async fn run(
     };
     let readyz = {
         let readiness = readiness.clone();
-        move || {
-            let r = readiness.lock().expect("readiness lock").clone();
-            async move {
-                if r.at.elapsed() > stale_after {
-                    Response::new(
-                        503,
-                        format!("not ready: no pass for {}s", r.at.elapsed().as_secs()),
-                    )
-                } else if r.ready {
-                    Response::new(200, format!("ready: {}", r.reason))
-                } else {
-                    Response::new(503, format!("not ready: {}", r.reason))
-                }
-            }
-        }
+        move || http::readyz(readiness.clone(), stale_after)
     };
     let status = {
-        let readiness = readiness.clone();
-        let wake = wake.clone();
+        let board = http::Passes {
+            readiness: readiness.clone(),
+            wake: wake.clone(),
+            passes,
+            stale_after,
+            fresh_wait: FRESH_WAIT,
+        };
         move |axum::extract::RawQuery(query): axum::extract::RawQuery| {
-            let readiness = readiness.clone();
-            let wake = wake.clone();
-            let mut passes = passes.clone();
-            async move {
-                // `?fresh`: from a pass that began after the request (the operator compares
-                // data during a switchover), not from one up to an interval old.
-                if query.as_deref() == Some(bulwark_contract::member::FRESH_QUERY) {
-                    let asked = Instant::now();
-                    passes.mark_unchanged();
-                    wake.notify_one();
-                    let deadline = tokio::time::Instant::now() + FRESH_WAIT;
-                    while readiness.lock().expect("readiness lock").started < asked {
-                        let next = tokio::time::timeout_at(deadline, passes.changed()).await;
-                        if !matches!(next, Ok(Ok(()))) {
-                            break;
-                        }
-                    }
-                }
-                let r = readiness.lock().expect("readiness lock").clone();
-                let age = r.at.elapsed();
-                match r.member {
-                    Some(mut m) if age <= stale_after => {
-                        m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-                        Response::new(200, m.to_line())
-                    }
-                    Some(_) => Response::new(
-                        503,
-                        format!("no observation: no pass for {}s", age.as_secs()),
-                    ),
-                    None => Response::new(503, format!("no observation: {}", r.reason)),
-                }
-            }
+            http::status(board.clone(), query)
         }
     };
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

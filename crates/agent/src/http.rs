@@ -4,6 +4,7 @@
 //! number and time.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -25,6 +26,66 @@ pub(crate) struct Readiness {
     pub(crate) member: Option<MemberStatus>,
     /// The pass took no action: the server is as its role wants it.
     pub(crate) settled: bool,
+}
+
+/// What the agent's passes leave for `/status`, and how to ask for a fresh one.
+#[derive(Clone)]
+pub(crate) struct Passes {
+    pub(crate) readiness: Arc<Mutex<Readiness>>,
+    /// Starts a pass now.
+    pub(crate) wake: Arc<tokio::sync::Notify>,
+    /// Changes when a pass has ended.
+    pub(crate) passes: tokio::sync::watch::Receiver<()>,
+    /// A report older than this is no observation.
+    pub(crate) stale_after: Duration,
+    /// How long `?fresh` waits for a pass that began after the request.
+    pub(crate) fresh_wait: Duration,
+}
+
+/// `/readyz`: the last pass's readiness, unless no pass came for `stale_after`.
+pub(crate) async fn readyz(readiness: Arc<Mutex<Readiness>>, stale_after: Duration) -> Response {
+    let r = readiness.lock().expect("readiness lock").clone();
+    if r.at.elapsed() > stale_after {
+        Response::new(
+            503,
+            format!("not ready: no pass for {}s", r.at.elapsed().as_secs()),
+        )
+    } else if r.ready {
+        Response::new(200, format!("ready: {}", r.reason))
+    } else {
+        Response::new(503, format!("not ready: {}", r.reason))
+    }
+}
+
+/// `/status`: the last pass's report for the operator; with `?fresh`, from a pass that began
+/// after the request (the operator compares data during a switchover), not from one up to an
+/// interval old.
+pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
+    if query.as_deref() == Some(bulwark_contract::member::FRESH_QUERY) {
+        let asked = Instant::now();
+        p.passes.mark_unchanged();
+        p.wake.notify_one();
+        let deadline = tokio::time::Instant::now() + p.fresh_wait;
+        while p.readiness.lock().expect("readiness lock").started < asked {
+            let next = tokio::time::timeout_at(deadline, p.passes.changed()).await;
+            if !matches!(next, Ok(Ok(()))) {
+                break;
+            }
+        }
+    }
+    let r = p.readiness.lock().expect("readiness lock").clone();
+    let age = r.at.elapsed();
+    match r.member {
+        Some(mut m) if age <= p.stale_after => {
+            m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+            Response::new(200, m.to_line())
+        }
+        Some(_) => Response::new(
+            503,
+            format!("no observation: no pass for {}s", age.as_secs()),
+        ),
+        None => Response::new(503, format!("no observation: {}", r.reason)),
+    }
 }
 
 /// Time a client has to send its request head.
@@ -269,5 +330,80 @@ mod tests {
         // Once the answer is stale, the next request checks again.
         tokio::time::sleep(Duration::from_millis(350)).await;
         assert_eq!(ask().await.unwrap().body, "check 2");
+    }
+
+    fn member(reason: &str) -> MemberStatus {
+        serde_json::from_value(serde_json::json!({
+            "role": "replica", "epoch": 1, "ready": true, "reason": reason,
+            "flavor": "mariadb", "readOnly": true, "superReadOnly": false,
+            "gtidExecuted": "0-1-5", "semiSyncWait": false, "semiSyncClients": 0,
+            "replication": null, "ageMs": 0
+        }))
+        .unwrap()
+    }
+
+    fn passed(reason: &str, started: Instant) -> Readiness {
+        Readiness {
+            ready: true,
+            reason: reason.into(),
+            at: Instant::now(),
+            started,
+            member: Some(member(reason)),
+            settled: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fresh_report_comes_from_a_pass_that_began_after_the_request() {
+        let before = Instant::now();
+        let readiness = Arc::new(Mutex::new(passed("old pass", before)));
+        let (passed_tx, passes) = tokio::sync::watch::channel(());
+        let board = Passes {
+            readiness: readiness.clone(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            passes,
+            stale_after: Duration::from_secs(60),
+            fresh_wait: Duration::from_secs(5),
+        };
+        // The pass the request wakes.
+        let wake = board.wake.clone();
+        let pass = tokio::spawn(async move {
+            wake.notified().await;
+            let began = Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            *readiness.lock().unwrap() = passed("new pass", began);
+            passed_tx.send_replace(());
+            passed_tx
+        });
+        let fresh = status(board.clone(), Some("fresh".into())).await;
+        assert_eq!(fresh.status, 200);
+        assert!(fresh.body.contains("new pass"), "{}", fresh.body);
+        let _tx = pass.await.unwrap();
+        // Without `?fresh`, the last report as it is.
+        let last = status(board.clone(), None).await;
+        assert!(last.body.contains("new pass"), "{}", last.body);
+        // No pass comes: the wait ends, with the last report.
+        let quick = Passes {
+            fresh_wait: Duration::from_millis(100),
+            ..board
+        };
+        let waited = Instant::now();
+        let stale = status(quick, Some("fresh".into())).await;
+        assert!(waited.elapsed() >= Duration::from_millis(100));
+        assert!(stale.body.contains("new pass"), "{}", stale.body);
+    }
+
+    #[tokio::test]
+    async fn readiness_answers_from_the_last_pass_unless_it_is_too_old() {
+        let r = Arc::new(Mutex::new(passed("replicating", Instant::now())));
+        let ok = readyz(r.clone(), Duration::from_secs(60)).await;
+        assert_eq!((ok.status, ok.body.as_str()), (200, "ready: replicating"));
+        let old = readyz(r, Duration::ZERO).await;
+        assert_eq!(old.status, 503);
+        assert!(
+            old.body.starts_with("not ready: no pass for"),
+            "{}",
+            old.body
+        );
     }
 }
