@@ -347,26 +347,12 @@ async fn spec_changes_patch_the_children_in_place() {
         let first_cm = first_cm.clone();
         async move {
             let s = sets.get("ledger").await.map_err(|e| e.to_string())?;
-            let spec = s.spec.clone().unwrap();
-            let cm = spec
-                .template
-                .spec
-                .as_ref()
-                .unwrap()
-                .volumes
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|v| v.name == "config")
-                .unwrap()
-                .config_map
-                .clone()
-                .unwrap()
-                .name;
-            if spec.replicas == Some(2) && cm != first_cm {
+            let replicas = s.spec.as_ref().and_then(|spec| spec.replicas);
+            let cm = config_map_of(&s);
+            if replicas == Some(2) && cm != first_cm {
                 Ok(s)
             } else {
-                Err(format!("replicas {:?}, config {cm}", spec.replicas))
+                Err(format!("replicas {replicas:?}, config {cm}"))
             }
         }
     })
@@ -378,20 +364,7 @@ async fn spec_changes_patch_the_children_in_place() {
     );
     let creds2 = secrets.get("ledger-credentials").await.unwrap();
     assert_eq!(creds2.data, creds.data, "passwords are never regenerated");
-    let new_cm = set2
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .volumes
-        .unwrap()
-        .into_iter()
-        .find(|v| v.name == "config")
-        .unwrap()
-        .config_map
-        .unwrap()
-        .name;
+    let new_cm = config_map_of(&set2);
     assert!(cms.get(&new_cm).await.unwrap().data.unwrap()["my.cnf"]
         .contains("innodb_buffer_pool_size = 512M"));
     ns.delete().await.expect("delete namespace");
