@@ -28,9 +28,7 @@ use bulwark_pitr::archive::Target;
 
 use crate::files::{self, read_if_present, sync_dir};
 use crate::pending::{self, PendingFileError};
-pub use crate::restored::{
-    normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid,
-};
+use crate::restored::{normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid};
 
 /// Marker present in the datadir from the start of a physical restore until its last file is
 /// in place.

@@ -48,7 +48,9 @@ fn hint(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         });
         if let Some(engine) = engine {
             return match engine {
-                Error::NoSuchBackup(_) => Some("`list --all` shows incomplete backups"),
+                Error::NoSuchBackup(_) => {
+                    Some("`mysql-backup list --all` shows incomplete backups")
+                }
                 Error::KeyRequired { .. } => Some("pass --encryption-key-file"),
                 Error::ToolNotFound { .. } => Some("install it or name it with --tool"),
                 Error::TargetNotEmpty { .. } => Some("pass --force to replace it"),
@@ -131,7 +133,7 @@ mod tests {
 
     #[test]
     fn failures_the_command_line_remedies_name_the_flag() {
-        let cases: [(Box<dyn std::error::Error + Send + Sync>, &str); 4] = [
+        let cases: [(Box<dyn std::error::Error + Send + Sync>, &str); 5] = [
             (
                 Box::new(Error::KeyRequired { id: "b1".into() }),
                 "backup b1 is encrypted and no key was given; pass --encryption-key-file",
@@ -149,6 +151,11 @@ mod tests {
                 }),
                 "backup b2 is logical: it restores into a server, not into a directory; use \
                  --mysql-socket or --mysql-host",
+            ),
+            (
+                Box::new(Error::NoSuchBackup("b3".into())),
+                "backup b3 does not exist (no manifest); `mysql-backup list --all` shows \
+                 incomplete backups",
             ),
             (Box::new(Error::Interrupted), "interrupted by signal"),
         ];
