@@ -19,12 +19,12 @@ use bulwark_engine::Error;
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
-use crate::agent::{self, AgentConfig};
-use crate::bootstrap::{self, DatadirState};
-use crate::exporter::ExporterConfig;
-use crate::init::{self, InitRequest};
-use crate::pending::PendingRestoreConfig;
-use crate::sql::Source;
+use crate::decide::sql::Source;
+use crate::run::bootstrap::{self, DatadirState};
+use crate::run::exporter::ExporterConfig;
+use crate::run::init::{self, InitRequest};
+use crate::run::pending::PendingRestoreConfig;
+use crate::run::{self, AgentConfig};
 
 /// The in-pod agent of Bulwark's MySQL clusters.
 #[derive(Parser)]
@@ -304,13 +304,13 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
             _ => None,
         },
     };
-    agent::run(config, shutdown_signal()).await?;
+    run::run(config, shutdown_signal()).await?;
     Ok(())
 }
 
 async fn cmd_seed(a: SeedArgs) -> anyhow::Result<()> {
     let datadir = absolute(&a.datadir)?;
-    let cfg = crate::seed::SeedConfig {
+    let cfg = crate::run::seed::SeedConfig {
         pod_name: a.pod_name,
         peers: a.peers,
         gtid_file: match &a.gtid_file {
@@ -325,8 +325,8 @@ async fn cmd_seed(a: SeedArgs) -> anyhow::Result<()> {
         credentials_dir: absolute(&a.credentials_dir)?,
         tool: a.tool,
     };
-    let outcome = crate::seed::seed(&cfg).await?;
-    let line = crate::seed::describe(&outcome, &cfg.datadir);
+    let outcome = crate::run::seed::seed(&cfg).await?;
+    let line = crate::run::seed::describe(&outcome, &cfg.datadir);
     tracing::info!(outcome = %line, "seed finished");
     println!("{line}");
     Ok(())

@@ -101,7 +101,7 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
         let request = bulwark_contract::clone::CloneRequest {
             member: "intruder".into(),
             donor: donor.into(),
-            issued_at: bulwark_agent::clone::unix_now(),
+            issued_at: bulwark_agent::run::clone::unix_now(),
         };
         writeln!(asked, "{}", request.sign(key)).unwrap();
         let mut answer = String::new();

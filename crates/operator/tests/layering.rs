@@ -436,7 +436,10 @@ fn imports_are_read_through_groups_super_and_child_paths() {
     );
     assert!(engine["error"].contains("store"), "{engine:#?}");
     let agent = file_graph("agent");
-    assert!(agent["topology"].contains("restored"), "{agent:#?}");
+    assert!(
+        agent["decide::topology"].contains("decide::restored"),
+        "{agent:#?}"
+    );
     let operator = file_graph("operator");
     assert!(
         operator["cluster::plan"].contains("cluster::failover"),
@@ -460,6 +463,21 @@ fn a_cycle_is_found_when_there_is_one() {
     .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
     .collect();
     assert_eq!(cycle(&g).map(|c| c.len()), Some(4));
+}
+
+#[test]
+fn the_agents_decisions_do_no_io() {
+    let graph = file_graph("agent");
+    let decide: Vec<_> = graph.keys().filter(|m| m.starts_with("decide")).collect();
+    assert!(decide.len() >= 5, "the agent's decide modules: {decide:?}");
+    for m in decide {
+        for t in &graph[m] {
+            assert!(
+                t.starts_with("decide"),
+                "{m} imports {t}: decisions stay pure"
+            );
+        }
+    }
 }
 
 #[test]

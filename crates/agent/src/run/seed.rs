@@ -21,9 +21,9 @@ use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::{Engine, Role};
 use bulwark_engine::source::{self, ToolIo, ToolJob};
 
-use crate::bootstrap::{self, BootstrapError, DatadirState};
-use crate::clone::{self, ReceiveError};
-use crate::restored::RestoredGtid;
+use crate::decide::restored::RestoredGtid;
+use crate::run::bootstrap::{self, BootstrapError, DatadirState};
+use crate::run::clone::{self, ReceiveError};
 
 /// Time a member's agent has to answer for its report.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use axum::body::Bytes;
 use bulwark_contract::order::{OrderError, RoleOrder, Standing, ORDER_KEY};
 
-use crate::files::{self, read_secret};
-use crate::http::Readiness;
-use crate::http::Response;
+use crate::run::files::{self, read_secret};
+use crate::run::http::Readiness;
+use crate::run::http::Response;
 
 use bulwark_contract::order::ORDER_WAIT;
 

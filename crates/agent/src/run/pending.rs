@@ -19,7 +19,7 @@ use bulwark_pitr::archive::{Target, Window};
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 
-use crate::files::read_if_present;
+use crate::run::files::read_if_present;
 use bulwark_engine::outfile::OutfileError;
 
 /// Where a pending logical restore comes from.

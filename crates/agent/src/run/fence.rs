@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 
-use crate::sql;
+use crate::decide::sql;
 
 /// Time between two rounds of ended sessions.
 const ROUND: Duration = Duration::from_millis(200);

@@ -7,7 +7,7 @@
 //! for the agent, which makes the new server's binary log and replica position continue from
 //! it (a restored datadir has no binary log). A logical backup is verified and left in a
 //! pending file for the agent (with the point-in-time target, checked against the archive),
-//! which loads it once mysqld runs ([`crate::pending`]). A logical bootstrap leaves no GTID
+//! which loads it once mysqld runs ([`crate::run::pending`]). A logical bootstrap leaves no GTID
 //! file: the load and the replay go through the primary's binary log under the new cluster's
 //! own GTIDs, and replicas, which start empty, replicate them from the beginning of that log;
 //! the dump's GTID position is the source's history, which no server of the new cluster holds.
@@ -26,9 +26,11 @@ use bulwark_pitr::archive::recover::{self, ReplayInto};
 use bulwark_pitr::archive::replay::ReplayOutcome;
 use bulwark_pitr::archive::Target;
 
-use crate::files::{self, read_if_present, sync_dir};
-use crate::pending::{self, PendingFileError};
-use crate::restored::{normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid};
+use crate::decide::restored::{
+    normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid,
+};
+use crate::run::files::{self, read_if_present, sync_dir};
+use crate::run::pending::{self, PendingFileError};
 
 /// Marker present in the datadir from the start of a physical restore until its last file is
 /// in place.

@@ -45,7 +45,7 @@ pub enum InitError {
     #[error("failed to write the server configuration")]
     WriteConfig(#[from] OutfileError),
     #[error("failed to write the exporter's configuration")]
-    ExporterConfig(#[from] crate::exporter::ExporterConfigError),
+    ExporterConfig(#[from] crate::run::exporter::ExporterConfigError),
 }
 
 /// What `bulwark-agent init` is asked to do.
@@ -66,7 +66,7 @@ pub struct InitRequest {
     /// its `lost+found`.
     pub datadir: Option<PathBuf>,
     /// The exporter's option file to write, with metrics.
-    pub exporter: Option<crate::exporter::ExporterConfig>,
+    pub exporter: Option<crate::run::exporter::ExporterConfig>,
 }
 
 /// What `bulwark-agent init` wrote.
@@ -190,7 +190,7 @@ pub fn run(req: &InitRequest) -> Result<InitOutcome, InitError> {
     let instance = instance_config(&req.pod_name, &req.cluster, req.engine, ordinal);
     outfile::write_atomic(&instance_path, instance.as_bytes(), 0o644)?;
     if let Some(exporter) = &req.exporter {
-        crate::exporter::write(exporter)?;
+        crate::run::exporter::write(exporter)?;
     }
     Ok(InitOutcome {
         server_id: SERVER_ID_BASE + ordinal,

@@ -1,0 +1,246 @@
+//! One pass of the agent: read the role (the labels, or a newer order), observe the server, let
+//! [`topology::decide`] name the one action, and apply it. What the agent remembers between
+//! passes lives here, grouped by what it is about; failures become the not-ready reason.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bulwark_contract::order::Standing;
+
+use super::config::AgentConfig;
+use super::credentials::Credentials;
+use super::error::AgentError;
+use super::fence::Fence;
+use super::observe::Server;
+use super::orders::Orders;
+use super::restoring::RestoreState;
+use crate::decide::labels::{self, Role};
+use crate::decide::sql::Source;
+use crate::decide::topology::{self, Decision, Observed, Situation};
+
+/// Pause before replication is started again after it stopped.
+const START_RETRY: Duration = Duration::from_secs(10);
+/// Pause before a stale replication password is replaced again.
+const CHANGE_RETRY: Duration = Duration::from_secs(60);
+/// MySQL/MariaDB "access denied" (the replication password is wrong).
+const ER_ACCESS_DENIED: u32 = 1045;
+
+/// What the agent last made of the server, so that a pass converges only what changed.
+#[derive(Default)]
+pub(super) struct Converged {
+    /// The passwords the accounts carry (forgotten with the connection: checked again).
+    pub(super) accounts_digest: Option<[u8; 32]>,
+    /// A loaded dump replaced the privilege tables: accounts and root are converged again.
+    pub(super) accounts_after_load: bool,
+    /// The replication password the source was configured with.
+    pub(super) source_digest: Option<[u8; 32]>,
+    pub(super) last_change: Option<Instant>,
+    pub(super) last_start: Option<Instant>,
+    /// The epoch at which replication last connected; `None` since the agent started.
+    pub(super) io_epoch: Option<u64>,
+}
+
+/// The role a pass acts on.
+pub(super) struct RoleView {
+    /// The last role read (or why none could be), to log changes once.
+    pub(super) last: Option<Result<Standing, String>>,
+    /// The epoch of the role this pass acts on.
+    pub(super) epoch: u64,
+    /// Where this pass replicates from: the primary an order names, else `--primary-host`.
+    pub(super) source: Source,
+}
+
+/// What the last pass saw and did.
+#[derive(Default)]
+pub(super) struct LastPass {
+    /// What it observed, `None` when it could not.
+    pub(super) observed: Option<Observed>,
+    /// It applied an action.
+    pub(super) acted: bool,
+    /// The last failed action and its error, so a failure repeated every pass is logged once.
+    pub(super) failure: Option<String>,
+}
+
+pub(super) struct Agent {
+    pub(super) config: AgentConfig,
+    pub(super) server: Option<Server>,
+    pub(super) converged: Converged,
+    pub(super) role: RoleView,
+    /// Accepted role orders.
+    pub(super) orders: Arc<Orders>,
+    /// A demoted primary's hold on writes, while it runs.
+    pub(super) fence: Option<Fence>,
+    pub(super) restore: RestoreState,
+    pub(super) last: LastPass,
+}
+
+impl Agent {
+    pub(super) fn new(config: AgentConfig, orders: Arc<Orders>) -> Self {
+        Agent {
+            role: RoleView {
+                last: None,
+                epoch: 0,
+                source: config.source.clone(),
+            },
+            config,
+            server: None,
+            converged: Converged::default(),
+            orders,
+            fence: None,
+            restore: RestoreState::default(),
+            last: LastPass::default(),
+        }
+    }
+
+    /// The connected server; a pass acts only once connected.
+    pub(super) fn server(&mut self) -> &mut Server {
+        self.server.as_mut().expect("connected")
+    }
+
+    /// The role from the labels or the operator's order, whichever is newer.
+    fn read_role(&mut self) -> Result<Standing, String> {
+        let path = &self.config.labels_file;
+        let labelled = match std::fs::read_to_string(path) {
+            Ok(text) => labels::standing(&labels::parse_labels(&text)),
+            Err(source) => Err(format!(
+                "role unknown: {}",
+                bulwark_engine::error::chain(&AgentError::ReadLabels {
+                    path: path.display().to_string(),
+                    source,
+                })
+            )),
+        };
+        let role = match (self.orders.standing(), labelled) {
+            (Err(why), _) => Err(why),
+            (Ok(None), labelled) => labelled,
+            (Ok(Some(ordered)), Err(_)) => Ok(ordered),
+            (Ok(ordered), Ok(labelled)) => {
+                Ok(Standing::newest(ordered, Some(labelled)).unwrap_or(labelled))
+            }
+        };
+        if self.role.last.as_ref() != Some(&role) {
+            match &role {
+                Ok(r) => tracing::info!(role = %r.role, epoch = r.epoch, "role changed"),
+                Err(reason) => tracing::warn!(reason = %reason, "role unknown"),
+            }
+            self.role.last = Some(role.clone());
+        }
+        role
+    }
+
+    /// One pass: observe, decide, act once. Failures become the not-ready reason.
+    pub(super) async fn pass(&mut self) -> Decision {
+        let role = self.read_role();
+        self.last = LastPass {
+            failure: self.last.failure.take(),
+            ..LastPass::default()
+        };
+        if self.fence.as_ref().is_some_and(|f| f.remaining().is_none()) {
+            self.fence = None;
+        }
+        if let Ok(r) = &role {
+            self.role.epoch = r.epoch;
+        }
+        // An order that names the primary wins over the Service while it is the role's.
+        let named = self.orders.source().filter(|(epoch, _)| {
+            role.as_ref()
+                .is_ok_and(|r| r.epoch == *epoch && r.role == Role::Replica)
+        });
+        self.role.source = Source {
+            host: named.map_or_else(|| self.config.source.host.clone(), |(_, host)| host),
+            port: self.config.source.port,
+        };
+        match self.try_pass(role.map(|r| r.role)).await {
+            Ok(d) => d,
+            Err(e) => {
+                if e.connection_lost() && self.server.is_some() {
+                    tracing::warn!(error = %bulwark_engine::error::chain(&e), "lost the connection to mysqld");
+                }
+                if e.connection_lost() {
+                    self.disconnect();
+                }
+                Decision {
+                    action: None,
+                    ready: false,
+                    reason: bulwark_engine::error::chain(&e),
+                }
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        self.server = None;
+        self.converged.accounts_digest = None;
+    }
+
+    /// Closes the connection to mysqld at shutdown, waiting briefly for the server's goodbye.
+    pub(super) async fn disconnect_gracefully(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), server.conn.disconnect()).await;
+        }
+    }
+
+    async fn try_pass(&mut self, role: Result<Role, String>) -> Result<Decision, AgentError> {
+        let creds = Credentials::read(&self.config.credentials_dir)?;
+        if self.server.is_none() {
+            self.server = Some(super::observe::connect(&self.config.socket, &creds).await?);
+            self.converged.accounts_digest = None;
+        }
+        let observed = super::observe::observe(self.server()).await?;
+        self.last.observed = Some(observed.clone());
+        let load = self.restore.load_state(
+            self.config.pending.as_ref(),
+            &mut self.converged.accounts_after_load,
+        );
+        let restored_gtid = self.restore.gtid_adoption(self.config.gtid_file.as_deref());
+        let c = &self.converged;
+        let stale = observed.replication.as_ref().is_some_and(|r| {
+            let changed = c
+                .source_digest
+                .is_some_and(|d| d != creds.replication_digest());
+            let denied = r.io_errno == ER_ACCESS_DENIED
+                && c.last_change.is_none_or(|t| t.elapsed() > CHANGE_RETRY);
+            changed || denied
+        });
+        let mut decision = topology::decide(&Situation {
+            role,
+            observed: &observed,
+            source: &self.role.source,
+            accounts_current: c.accounts_digest == Some(creds.accounts_digest())
+                && !c.accounts_after_load,
+            source_password_stale: stale,
+            start_allowed: c.last_start.is_none_or(|t| t.elapsed() > START_RETRY),
+            // Unknown after an agent restart: the receiver may predate the current primary.
+            reconnect: c.io_epoch.is_none_or(|e| e < self.role.epoch),
+            fence_hold: self.fence.as_ref().and_then(Fence::remaining),
+            load: &load,
+            restored_gtid: &restored_gtid,
+            max_lag: self.config.max_replica_lag,
+            semi_sync_acks: self.config.semi_sync_acks,
+        });
+        let Some(action) = decision.action.clone() else {
+            return Ok(decision);
+        };
+        match self.apply(&action, &creds).await {
+            Ok(()) => {
+                self.last.failure = None;
+                self.last.acted = true;
+            }
+            Err(e) => {
+                let msg = bulwark_engine::error::chain(&e);
+                let failure = format!("{}: {msg}", action.name());
+                if self.last.failure.as_ref() != Some(&failure) {
+                    tracing::warn!(action = action.name(), error = %msg, "action failed");
+                    self.last.failure = Some(failure);
+                } else {
+                    tracing::debug!(action = action.name(), error = %msg, "action failed again");
+                }
+                if e.connection_lost() {
+                    return Err(e);
+                }
+                decision.reason = format!("{}: {msg}", decision.reason);
+            }
+        }
+        Ok(decision)
+    }
+}

@@ -1,0 +1,187 @@
+//! What a bootstrap left for the agent, as each pass sees it: the pending logical backup (its
+//! load runs in the background while passes go on; a failed one is tried again after a pause)
+//! and the GTID position of a physical restore, whose file is removed once adopted.
+
+use std::path::Path;
+
+use bulwark_engine::source::Connection;
+use std::time::{Duration, Instant};
+
+use super::bootstrap;
+use super::error::AgentError;
+use super::pending;
+use super::pending::PendingRestoreConfig;
+use crate::decide::topology::{GtidAdoption, LoadState};
+
+/// Pause before a failed logical restore is tried again.
+const RESTORE_RETRY: Duration = Duration::from_secs(30);
+
+/// The logical restore running in the background, how the last one ended, and a restored
+/// GTID position adopted but not yet cleared away.
+#[derive(Default)]
+pub(super) struct RestoreState {
+    running: Option<(String, tokio::task::JoinHandle<Result<(), AgentError>>)>,
+    failed: Option<(String, String, Instant)>,
+    /// Loaded by this agent but the pending file could not be removed: never loaded again.
+    loaded: Option<String>,
+    /// The pending file as this pass read it: what a load started in the pass loads.
+    staged: Option<pending::PendingRestore>,
+    /// Backup whose GTID position was adopted but whose file could not be removed yet: the
+    /// file is removed, never applied again, and nothing else happens until it is gone.
+    gtid_adopted: Option<String>,
+}
+
+impl RestoreState {
+    /// The restored GTID file's state; first retries the removal of an adopted one.
+    pub(super) fn gtid_adoption(&mut self, gtid_file: Option<&Path>) -> GtidAdoption {
+        let Some(path) = gtid_file else {
+            return GtidAdoption::Nothing;
+        };
+        if let Some(id) = &self.gtid_adopted {
+            return match bootstrap::remove_restored_gtid(path) {
+                Ok(()) => {
+                    tracing::info!(backup_id = %id, gtid_file = %path.display(), "restored GTID file removed");
+                    self.gtid_adopted = None;
+                    GtidAdoption::Nothing
+                }
+                Err(e) => GtidAdoption::Failed(format!(
+                    "adopted for backup {id}, but {}",
+                    bulwark_engine::error::chain(&e)
+                )),
+            };
+        }
+        match bootstrap::read_restored_gtid(path) {
+            Ok(None) => GtidAdoption::Nothing,
+            Ok(Some(r)) => GtidAdoption::Waiting(r),
+            Err(e) => GtidAdoption::Failed(bulwark_engine::error::chain(&e)),
+        }
+    }
+
+    /// Removes the restored GTID file of an adopted position before anything else happens: a
+    /// file still there after a crash means the server has not been written to since, so
+    /// adopting again is harmless.
+    pub(super) fn finish_gtid_adoption(
+        &mut self,
+        gtid_file: Option<&Path>,
+        backup_id: &str,
+    ) -> Result<(), AgentError> {
+        if let Some(path) = gtid_file {
+            if let Err(e) = bootstrap::remove_restored_gtid(path) {
+                self.gtid_adopted = Some(backup_id.to_owned());
+                return Err(AgentError::FinishGtidAdoption(e));
+            }
+            tracing::info!(gtid_file = %path.display(), "restored GTID file removed");
+        }
+        Ok(())
+    }
+
+    /// Reaps a finished load and reads the pending file. `loaded` is set when a load has just
+    /// finished: the dump replaced the privilege tables, so accounts and root are converged
+    /// again.
+    pub(super) fn load_state(
+        &mut self,
+        pending: Option<&PendingRestoreConfig>,
+        loaded: &mut bool,
+    ) -> LoadState {
+        let Some(cfg) = pending else {
+            return LoadState::Nothing;
+        };
+        if let Some((id, handle)) = &self.running {
+            if !handle.is_finished() {
+                return LoadState::Loading(id.clone());
+            }
+            let (id, handle) = self.running.take().expect("running");
+            let result = futures::FutureExt::now_or_never(handle)
+                .expect("finished")
+                .unwrap_or_else(|join| {
+                    Err(AgentError::LoadPendingRestore {
+                        id: id.clone(),
+                        source: Box::new(
+                            bulwark_engine::Error::InvalidArgument(format!(
+                                "restore task ended: {join}"
+                            ))
+                            .into(),
+                        ),
+                    })
+                })
+                .and_then(|()| remove_pending(&cfg.file));
+            match result {
+                Ok(()) => {
+                    tracing::info!(backup_id = %id, "pending logical restore loaded");
+                    self.failed = None;
+                    *loaded = true;
+                }
+                Err(e @ AgentError::RemovePending { .. }) => {
+                    tracing::error!(backup_id = %id, error = %bulwark_engine::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");
+                    self.loaded = Some(id.clone());
+                    self.failed = Some((id, bulwark_engine::error::chain(&e), Instant::now()));
+                }
+                Err(e) => {
+                    let msg = bulwark_engine::error::chain(&e);
+                    tracing::warn!(backup_id = %id, error = %msg, retry_in_seconds = RESTORE_RETRY.as_secs(), "pending logical restore failed; retrying later");
+                    self.failed = Some((id, msg, Instant::now()));
+                }
+            }
+        }
+        self.staged = None;
+        let id = match pending::read(&cfg.file) {
+            Ok(None) => return LoadState::Nothing,
+            Ok(Some(p)) => {
+                let id = p.backup_id.clone();
+                self.staged = Some(p);
+                id
+            }
+            Err(e) => {
+                return LoadState::Failed {
+                    id: "?".into(),
+                    error: bulwark_engine::error::chain(&e),
+                }
+            }
+        };
+        if let Some((failed_id, error, at)) = &self.failed {
+            if *failed_id == id
+                && (self.loaded.as_deref() == Some(&id) || at.elapsed() < RESTORE_RETRY)
+            {
+                return LoadState::Failed {
+                    id,
+                    error: error.clone(),
+                };
+            }
+        }
+        LoadState::Waiting(id)
+    }
+
+    /// Starts loading backup `id` over `conn`, as this pass's [`RestoreState::load_state`]
+    /// read it.
+    pub(super) fn start(
+        &mut self,
+        pending: Option<&PendingRestoreConfig>,
+        id: &str,
+        conn: Connection,
+    ) {
+        let Some(cfg) = pending.cloned() else {
+            return;
+        };
+        let Some(staged) = self.staged.take().filter(|p| p.backup_id == id) else {
+            return;
+        };
+        tracing::info!(backup_id = %id, until = ?staged.until, until_gtid = ?staged.until_gtid, "loading pending logical restore");
+        let task_id = id.to_string();
+        let handle = tokio::spawn(async move {
+            pending::load(&cfg, &staged, conn).await.map_err(|source| {
+                AgentError::LoadPendingRestore {
+                    id: task_id,
+                    source: Box::new(source),
+                }
+            })
+        });
+        self.running = Some((id.to_string(), handle));
+    }
+}
+
+pub(super) fn remove_pending(path: &Path) -> Result<(), AgentError> {
+    super::files::remove(path).map_err(|source| AgentError::RemovePending {
+        path: path.display().to_string(),
+        source,
+    })
+}

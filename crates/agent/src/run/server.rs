@@ -1,0 +1,228 @@
+//! The agent sidecar's life: it binds the endpoints (`/healthz`, `/readyz`, `/status`, the
+//! operator's `/order`) and the copy server, then runs passes (on the interval, when an order
+//! wakes it, back to back while each acts) and publishes each pass's readiness and report
+//! until shutdown.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::config::AgentConfig;
+use super::error::AgentError;
+use super::http::{self, Readiness};
+use super::observe::{self, STATEMENT_TIMEOUT};
+use super::orders::Orders;
+use super::pass::Agent;
+use crate::decide::report::member_status;
+use crate::decide::topology::Decision;
+
+/// Longest a `/status?fresh` request waits for a pass that began after it.
+const FRESH_WAIT: Duration = Duration::from_secs(3);
+
+/// Passes run back to back while each applies an action (a promotion or a demotion is several
+/// steps), at most this many before the interval is waited again.
+const MAX_BUSY_PASSES: u32 = 16;
+
+/// Least time between two log lines giving a changed not-ready reason.
+const NOT_READY_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Runs the agent until `shutdown` resolves.
+pub async fn run(
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), AgentError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let local = listener.local_addr().unwrap_or(config.listen);
+    tracing::info!(listen = %local, socket = %config.socket.display(), "agent listening");
+    println!("listening on {local}");
+
+    let (clone_port, copies) = serve_copies(&config).await;
+    let readiness = Arc::new(Mutex::new(Readiness {
+        ready: false,
+        reason: "starting".into(),
+        at: Instant::now(),
+        started: Instant::now(),
+        member: None,
+        settled: false,
+    }));
+    let orders = Arc::new(Orders::load(
+        config.pod_name.clone(),
+        config.order_file.clone(),
+    ));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let (passed, passes) = tokio::sync::watch::channel(());
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let endpoints = tokio::spawn(http::serve(
+        listener,
+        routes(&config, &orders, &readiness, &wake, passes),
+        http::limits(config.health_timeout),
+        async {
+            let _ = http_stopped.await;
+        },
+    ));
+
+    let mut agent = Agent::new(config, orders);
+    let mut ticker = tokio::time::interval(agent.config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    let mut log = ReadinessLog::default();
+    let mut busy_passes = 0;
+    loop {
+        if busy_passes == 0 || busy_passes >= MAX_BUSY_PASSES {
+            busy_passes = 0;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = wake.notified() => {}
+                _ = &mut shutdown => break,
+            }
+        }
+        let began = Instant::now();
+        let decision = agent.pass().await;
+        busy_passes = if agent.last.acted { busy_passes + 1 } else { 0 };
+        let mut r = readiness.lock().expect("readiness lock");
+        log.record(&r, &decision);
+        let member = agent.last.observed.as_ref().map(|o| {
+            let role = agent.role.last.clone().and_then(Result::ok);
+            let held = agent
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.remaining().is_some());
+            member_status(role, o, &decision, clone_port, held)
+        });
+        *r = Readiness {
+            ready: decision.ready,
+            reason: decision.reason,
+            at: Instant::now(),
+            started: began,
+            member,
+            settled: decision.action.is_none(),
+        };
+        drop(r);
+        passed.send_replace(());
+    }
+    tracing::info!("agent stopping");
+    if let Some(fence) = agent.fence.take() {
+        if fence.remaining().is_some() {
+            fence.wait_out().await;
+        }
+    }
+    let _ = stop_http.send(());
+    let _ = endpoints.await;
+    if let Some(copies) = copies {
+        // No new copies; one in progress ends with the process (its receiver fails and tries
+        // again).
+        copies.abort();
+    }
+    agent.disconnect_gracefully().await;
+    Ok(())
+}
+
+/// The endpoints' handlers over the state the passes publish.
+fn routes(
+    config: &AgentConfig,
+    orders: &Arc<Orders>,
+    readiness: &Arc<Mutex<Readiness>>,
+    wake: &Arc<tokio::sync::Notify>,
+    passes: tokio::sync::watch::Receiver<()>,
+) -> axum::Router {
+    let order = super::orders::handler(
+        orders.clone(),
+        config.credentials_dir.clone(),
+        wake.clone(),
+        passes.clone(),
+        readiness.clone(),
+    );
+    let stale_after = config.interval * 3 + STATEMENT_TIMEOUT * 3;
+    let healthz = {
+        let socket = config.socket.clone();
+        let credentials_dir = config.credentials_dir.clone();
+        let timeout = config.health_timeout;
+        // Probes (and anyone else on the pod network) share one check a second: requests
+        // never multiply root connections to the server.
+        let coalesced = Arc::new(http::Coalesced::new(Duration::from_secs(1)));
+        move || {
+            let socket = socket.clone();
+            let credentials_dir = credentials_dir.clone();
+            let coalesced = coalesced.clone();
+            async move {
+                coalesced
+                    .get(|| observe::health(&socket, &credentials_dir, timeout))
+                    .await
+            }
+        }
+    };
+    let readyz = {
+        let readiness = readiness.clone();
+        move || http::readyz(readiness.clone(), stale_after)
+    };
+    let status = {
+        let board = http::Passes {
+            readiness: readiness.clone(),
+            wake: wake.clone(),
+            passes,
+            stale_after,
+            fresh_wait: FRESH_WAIT,
+        };
+        move |axum::extract::RawQuery(query): axum::extract::RawQuery| {
+            http::status(board.clone(), query)
+        }
+    };
+    http::routes(healthz, readyz, status, order)
+}
+
+/// Serves copies of this member's data beside the probes, when configured: the port (0 when
+/// none) and the server's task. A listener that cannot be bound is no reason to stop serving
+/// the server's role and probes.
+async fn serve_copies(config: &AgentConfig) -> (u16, Option<tokio::task::JoinHandle<()>>) {
+    let Some((addr, datadir)) = &config.clone else {
+        return (0, None);
+    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => {
+            let port = l.local_addr().map_or(0, |a| a.port());
+            let donor = Arc::new(super::clone::Donor {
+                socket: config.socket.clone(),
+                credentials_dir: config.credentials_dir.clone(),
+                datadir: datadir.clone(),
+            });
+            tracing::info!(listen = %addr, port, "serving copies of this member's data");
+            (port, Some(tokio::spawn(super::clone::serve(l, donor))))
+        }
+        Err(e) => {
+            tracing::error!(listen = %addr, error = %e, "failed to listen for copies of this member's data");
+            (0, None)
+        }
+    }
+}
+
+/// When the pod is not ready, why: in the log too (the kubelet's events show only the status
+/// code), but a changing reason (a lag in seconds) at most every [`NOT_READY_LOG_INTERVAL`].
+#[derive(Default)]
+struct ReadinessLog {
+    not_ready_logged: Option<Instant>,
+}
+
+impl ReadinessLog {
+    fn record(&mut self, was: &Readiness, now: &Decision) {
+        if was.ready != now.ready {
+            tracing::info!(ready = now.ready, reason = %now.reason, "readiness changed");
+            self.not_ready_logged = (!now.ready).then(Instant::now);
+        } else if was.reason != now.reason {
+            if !now.ready
+                && self
+                    .not_ready_logged
+                    .is_none_or(|t| t.elapsed() >= NOT_READY_LOG_INTERVAL)
+            {
+                tracing::warn!(reason = %now.reason, "not ready");
+                self.not_ready_logged = Some(Instant::now());
+            } else {
+                tracing::debug!(ready = now.ready, reason = %now.reason, "readiness reason changed");
+            }
+        }
+    }
+}
