@@ -18,7 +18,7 @@ use bulwark_engine::repo::{CompleteBackup, Repository};
 use bulwark_engine::source::Connection;
 use bulwark_engine::store::{self, S3Options};
 use bulwark_engine::Error;
-use bulwark_pitr::archive::Target;
+use bulwark_pitr::archive::RecoveryTarget;
 
 #[derive(Args, Clone)]
 pub struct RepoArgs {
@@ -333,16 +333,16 @@ pub struct UntilArgs {
 }
 
 impl UntilArgs {
-    pub fn target(&self) -> Result<Option<Target>, Error> {
+    pub fn target(&self) -> Result<Option<RecoveryTarget>, Error> {
         let invalid = |flag: &str, why: String| Error::InvalidArgument(format!("{flag}: {why}"));
         if let Some(p) = &self.until_gtid {
-            return Target::parse_gtid(p)
+            return RecoveryTarget::parse_gtid(p)
                 .map(Some)
                 .map_err(|why| invalid("--until-gtid", why));
         }
         self.until
             .as_deref()
-            .map(|s| Target::parse_time(s).map_err(|why| invalid("--until", why)))
+            .map(|s| RecoveryTarget::parse_time(s).map_err(|why| invalid("--until", why)))
             .transpose()
     }
 }

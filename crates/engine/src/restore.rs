@@ -108,7 +108,7 @@ impl ChunkSink for ChannelSink {
 
 /// Where to restore.
 #[derive(Debug)]
-pub enum Target {
+pub enum Destination {
     /// A datadir to create from a physical backup.
     Directory {
         /// The directory.
@@ -146,12 +146,12 @@ pub struct RestoreOutcome {
     pub prepared: bool,
 }
 
-/// Restores `backup` into `target`.
+/// Restores `backup` into `destination`.
 pub async fn restore(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    target: Target,
+    destination: Destination,
     tool: Option<&str>,
     parallel: usize,
     progress: Arc<Progress>,
@@ -161,10 +161,10 @@ pub async fn restore(
     if m.encryption.is_some() && dk.is_none() {
         return Err(Error::KeyRequired { id: m.id.clone() });
     }
-    match (m.method, target) {
+    match (m.method, destination) {
         (
             Method::Physical,
-            Target::Directory {
+            Destination::Directory {
                 path,
                 force,
                 prepare,
@@ -177,7 +177,7 @@ pub async fn restore(
         }
         (
             Method::Logical,
-            Target::Server {
+            Destination::Server {
                 connection,
                 verify_first,
                 binlogged,
@@ -196,12 +196,11 @@ pub async fn restore(
             )
             .await
         }
-        (Method::Physical, Target::Server { .. }) | (Method::Logical, Target::Directory { .. }) => {
-            Err(Error::WrongRestoreTarget {
-                id: m.id.clone(),
-                method: m.method,
-            })
-        }
+        (Method::Physical, Destination::Server { .. })
+        | (Method::Logical, Destination::Directory { .. }) => Err(Error::WrongRestoreTarget {
+            id: m.id.clone(),
+            method: m.method,
+        }),
     }
 }
 

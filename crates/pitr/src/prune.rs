@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::archive::manifest::archive_of;
 use crate::archive::retain::{self, BackupPoint};
-use crate::archive::store::{ArchiveListing, IncompleteSegment};
+use crate::archive::segments::{ArchiveListing, IncompleteSegment};
 use crate::archive::SegmentManifest;
 use crate::retention::{self, Candidate, Decision, KeepPolicy};
 use crate::Result;
@@ -124,12 +124,12 @@ pub async fn execute(
     }
     // Replaced segments before the compacted ones: they must not become the archive's again.
     for s in plan.replaced.iter().chain(&plan.segments) {
-        crate::archive::store::delete(repo.store(), &s.id).await?;
+        crate::archive::segments::delete(repo.store(), &s.id).await?;
         tracing::info!(segment = %s.id, "binlog segment removed");
         removed.push(s.id.clone());
     }
     for s in &plan.stale_segments {
-        crate::archive::store::delete(repo.store(), &s.id).await?;
+        crate::archive::segments::delete(repo.store(), &s.id).await?;
         tracing::info!(segment = %s.id, "incomplete binlog segment removed");
         removed.push(s.id.clone());
     }

@@ -74,7 +74,7 @@ pub async fn rewrap_all(
         results.push((m.id.clone(), outcome));
     }
     let store = repo.store();
-    for (_, listing) in archive::store::list_all(store).await? {
+    for (_, listing) in archive::segments::list_all(store).await? {
         let segments = listing
             .segments
             .into_iter()
@@ -85,7 +85,7 @@ pub async fn rewrap_all(
                 (None, Some(e)) => {
                     let mut updated = m.clone();
                     updated.encryption = Some(crypto::rewrap(&m.id, e, old, new)?);
-                    archive::store::put_manifest(store, &updated).await?;
+                    archive::segments::put_manifest(store, &updated).await?;
                     tracing::info!(segment = %m.id, old_key = %old.id(), new_key = %new.id(), "data key re-wrapped");
                     RewrapOutcome::Rewrapped
                 }

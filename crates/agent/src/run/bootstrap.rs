@@ -24,7 +24,7 @@ use bulwark_engine::restore::{self, RestoreOutcome};
 use bulwark_engine::source::{self, ToolJob};
 use bulwark_pitr::archive::recover::{self, ReplayInto};
 use bulwark_pitr::archive::replay::ReplayOutcome;
-use bulwark_pitr::archive::Target;
+use bulwark_pitr::archive::RecoveryTarget;
 
 use crate::decide::restored::{
     normalize_gtid_set, parse_binlog_info, plausible_gtid_set, RestoredGtid,
@@ -231,7 +231,7 @@ pub async fn restore_physical(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    until: Option<&Target>,
+    until: Option<&RecoveryTarget>,
     datadir: &Path,
     gtid_file: &Path,
     tool: Option<&str>,
@@ -303,7 +303,7 @@ async fn replay_archive(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    target: &Target,
+    target: &RecoveryTarget,
     datadir: &Path,
 ) -> Result<ReplayOutcome, BootstrapError> {
     let into = ReplayInto::Datadir(datadir.to_path_buf());
@@ -394,7 +394,7 @@ pub async fn stage_logical(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    until: Option<&Target>,
+    until: Option<&RecoveryTarget>,
     pending_file: &Path,
     parallel: usize,
     progress: Arc<Progress>,

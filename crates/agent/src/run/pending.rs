@@ -15,7 +15,7 @@ use bulwark_engine::restore;
 use bulwark_engine::source::Connection;
 use bulwark_engine::store::{self, S3Options};
 use bulwark_pitr::archive::recover::{self, ReplayInto};
-use bulwark_pitr::archive::{Target, Window};
+use bulwark_pitr::archive::{RecoveryTarget, Window};
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 
@@ -57,29 +57,29 @@ impl PendingRestore {
     /// window when the restore was staged). `latest` is fixed to the window's end as it is now,
     /// so that the cluster holds what the restore checked, not whatever the archive holds
     /// when the new primary gets to the load.
-    pub fn new(backup_id: &str, target: Option<&Target>, window: Option<&Window>) -> Self {
+    pub fn new(backup_id: &str, target: Option<&RecoveryTarget>, window: Option<&Window>) -> Self {
         let mut p = PendingRestore {
             backup_id: backup_id.to_owned(),
             until: None,
             until_gtid: None,
         };
         match (target, window) {
-            (Some(Target::Time(t)), _) => {
+            (Some(RecoveryTarget::Time(t)), _) => {
                 p.until = Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             }
-            (Some(Target::Gtid(g)), _) => p.until_gtid = Some(g.to_string()),
-            (Some(Target::Latest), Some(w)) => p.until_gtid = Some(w.to.to_string()),
-            (Some(Target::Latest), None) => p.until = Some("latest".into()),
+            (Some(RecoveryTarget::Gtid(g)), _) => p.until_gtid = Some(g.to_string()),
+            (Some(RecoveryTarget::Latest), Some(w)) => p.until_gtid = Some(w.to.to_string()),
+            (Some(RecoveryTarget::Latest), None) => p.until = Some("latest".into()),
             (None, _) => {}
         }
         p
     }
 
     /// The point-in-time target, if any.
-    pub fn target(&self) -> Result<Option<Target>, String> {
+    pub fn target(&self) -> Result<Option<RecoveryTarget>, String> {
         match (&self.until_gtid, &self.until) {
-            (Some(p), _) => Target::parse_gtid(p).map(Some),
-            (None, Some(t)) => Target::parse_time(t).map(Some),
+            (Some(p), _) => RecoveryTarget::parse_gtid(p).map(Some),
+            (None, Some(t)) => RecoveryTarget::parse_time(t).map(Some),
             (None, None) => Ok(None),
         }
     }
@@ -193,7 +193,7 @@ pub async fn load(
         &repo,
         &backup,
         key.as_ref(),
-        bulwark_engine::restore::Target::Server {
+        bulwark_engine::restore::Destination::Server {
             connection: conn.clone(),
             verify_first: true,
             // The replicas get the data from the primary's binary log.
@@ -257,16 +257,22 @@ mod tests {
             to: GtidPos::parse("0-2-90").unwrap(),
             to_time: chrono::DateTime::from_timestamp(1_795_000_100, 0).unwrap(),
         };
-        let time = bulwark_pitr::archive::Target::parse_time("2026-11-25T03:15:00Z").unwrap();
-        let gtid = Target::Gtid(GtidPos::parse("0-2-50").unwrap());
-        let to = Target::Gtid(window.to.clone());
+        let time =
+            bulwark_pitr::archive::RecoveryTarget::parse_time("2026-11-25T03:15:00Z").unwrap();
+        let gtid = RecoveryTarget::Gtid(GtidPos::parse("0-2-50").unwrap());
+        let to = RecoveryTarget::Gtid(window.to.clone());
         let cases = [
             // (target asked, until, untilGtid, target loaded)
             (None, None, None, None),
             (Some(&time), Some("2026-11-25T03:15:00Z"), None, Some(&time)),
             (Some(&gtid), None, Some("0-2-50"), Some(&gtid)),
             // `latest` is fixed to the window's end when the restore is staged.
-            (Some(&Target::Latest), None, Some("0-2-90"), Some(&to)),
+            (
+                Some(&RecoveryTarget::Latest),
+                None,
+                Some("0-2-90"),
+                Some(&to),
+            ),
         ];
         for (target, until, until_gtid, loaded) in cases {
             let pending = PendingRestore::new(ID, target, Some(&window));

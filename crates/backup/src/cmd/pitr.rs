@@ -15,8 +15,8 @@ use bulwark_pitr::archive::archiver::{self, ArchiveOptions};
 use bulwark_pitr::archive::compact::CompactRules;
 pub use bulwark_pitr::archive::recover::ReplayInto;
 use bulwark_pitr::archive::replay::{self, ReplayOutcome};
-use bulwark_pitr::archive::status::{self, Board};
-use bulwark_pitr::archive::{manifest, recover, store, window, Target, Window};
+use bulwark_pitr::archive::status::{self, ArchiverRecord};
+use bulwark_pitr::archive::{manifest, recover, segments, window, RecoveryTarget, Window};
 use bulwark_pitr::binlog::GtidPos;
 use bulwark_pitr::Error;
 use clap::Args;
@@ -166,7 +166,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
             segment_size: format::DEFAULT_SEGMENT_SIZE,
         },
     };
-    let board = Board::new(&opts.archive);
+    let record = ArchiverRecord::new(&opts.archive);
     if let Some(addr) = a.status_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -177,11 +177,12 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
             })?;
         tokio::spawn(status::serve(
             listener,
-            board.clone(),
+            record.clone(),
             std::future::pending(),
         ));
     }
-    let report = archiver::run(&repo, &conn, key.as_ref(), &opts, board, shutdown_signal()).await?;
+    let report =
+        archiver::run(&repo, &conn, key.as_ref(), &opts, record, shutdown_signal()).await?;
     println!(
         "archived {} transactions in {} segments; the archive reaches {}",
         report.transactions, report.segments, report.through
@@ -190,7 +191,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
 }
 
 pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
-    let target = a.until.target()?.unwrap_or(Target::Latest);
+    let target = a.until.target()?.unwrap_or(RecoveryTarget::Latest);
     if !a.conn.given() {
         return Err(EngineError::InvalidArgument(
             "replay needs the server to apply to: --mysql-socket or --mysql-host".into(),
@@ -210,7 +211,7 @@ pub async fn replay(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    target: &Target,
+    target: &RecoveryTarget,
     into: ReplayInto,
 ) -> Result<ReplayOutcome, Error> {
     tokio::select! {
@@ -255,7 +256,7 @@ pub async fn archive_view(
         .iter()
         .map(|b| manifest::archive_of(&b.manifest))
         .collect();
-    let all = store::list_all(repo.store()).await?;
+    let all = segments::list_all(repo.store()).await?;
     let mut windows = std::collections::BTreeMap::new();
     for (b, archive) in backups.iter().zip(&named) {
         let Some(listing) = all.get(*archive) else {

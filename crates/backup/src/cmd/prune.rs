@@ -86,7 +86,7 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     };
     let repo = open_repo(&a.repo, 0).await?;
     let catalog = repo.catalog().await?;
-    let archives = bulwark_pitr::archive::store::list_all(repo.store()).await?;
+    let archives = bulwark_pitr::archive::segments::list_all(repo.store()).await?;
     let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");

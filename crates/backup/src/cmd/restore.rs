@@ -6,7 +6,7 @@ use bulwark_cli::args::{absolute, shutdown_signal, BackupSelector, ConnArgs, Pro
 use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
 use bulwark_cli::progress::Reporter;
 use bulwark_engine::progress::Progress;
-use bulwark_engine::restore::{self, Target};
+use bulwark_engine::restore::{self, Destination};
 use bulwark_engine::Error;
 use clap::Args;
 use serde_json::json;
@@ -117,12 +117,12 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         .into());
     }
     let target = match (&a.target_dir, a.conn.given()) {
-        (Some(dir), false) => Target::Directory {
+        (Some(dir), false) => Destination::Directory {
             path: absolute(dir)?,
             force: a.force,
             prepare: !a.skip_prepare,
         },
-        (None, true) => Target::Server {
+        (None, true) => Destination::Server {
             connection: a.conn.connection()?,
             verify_first: !a.skip_preverify,
             binlogged: false,

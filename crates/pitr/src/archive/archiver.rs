@@ -18,12 +18,12 @@ use mysql_async::BinlogStreamRequest;
 
 use super::connect::connect;
 use super::follow;
+use super::gathering::{Added, Gathering};
 use super::housekeeping::{self, Housekeeping};
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 pub use super::options::ArchiveOptions;
-use super::pending::{Added, Pending};
-use super::status::Board;
-use super::store;
+use super::segments;
+use super::status::ArchiverRecord;
 use crate::binlog::{Assembler, GtidPos, Step};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
@@ -64,12 +64,12 @@ struct Archive<'a> {
     opts: &'a ArchiveOptions,
     /// Committed segments, the ones found at start and those written since.
     segments: Vec<SegmentManifest>,
-    pending: Pending,
+    gathering: Gathering,
     report: ArchiveReport,
     /// Nothing says where to start: the first session starts at the server's position.
     start_at_server: bool,
     /// What `/status` reports.
-    board: Arc<Board>,
+    record: Arc<ArchiverRecord>,
     /// Backups listed again, segments pruned and compacted.
     housekeeping: Housekeeping<'a>,
 }
@@ -80,11 +80,11 @@ pub async fn run(
     conn: &Connection,
     key: Option<&MasterKey>,
     opts: &ArchiveOptions,
-    board: Arc<Board>,
+    record: Arc<ArchiverRecord>,
     mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
-    let listing = store::list(&store, &opts.archive).await?;
+    let listing = segments::list(&store, &opts.archive).await?;
     housekeeping::remove_incomplete(&store, &listing.incomplete).await;
     let segments = listing.segments;
     let start = resume_point(repo, &segments, opts).await?;
@@ -99,33 +99,33 @@ pub async fn run(
             through: start.clone(),
             ..Default::default()
         },
-        pending: Pending::new(start),
+        gathering: Gathering::new(start),
         start_at_server,
-        board,
+        record,
         housekeeping: Housekeeping::new(repo, key, opts, listing.superseded),
     };
-    // Also shows the archive found at start (windows, gaps) on the board.
+    // Also shows the archive found at start (windows, gaps) in the record.
     archive.housekeep().await;
     let mut backoff = Duration::from_millis(500);
     loop {
-        archive.board.turned();
+        archive.record.turned();
         match archive.session(conn, &mut shutdown).await {
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::Restart(at)) => {
                 archive.flush_until_done().await;
-                archive.pending = Pending::new(at);
+                archive.gathering = Gathering::new(at);
                 backoff = Duration::from_millis(500);
             }
             Ok(SessionEnd::Retry(why)) => {
-                tracing::warn!(reason = %why, through = %archive.pending.through, "binlog stream ended; reconnecting");
-                archive.board.stream(Some(why));
+                tracing::warn!(reason = %why, through = %archive.gathering.through, "binlog stream ended; reconnecting");
+                archive.record.stream(Some(why));
             }
             // Not a MariaDB server: no retry makes it one.
             Err(e @ Error::ArchiveUnsupported(_)) => return Err(e),
             Err(e) => {
                 let cause = crate::error::chain(&e);
-                tracing::warn!(error = %cause, through = %archive.pending.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
-                archive.board.stream(Some(cause));
+                tracing::warn!(error = %cause, through = %archive.gathering.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
+                archive.record.stream(Some(cause));
             }
         }
         tokio::select! {
@@ -175,13 +175,13 @@ async fn resume_point(
 
 impl Archive<'_> {
     async fn housekeep(&mut self) {
-        let opened = self.pending.opened();
+        let opened = self.gathering.opened();
         self.housekeeping
-            .run(&mut self.segments, &self.board, opened)
+            .run(&mut self.segments, &self.record, opened)
             .await;
     }
 
-    /// One replication connection, from `self.pending.through` until it fails, ends or is stopped.
+    /// One replication connection, from `self.gathering.through` until it fails, ends or is stopped.
     async fn session(
         &mut self,
         conn: &Connection,
@@ -216,16 +216,16 @@ impl Archive<'_> {
             let pos =
                 GtidPos::parse(&pos.unwrap_or_default()).map_err(EngineError::InvalidArgument)?;
             tracing::warn!(position = %pos, "no backup and no archive: archiving starts at the server's current position; the recovery window begins with the next backup");
-            self.pending = Pending::new(pos.clone());
+            self.gathering = Gathering::new(pos.clone());
             self.report.through = pos;
             self.start_at_server = false;
         }
-        if self.pending.source.as_ref() != Some(&source) && !self.pending.is_empty() {
+        if self.gathering.source.as_ref() != Some(&source) && !self.gathering.is_empty() {
             // One segment, one source: what came from the previous server is committed first.
             self.flush().await?;
         }
-        self.pending.source = Some(source.clone());
-        let from = self.pending.through.to_string();
+        self.gathering.source = Some(source.clone());
+        let from = self.gathering.through.to_string();
         for set in [
             format!("SET @mariadb_slave_capability = {SLAVE_CAPABILITY_GTID}"),
             format!("SET @slave_connect_state = '{from}'"),
@@ -248,13 +248,13 @@ impl Archive<'_> {
                 source: Box::new(source),
             })?;
         tracing::info!(server = %source.host, server_id, from = %from, "streaming binary logs");
-        self.board.stream(None);
+        self.record.stream(None);
         let mut assembler = Assembler::default();
         let silence = opts.heartbeat * 3 + Duration::from_secs(2);
         loop {
-            self.board.turned();
+            self.record.turned();
             if self
-                .pending
+                .gathering
                 .due(Instant::now(), opts.flush_every, opts.segment_bytes)
             {
                 self.flush().await?;
@@ -264,7 +264,7 @@ impl Archive<'_> {
                 self.housekeep().await;
             }
             let deadline = self
-                .pending
+                .gathering
                 .deadline(opts.flush_every)
                 .unwrap_or_else(|| Instant::now() + silence);
             let next = tokio::select! {
@@ -272,7 +272,7 @@ impl Archive<'_> {
                     self.flush().await?;
                     return Ok(SessionEnd::Shutdown);
                 }
-                _ = tokio::time::sleep_until(deadline.into()), if !self.pending.is_empty() => continue,
+                _ = tokio::time::sleep_until(deadline.into()), if !self.gathering.is_empty() => continue,
                 next = tokio::time::timeout(silence, stream.next()) => next,
             };
             let event = match next {
@@ -288,7 +288,7 @@ impl Archive<'_> {
                     tracing::warn!(server = %source.host, error = %e.message, "the server cannot continue the archive from its position");
                     drop(stream);
                     return Ok(SessionEnd::Restart(
-                        follow::step_back(conn, &self.segments, &self.pending.through).await?,
+                        follow::step_back(conn, &self.segments, &self.gathering.through).await?,
                     ));
                 }
                 Ok(Some(Err(source))) => {
@@ -309,39 +309,39 @@ impl Archive<'_> {
             })?;
             match step {
                 Step::Nothing => {}
-                Step::Heartbeat => self.board.current(self.pending.opened()),
+                Step::Heartbeat => self.record.current(self.gathering.opened()),
                 Step::Format(fde) => {
-                    if self.pending.format_changes(fde.bytes()) && !self.pending.is_empty() {
+                    if self.gathering.format_changes(fde.bytes()) && !self.gathering.is_empty() {
                         self.flush().await?;
                     }
-                    self.pending.set_format(fde.bytes().to_vec());
+                    self.gathering.set_format(fde.bytes().to_vec());
                 }
                 Step::Transaction(trx) => {
-                    if !self.pending.has_format() {
+                    if !self.gathering.has_format() {
                         return Err(Error::ArchiveStream {
                             target: conn.describe(),
                             source: crate::binlog::assemble::AssembleError::NoFormat(trx.gtid),
                         });
                     }
                     let gtid = trx.gtid;
-                    if self.pending.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
+                    if self.gathering.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
                         tracing::debug!(%gtid, "transaction already archived; skipped");
                     }
-                    self.board.current(self.pending.opened());
+                    self.record.current(self.gathering.opened());
                 }
             }
         }
     }
 
-    /// Commits the pending segment, if it holds anything, and starts the next one.
+    /// Commits the segment being gathered, if it holds anything, and starts the next one.
     async fn flush(&mut self) -> Result<()> {
-        let (opts, pending) = (self.opts, &mut self.pending);
-        if pending.is_empty() {
+        let (opts, gathering) = (self.opts, &mut self.gathering);
+        if gathering.is_empty() {
             return Ok(());
         }
         let id = manifest::new_segment_id(&opts.archive, Utc::now());
-        let (plain, draft) = pending.seal(id, opts.write.chunk_size as u64, opts.write.level);
-        let committed = store::commit(&self.store, plain, self.key, &opts.write, draft).await?;
+        let (plain, draft) = gathering.seal(id, opts.write.chunk_size as u64, opts.write.level);
+        let committed = segments::commit(&self.store, plain, self.key, &opts.write, draft).await?;
         let lag = (Utc::now() - committed.last_commit).num_milliseconds() as f64 / 1000.0;
         tracing::info!(
             segment = %committed.id,
@@ -355,20 +355,20 @@ impl Archive<'_> {
         self.report.segments += 1;
         self.report.transactions += committed.transactions;
         self.report.through = committed.through.clone();
-        self.pending = self.pending.next();
-        let extended = self.board.advanced(&committed);
+        self.gathering = self.gathering.next();
+        let extended = self.record.advanced(&committed);
         self.segments.push(committed);
         if !extended {
-            self.board
+            self.record
                 .reviewed(&self.segments, &self.housekeeping.backups, None);
         }
         Ok(())
     }
 
-    /// Commits what is pending, retrying while the repository fails, until it is stored or a stop
+    /// Commits the segment being gathered, retrying while the repository fails, until it is stored or a stop
     /// is asked for (what is lost then is re-read from the server on the next start).
     async fn flush_until_done(&mut self) {
-        if self.pending.is_empty() {
+        if self.gathering.is_empty() {
             return;
         }
         for attempt in 1..=10 {

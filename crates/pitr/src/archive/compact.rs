@@ -11,7 +11,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 
 use super::manifest::{self, SegmentManifest};
-use super::store::{self, Superseded};
+use super::segments::{self, Superseded};
 use crate::binlog::event::{self, BINLOG_MAGIC};
 use crate::binlog::{Assembler, Step};
 use crate::error::{Error, Result};
@@ -212,7 +212,7 @@ pub async fn compact_group(
 ) -> Result<SegmentManifest> {
     let mut plains = Vec::with_capacity(group.len());
     for s in group {
-        plains.push(store::read(store, s, key).await?);
+        plains.push(segments::read(store, s, key).await?);
     }
     let parts: Vec<(&str, &[u8])> = group
         .iter()
@@ -228,7 +228,7 @@ pub async fn compact_group(
     })?;
     drop(plains);
     let draft = draft(group, id, now, write);
-    store::commit(store, Bytes::from(merged), key, write, draft).await
+    segments::commit(store, Bytes::from(merged), key, write, draft).await
 }
 
 /// The replaced segments whose grace is over at `now`.

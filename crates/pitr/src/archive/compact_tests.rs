@@ -3,7 +3,7 @@
 use super::*;
 use crate::archive::replay::Selector;
 use crate::archive::window::tests_support::{at, pos, seg};
-use crate::archive::window::{self, Target};
+use crate::archive::window::{self, RecoveryTarget};
 use crate::binlog::event::{build, gtid_body, kind, query_body};
 
 /// `tests_support::at(0)` lies 3200 s before the end of its hour: offsets 0..3199 share one
@@ -165,7 +165,7 @@ fn merged_plaintext_replays_like_its_parts() {
         &[trx(11, 5), trx(12, 6), trx(13, 7), f2.clone(), trx(14, 8)],
     );
     assert_eq!(merged, want);
-    for target in [Target::Latest, Target::Gtid(pos("0-1-13"))] {
+    for target in [RecoveryTarget::Latest, RecoveryTarget::Gtid(pos("0-1-13"))] {
         let replay = |plains: &[(&str, &[u8])]| {
             let mut sel = Selector::new(pos("0-1-11"), target.clone());
             let mut out = Vec::new();

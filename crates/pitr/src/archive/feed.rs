@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::manifest::SegmentManifest;
-use super::{store, window};
+use super::{segments, window};
 use crate::binlog::GtidPos;
 use crate::error::Result;
 use bulwark_engine::crypto::MasterKey;
@@ -44,12 +44,12 @@ impl<'a> Feed<'a> {
     /// The next segment's id and verified plaintext; `None` at the end of the chain.
     pub async fn next(&mut self) -> Option<(String, Result<Vec<u8>>)> {
         let seg = self.queue.pop_front()?;
-        let plain = match store::read(self.store, &seg, self.key).await {
+        let plain = match segments::read(self.store, &seg, self.key).await {
             Ok(plain) => plain,
             Err(e) => match self.relist(&seg.id).await {
                 Some(replacement) => {
                     tracing::info!(segment = %seg.id, replacement = %replacement.id, "segment replaced since the archive was listed; continuing with the archive as it is now");
-                    let plain = store::read(self.store, &replacement, self.key).await;
+                    let plain = segments::read(self.store, &replacement, self.key).await;
                     return Some(self.advance(replacement, plain));
                 }
                 None => return Some((seg.id, Err(e))),
@@ -72,7 +72,7 @@ impl<'a> Feed<'a> {
     /// Lists the archive again; when the chain from the current position now starts with
     /// another segment than `failed`, the queue becomes that chain and its first is returned.
     async fn relist(&mut self, failed: &str) -> Option<SegmentManifest> {
-        let listing = store::list(self.store, self.archive).await.ok()?;
+        let listing = segments::list(self.store, self.archive).await.ok()?;
         let chain = window::chain_from(&listing.segments, &self.at);
         let mut again: VecDeque<SegmentManifest> = chain
             .segments
@@ -94,7 +94,7 @@ mod tests {
     use crate::archive::compact;
     use crate::archive::replay::Selector;
     use crate::archive::window::tests_support::{at, pos, seg};
-    use crate::archive::Target;
+    use crate::archive::RecoveryTarget;
     use crate::binlog::event::{build, gtid_body, kind, query_body, BINLOG_MAGIC};
     use bulwark_engine::writer::WriteOptions;
 
@@ -135,13 +135,13 @@ mod tests {
             let mut m = seg("x", after, through, 100 + n as u32);
             m.id = crate::archive::manifest::new_segment_id("t", at(n as u32));
             m.transactions = seqs.clone().count() as u64;
-            let committed = store::commit(&store, plaintext(seqs).into(), Some(&key), &write, m)
+            let committed = segments::commit(&store, plaintext(seqs).into(), Some(&key), &write, m)
                 .await
                 .unwrap();
             chain.push(committed);
         }
         let mut feed = Feed::new(&store, Some(&key), "t", chain.clone(), pos("0-1-11"));
-        let mut selector = Selector::new(pos("0-1-11"), Target::Latest);
+        let mut selector = Selector::new(pos("0-1-11"), RecoveryTarget::Latest);
         let mut out = Vec::new();
         let (id, plain) = feed.next().await.unwrap();
         selector.take(&id, &plain.unwrap(), &mut out).unwrap();
@@ -152,7 +152,7 @@ mod tests {
             .await
             .unwrap();
         for s in &chain[1..] {
-            store::delete(&store, &s.id).await.unwrap();
+            segments::delete(&store, &s.id).await.unwrap();
         }
         let (id, plain) = feed.next().await.unwrap();
         assert_eq!(id, merged.id);
@@ -163,7 +163,7 @@ mod tests {
 
         // A segment that is simply gone, with nothing replacing it, fails the replay.
         let mut feed = Feed::new(&store, Some(&key), "t", chain[1..].to_vec(), pos("0-1-12"));
-        store::delete(&store, &merged.id).await.unwrap();
+        segments::delete(&store, &merged.id).await.unwrap();
         let (id, plain) = feed.next().await.unwrap();
         assert_eq!(id, chain[1].id);
         assert!(plain.is_err());

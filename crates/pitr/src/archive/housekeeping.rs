@@ -13,8 +13,8 @@ use super::compact;
 use super::manifest::{self, SegmentManifest};
 use super::options::ArchiveOptions;
 use super::retain;
-use super::status::Board;
-use super::store::{self, IncompleteSegment, Superseded};
+use super::segments::{self, IncompleteSegment, Superseded};
+use super::status::ArchiverRecord;
 use crate::error::Result;
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::{CompleteBackup, Repository};
@@ -89,7 +89,7 @@ impl<'a> Housekeeping<'a> {
     pub async fn run(
         &mut self,
         segments: &mut Vec<SegmentManifest>,
-        board: &Board,
+        record: &ArchiverRecord,
         uncommitted_since: Option<Instant>,
     ) {
         let complete = self.refresh_backups().await;
@@ -99,7 +99,7 @@ impl<'a> Housekeeping<'a> {
         self.collect_compacted(segments);
         self.remove_replaced().await;
         self.start_compaction(segments);
-        board.reviewed(segments, &self.backups, uncommitted_since);
+        record.reviewed(segments, &self.backups, uncommitted_since);
     }
 
     /// Lists the archive's backups again, reading only manifests not seen before; whether
@@ -169,10 +169,10 @@ impl<'a> Housekeeping<'a> {
             .map(|s| s.manifest.id.clone())
             .collect();
         for r in &replaced {
-            store::delete(&self.store, r).await?;
+            segments::delete(&self.store, r).await?;
             self.superseded.retain(|s| &s.manifest.id != r);
         }
-        store::delete(&self.store, id).await
+        segments::delete(&self.store, id).await
     }
 
     /// Takes in what the background compaction committed so far.
@@ -215,7 +215,7 @@ impl<'a> Housekeeping<'a> {
             .rev()
         {
             let id = self.superseded[i].manifest.id.clone();
-            match store::delete(&self.store, &id).await {
+            match segments::delete(&self.store, &id).await {
                 Ok(()) => {
                     tracing::debug!(segment = %id, "binlog segment a compacted one replaced removed");
                     self.superseded.remove(i);
@@ -281,7 +281,7 @@ pub(super) async fn remove_incomplete(store: &Arc<dyn Store>, incomplete: &[Inco
         .iter()
         .filter(|i| !i.damaged && i.newest.is_some_and(|t| now - t > INCOMPLETE_GRACE))
     {
-        match store::delete(store, &i.id).await {
+        match segments::delete(store, &i.id).await {
             Ok(()) => {
                 tracing::info!(segment = %i.id, "objects of an interrupted segment commit removed")
             }

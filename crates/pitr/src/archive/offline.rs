@@ -13,7 +13,7 @@ use mysql_async::prelude::Queryable;
 
 use super::manifest::SegmentManifest;
 use super::replay::{self, ReplayOutcome, ReplayTools};
-use super::Target;
+use super::RecoveryTarget;
 use crate::error::{Error, Result};
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::CompleteBackup;
@@ -32,7 +32,7 @@ pub async fn replay_into_datadir(
     key: Option<&MasterKey>,
     backup: &CompleteBackup,
     segments: &[SegmentManifest],
-    target: &Target,
+    target: &RecoveryTarget,
     datadir: &Path,
     server: &Path,
     tools: &ReplayTools,

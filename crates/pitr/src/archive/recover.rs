@@ -6,7 +6,7 @@ use bulwark_engine::Error as EngineError;
 use std::path::PathBuf;
 
 use super::replay::{self, ReplayOutcome, ReplayTools};
-use super::{manifest, offline, store, Target};
+use super::{manifest, offline, segments, RecoveryTarget};
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
@@ -32,7 +32,7 @@ pub async fn replay_after(
     repo: &Repository,
     backup: &CompleteBackup,
     key: Option<&MasterKey>,
-    target: &Target,
+    target: &RecoveryTarget,
     into: &ReplayInto,
 ) -> Result<ReplayOutcome> {
     let engine = backup.manifest.source.engine;
@@ -47,7 +47,7 @@ pub async fn replay_after(
         client: source::find_tool(engine, ToolJob::Client, None)?,
     };
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = store::list(repo.store(), archive).await?.segments;
+    let segments = segments::list(repo.store(), archive).await?.segments;
     let store = repo.store();
     match into {
         ReplayInto::Server(conn) => {
@@ -70,7 +70,7 @@ pub async fn replay_after(
 /// The recovery window of `backup` in the archive that continues it, as it is now.
 pub async fn window(repo: &Repository, backup: &CompleteBackup) -> Result<super::Window> {
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = store::list(repo.store(), archive).await?.segments;
+    let segments = segments::list(repo.store(), archive).await?.segments;
     Ok(replay::window_of(backup, &segments)?.0)
 }
 

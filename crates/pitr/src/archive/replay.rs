@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use tokio::io::AsyncWriteExt;
 
 use super::manifest::SegmentManifest;
-use super::window::{self, Target, Window};
+use super::window::{self, RecoveryTarget, Window};
 use crate::binlog::event::BINLOG_MAGIC;
 use crate::binlog::{Assembler, GtidPos, Rebase, Step};
 use crate::error::{Error, Result};
@@ -26,7 +26,7 @@ use bulwark_engine::source::{Connection, DefaultsFile};
 /// the log, never a selection from it).
 #[derive(Debug)]
 pub struct Selector {
-    target: Target,
+    target: RecoveryTarget,
     reached: GtidPos,
     format: Option<Vec<u8>>,
     done: bool,
@@ -38,7 +38,7 @@ pub struct Selector {
 }
 
 impl Selector {
-    pub fn new(start: GtidPos, target: Target) -> Selector {
+    pub fn new(start: GtidPos, target: RecoveryTarget) -> Selector {
         Selector {
             reached: start,
             target,
@@ -97,14 +97,15 @@ impl Selector {
                         continue;
                     }
                     let wanted = match &self.target {
-                        Target::Latest => true,
-                        Target::Gtid(p) => p.includes(trx.gtid),
-                        Target::Time(t) => i64::from(trx.committed) <= t.timestamp(),
+                        RecoveryTarget::Latest => true,
+                        RecoveryTarget::Gtid(p) => p.includes(trx.gtid),
+                        RecoveryTarget::Time(t) => i64::from(trx.committed) <= t.timestamp(),
                     };
                     if !wanted {
                         // One domain is a single sequence: nothing after the first transaction
                         // beyond the target is wanted. Other domains' may still be.
-                        if !matches!(&self.target, Target::Gtid(p) if p.gtids().count() > 1) {
+                        if !matches!(&self.target, RecoveryTarget::Gtid(p) if p.gtids().count() > 1)
+                        {
                             self.done = true;
                         }
                         continue;
@@ -128,7 +129,7 @@ impl Selector {
 
     /// Checks that a GTID target was reached in full.
     pub fn finish(&self) -> Result<()> {
-        if let Target::Gtid(p) = &self.target {
+        if let RecoveryTarget::Gtid(p) = &self.target {
             if !self.reached.covers(p) {
                 return Err(Error::PointInTime(format!(
                     "the archive reaches {} but not all of GTID {p}",
@@ -238,7 +239,7 @@ pub async fn apply(
     key: Option<&MasterKey>,
     backup: &CompleteBackup,
     segments: &[SegmentManifest],
-    target: &Target,
+    target: &RecoveryTarget,
     conn: &Connection,
     tools: &ReplayTools,
     rebase: Option<Rebase>,

@@ -1,6 +1,6 @@
 //! The archiver's report for `GET /status`: how far the archive reaches, how far behind the
 //! server it may be, its gaps and the current recovery window. The archiver loop records what
-//! happens on a [`Board`]; the figures are derived by pure functions, table-tested.
+//! happens in an [`ArchiverRecord`]; the figures are derived by pure functions, table-tested.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,7 +81,7 @@ pub fn window(backups: &[CompleteBackup], segments: &[SegmentManifest]) -> Optio
 
 /// What the archiver has seen, shared between its loop and its endpoint.
 #[derive(Debug)]
-pub struct Board {
+pub struct ArchiverRecord {
     state: Mutex<State>,
 }
 
@@ -104,9 +104,9 @@ fn stamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-impl Board {
-    pub fn new(archive: &str) -> Arc<Board> {
-        Arc::new(Board {
+impl ArchiverRecord {
+    pub fn new(archive: &str) -> Arc<ArchiverRecord> {
+        Arc::new(ArchiverRecord {
             state: Mutex::new(State {
                 report: ArchiveStatus {
                     archive: archive.to_owned(),
@@ -121,7 +121,7 @@ impl Board {
     }
 
     fn with(&self, f: impl FnOnce(&mut State)) {
-        f(&mut self.state.lock().expect("board lock"));
+        f(&mut self.state.lock().expect("archiver record lock"));
     }
 
     /// The archiver's loop turned.
@@ -131,7 +131,12 @@ impl Board {
 
     /// How long the loop has not turned, when that is longer than `limit`.
     pub fn stalled(&self, limit: Duration) -> Option<Duration> {
-        let idle = self.state.lock().expect("board lock").last_turn?.elapsed();
+        let idle = self
+            .state
+            .lock()
+            .expect("archiver record lock")
+            .last_turn?
+            .elapsed();
         (idle > limit).then_some(idle)
     }
 
@@ -205,7 +210,7 @@ impl Board {
 
     /// The report as of now.
     pub fn report(&self) -> ArchiveStatus {
-        let s = self.state.lock().expect("board lock");
+        let s = self.state.lock().expect("archiver record lock");
         let mut r = s.report.clone();
         let lag = lag(
             r.streaming,
@@ -223,16 +228,16 @@ impl Board {
 /// archiver's loop has stalled for [`STALL_LIMIT`]) on `listener`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    board: Arc<Board>,
+    record: Arc<ArchiverRecord>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     use axum::http::StatusCode;
     use axum::routing::get;
-    let health = board.clone();
+    let health = record.clone();
     let healthz = move || {
-        let board = health.clone();
+        let record = health.clone();
         async move {
-            match board.stalled(STALL_LIMIT) {
+            match record.stalled(STALL_LIMIT) {
                 None => bulwark_http::text(StatusCode::OK, "ok"),
                 Some(idle) => bulwark_http::text(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -242,9 +247,9 @@ pub async fn serve(
         }
     };
     let status = move || {
-        let board = board.clone();
+        let record = record.clone();
         async move {
-            let line = serde_json::to_string(&board.report()).expect("report serializes");
+            let line = serde_json::to_string(&record.report()).expect("report serializes");
             bulwark_http::text(StatusCode::OK, &line)
         }
     };
@@ -268,12 +273,12 @@ mod tests {
 
     #[test]
     fn a_loop_that_stops_turning_is_a_stall_but_one_not_yet_started_is_not() {
-        let board = Board::new("a");
-        assert_eq!(board.stalled(Duration::ZERO), None);
-        board.turned();
+        let record = ArchiverRecord::new("a");
+        assert_eq!(record.stalled(Duration::ZERO), None);
+        record.turned();
         std::thread::sleep(Duration::from_millis(5));
-        assert!(board.stalled(Duration::ZERO).is_some());
-        assert_eq!(board.stalled(STALL_LIMIT), None);
+        assert!(record.stalled(Duration::ZERO).is_some());
+        assert_eq!(record.stalled(STALL_LIMIT), None);
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub fn gaps(segments: &[SegmentManifest]) -> Vec<Gap> {
 
 /// What a point-in-time restore replays up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum RecoveryTarget {
     /// Everything the archive holds after the backup.
     Latest,
     /// Every transaction up to and including this position.
@@ -92,23 +92,23 @@ pub enum Target {
     Time(DateTime<Utc>),
 }
 
-impl std::fmt::Display for Target {
+impl std::fmt::Display for RecoveryTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Target::Latest => f.write_str("the latest archived transaction"),
-            Target::Gtid(p) => write!(f, "GTID {p}"),
-            Target::Time(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%SZ")),
+            RecoveryTarget::Latest => f.write_str("the latest archived transaction"),
+            RecoveryTarget::Gtid(p) => write!(f, "GTID {p}"),
+            RecoveryTarget::Time(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%SZ")),
         }
     }
 }
 
-impl Target {
+impl RecoveryTarget {
     /// `latest`, an RFC 3339 time, or `YYYY-MM-DD HH:MM:SS` (UTC); whole seconds only, since
     /// MariaDB stamps binlog events with the second their statement started.
-    pub fn parse_time(s: &str) -> Result<Target, String> {
+    pub fn parse_time(s: &str) -> Result<RecoveryTarget, String> {
         let s = s.trim();
         if s.eq_ignore_ascii_case("latest") {
-            return Ok(Target::Latest);
+            return Ok(RecoveryTarget::Latest);
         }
         let t = DateTime::parse_from_rfc3339(s)
             .map(|t| t.with_timezone(&Utc))
@@ -120,16 +120,16 @@ impl Target {
                  seconds, so give a whole second or a GTID position"
             ));
         }
-        Ok(Target::Time(t))
+        Ok(RecoveryTarget::Time(t))
     }
 
     /// A MariaDB GTID position (`0-1-5012`, one per domain, comma-separated).
-    pub fn parse_gtid(s: &str) -> Result<Target, String> {
+    pub fn parse_gtid(s: &str) -> Result<RecoveryTarget, String> {
         let pos = GtidPos::parse(s)?;
         if pos.is_empty() {
             return Err("the GTID position is empty".into());
         }
-        Ok(Target::Gtid(pos))
+        Ok(RecoveryTarget::Gtid(pos))
     }
 }
 
@@ -169,11 +169,11 @@ impl Window {
     }
 
     /// Checks that `target` is inside the window; the error is one line naming the window.
-    pub fn check(&self, target: &Target) -> Result<(), String> {
+    pub fn check(&self, target: &RecoveryTarget) -> Result<(), String> {
         let inside = match target {
-            Target::Latest => true,
-            Target::Gtid(p) => self.to.covers(p) && !self.from.covers(p) || self.from == *p,
-            Target::Time(t) => *t >= self.from_time && *t <= self.to_time,
+            RecoveryTarget::Latest => true,
+            RecoveryTarget::Gtid(p) => self.to.covers(p) && !self.from.covers(p) || self.from == *p,
+            RecoveryTarget::Time(t) => *t >= self.from_time && *t <= self.to_time,
         };
         if inside {
             Ok(())
@@ -317,17 +317,23 @@ mod tests {
         ];
         let w = Window::of(pos("0-1-12"), at(50), &chain_from(&segs, &pos("0-1-12")));
         let cases = [
-            (Target::Latest, None),
-            (Target::Gtid(pos("0-1-25")), None),
-            (Target::Gtid(pos("0-1-12")), None),
-            (Target::Gtid(pos("0-1-31")), Some("GTID 0-1-31 is outside")),
-            (Target::Gtid(pos("0-1-11")), Some("GTID 0-1-11 is outside")),
-            (Target::Time(at(150)), None),
+            (RecoveryTarget::Latest, None),
+            (RecoveryTarget::Gtid(pos("0-1-25")), None),
+            (RecoveryTarget::Gtid(pos("0-1-12")), None),
             (
-                Target::Time(at(49)),
+                RecoveryTarget::Gtid(pos("0-1-31")),
+                Some("GTID 0-1-31 is outside"),
+            ),
+            (
+                RecoveryTarget::Gtid(pos("0-1-11")),
+                Some("GTID 0-1-11 is outside"),
+            ),
+            (RecoveryTarget::Time(at(150)), None),
+            (
+                RecoveryTarget::Time(at(49)),
                 Some("is outside the recovery window 0-1-12"),
             ),
-            (Target::Time(at(201)), Some("outside")),
+            (RecoveryTarget::Time(at(201)), Some("outside")),
         ];
         for (target, want) in cases {
             match (w.check(&target), want) {

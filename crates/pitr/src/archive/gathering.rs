@@ -13,7 +13,7 @@ use bulwark_engine::format::{Chunking, PlaintextInfo, FORMAT_VERSION};
 
 /// Transactions received but not yet committed to the repository.
 #[derive(Debug)]
-pub struct Pending {
+pub struct Gathering {
     /// Position before the first transaction.
     pub after: GtidPos,
     /// Position after the last transaction.
@@ -45,10 +45,10 @@ pub enum Added {
     Duplicate,
 }
 
-impl Pending {
+impl Gathering {
     /// An empty segment continuing `after`.
-    pub fn new(after: GtidPos) -> Pending {
-        Pending {
+    pub fn new(after: GtidPos) -> Gathering {
+        Gathering {
             through: after.clone(),
             after,
             format: None,
@@ -184,8 +184,8 @@ impl Pending {
     }
 
     /// The next segment, continuing this one (same format description).
-    pub fn next(&self) -> Pending {
-        let mut next = Pending::new(self.through.clone());
+    pub fn next(&self) -> Gathering {
+        let mut next = Gathering::new(self.through.clone());
         next.format = self.format.clone();
         next.source = self.source.clone();
         next
@@ -214,7 +214,7 @@ mod tests {
     fn a_segment_gathers_new_transactions_and_closes_on_age_or_size() {
         let t0 = Instant::now();
         let now = Utc::now();
-        let mut p = Pending::new(GtidPos::parse("0-1-4").unwrap());
+        let mut p = Gathering::new(GtidPos::parse("0-1-4").unwrap());
         p.set_format(vec![9; 5]);
         assert!(!p.due(t0 + Duration::from_secs(60), Duration::from_secs(5), 1));
         assert_eq!(p.add(trx(4, 100), now, t0), Added::Duplicate);
