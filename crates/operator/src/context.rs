@@ -8,6 +8,7 @@ use kube::{Client, Resource};
 
 use crate::http::{Readiness, API_STALE_AFTER};
 use crate::images::BackupImages;
+use crate::members::{AgentMembers, Members};
 use crate::metrics::Metrics;
 
 /// Images and settings given to the operator at start.
@@ -29,6 +30,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// What `/readyz` answers: the controllers and the API server check report into it.
     pub readiness: Arc<Readiness>,
+    /// How the members' agents are reached (over the pod network but in controller tests).
+    pub members: Arc<dyn Members>,
     recorder: Recorder,
     /// Consecutive failed reconciles per controller and object, for backoff.
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
@@ -37,6 +40,16 @@ pub struct Context {
 impl Context {
     /// A context whose events are reported as `mysql-operator` (instance: the pod name, if known).
     pub fn new(client: Client, config: Config, metrics: Arc<Metrics>) -> Arc<Self> {
+        Self::with_members(client, config, metrics, Arc::new(AgentMembers))
+    }
+
+    /// A context that reaches the members' agents through `members`.
+    pub fn with_members(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        members: Arc<dyn Members>,
+    ) -> Arc<Self> {
         let reporter = Reporter {
             controller: "mysql-operator".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -47,6 +60,7 @@ impl Context {
             config,
             metrics,
             readiness: Arc::new(Readiness::new(API_STALE_AFTER)),
+            members,
             failures: Default::default(),
         })
     }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod hash;
 pub mod http;
 pub mod images;
+pub mod members;
 pub mod metrics;
 pub mod names;
 pub mod podspec;

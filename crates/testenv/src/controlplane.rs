@@ -211,6 +211,10 @@ impl ControlPlane {
             ))
             .arg(format!("--root-ca-file={}", pki.ca_cert.display()))
             .arg("--use-service-account-credentials=false")
+            // No kubelet registers a Node here: tests bind pods to node names that have no
+            // Node object, and the pod garbage collector would force-delete them as orphans
+            // 40 s later, in the middle of any longer test.
+            .arg("--controllers=*,-pod-garbage-collector-controller")
             .arg("--profiling=false");
         self.spawn("kube-controller-manager", kcm)?;
         let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");

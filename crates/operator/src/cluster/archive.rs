@@ -146,7 +146,7 @@ pub async fn read(pods: &Api<Pod>, cluster: &str) -> Result<ArchiveStatus, Strin
         format!("GET {STATUS_PATH} HTTP/1.1\r\nHost: archiver\r\nConnection: close\r\n\r\n");
     let (code, body) = tokio::time::timeout(
         std::time::Duration::from_secs(3),
-        super::members::exchange(&addr, &request),
+        crate::members::exchange(&addr, &request),
     )
     .await
     .map_err(|_| format!("{} did not answer within 3s", pod.name_any()))??;

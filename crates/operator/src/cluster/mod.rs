@@ -7,7 +7,6 @@ pub mod build;
 pub mod config;
 pub mod failover;
 pub mod fencing;
-pub mod members;
 pub mod plan;
 pub mod primary;
 pub mod roles;

@@ -18,7 +18,6 @@ use kube::api::Api;
 use kube::ResourceExt;
 
 use super::fencing::{self, Step};
-use super::members;
 use super::plan::{self, Finished, Inputs, Plan, Transition};
 use super::roles::{self, MemberView, PrimaryLabel};
 use super::rollout;
@@ -61,7 +60,7 @@ pub async fn settle(
         &names::selector_string(&names::selector_labels(&name)),
     )
     .await?;
-    let mut views = members::views(&pods).await;
+    let mut views = crate::members::views(ctx.members.as_ref(), &pods).await;
     let status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let rollout_pods = rollout::pods_of(&name, set, &pods);
@@ -134,7 +133,7 @@ pub async fn settle(
             break;
         }
         attempts += 1;
-        let fresh = members::fresh_report(pod).await;
+        let fresh = ctx.members.report(pod, true).await;
         if let Some(view) = views.iter_mut().find(|v| v.pod == primary) {
             view.report = fresh;
         }
@@ -279,7 +278,7 @@ async fn move_member(
             source: (!promoting).then(|| orders.primary_host.clone()),
         }
         .sign(&key);
-        match members::send_order(pod, &signed).await {
+        match orders.ctx.members.send_order(pod, &signed).await {
             Ok(answer) => {
                 tracing::info!(namespace = ns, pod = %step.pod, role = %step.standing.role, epoch = step.standing.epoch, acted = answer.is_some(), "role order sent");
                 if let (Some(report), Some(view)) =

@@ -3,22 +3,10 @@
 //! transactions another member has (a replaced volume, a pod restored from an old backup) is
 //! never made the primary. Pure; the members' reports are read by `members`.
 
-use bulwark_contract::member::MemberStatus;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
 
-/// One server pod as the operator sees it.
-#[derive(Debug, Clone)]
-pub struct MemberView {
-    /// Pod name.
-    pub pod: String,
-    /// The role label the pod carries now.
-    pub labelled: Option<Role>,
-    /// Its epoch label (0 when absent; `None` when unreadable).
-    pub labelled_epoch: Option<u64>,
-    /// Its agent's report, or why there is none.
-    pub report: Result<MemberStatus, String>,
-}
+pub use crate::members::MemberView;
 
 /// What to do with the primary's label.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +105,8 @@ fn shown(gtid: &str) -> &str {
 
 /// A read-only member's report with `gtid`, for the tests of the decisions on reports.
 #[cfg(test)]
-pub(super) fn sample_report(gtid: &str) -> MemberStatus {
-    MemberStatus {
+pub(super) fn sample_report(gtid: &str) -> bulwark_contract::member::MemberStatus {
+    bulwark_contract::member::MemberStatus {
         role: None,
         epoch: 0,
         ready: false,
@@ -175,7 +163,7 @@ pub(super) fn sample_view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bulwark_contract::member::{IoState, MemberReplication};
+    use bulwark_contract::member::{IoState, MemberReplication, MemberStatus};
 
     #[test]
     fn members_whose_replication_broke_are_named_with_what_they_have_extra() {

@@ -2,8 +2,11 @@
 //! from bulwark-testenv; no kubelet, so tests play the kubelet's part where needed: binding
 //! pods to nodes, marking them ready, ending Job pods with a termination message).
 //! One operator runs for each test binary (one per controller: cluster, backups, schedules,
-//! operator); each test works in its own namespace. Shared fixtures and helpers.
+//! operator); each test works in its own namespace. The members' agents are scripted
+//! (`members`). Shared fixtures and helpers.
 #![allow(dead_code, unused_imports)]
+
+pub mod members;
 
 pub use std::collections::BTreeMap;
 pub use std::future::Future;
@@ -123,6 +126,12 @@ pub async fn bound_client(
     Client::try_from(config).expect("operator client")
 }
 
+/// The members' agents of this test binary's operator.
+pub fn members() -> Arc<members::ScriptedMembers> {
+    static MEMBERS: OnceLock<Arc<members::ScriptedMembers>> = OnceLock::new();
+    MEMBERS.get_or_init(Default::default).clone()
+}
+
 /// Starts the operator once per test binary, on its own runtime so that it outlives each test's.
 pub fn operator() {
     static STARTED: OnceLock<()> = OnceLock::new();
@@ -149,7 +158,8 @@ pub fn operator() {
                     exporter_image: EXPORTER_IMAGE.to_owned(),
                     namespaces: Vec::new(),
                 };
-                let ctx = Context::new(client, config, Arc::new(Metrics::default()));
+                let ctx =
+                    Context::with_members(client, config, Arc::new(Metrics::default()), members());
                 tx.send(()).expect("test waits");
                 bulwark_operator::run::controllers(ctx, std::future::pending()).await;
             });
@@ -313,6 +323,21 @@ pub async fn make_ready(client: &Client, ns: &str, pod: &str, node: &str) {
         &Patch::Merge(json!({"status": {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]
+        }})),
+    )
+    .await
+    .expect("pod status");
+}
+
+/// Marks a running pod not ready, as a kubelet would when its readiness probe fails.
+pub async fn make_unready(client: &Client, ns: &str, pod: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    pods.patch_status(
+        pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}]
         }})),
     )
     .await

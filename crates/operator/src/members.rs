@@ -1,8 +1,11 @@
-//! Reads each server pod's report from its agent (`GET /status` on the agent port, over the pod
-//! network) and sends it role orders (`POST /role`): the I/O edge of the role decisions in
-//! `roles`, `fencing` and `failover`.
+//! How the operator reaches its members' agents: each pod's report (`GET /status` on the agent
+//! port) and role orders (`POST /role`), the I/O edge of the role decisions in `roles`,
+//! `fencing` and `failover`. [`AgentMembers`] speaks HTTP over the pod network; controller
+//! tests script members through the same [`Members`] trait.
 
 use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use bulwark_contract::labels::{Role, ROLE};
 use bulwark_contract::member::{MemberStatus, FRESH_QUERY, STATUS_PATH};
@@ -11,7 +14,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::roles::MemberView;
 use crate::names;
 
 /// Time to connect and to read a whole answer.
@@ -21,14 +23,73 @@ const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest answer read.
 const MAX_ANSWER: u64 = 64 * 1024;
 
+/// One server pod as the operator sees it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    /// Pod name.
+    pub pod: String,
+    /// The role label the pod carries now.
+    pub labelled: Option<Role>,
+    /// Its epoch label (0 when absent; `None` when unreadable).
+    pub labelled_epoch: Option<u64>,
+    /// Its agent's report, or why there is none.
+    pub report: Result<MemberStatus, String>,
+}
+
+/// What the operator asks of a member's agent.
+pub trait Members: Send + Sync {
+    /// `pod`'s report; with `fresh`, from an agent pass that began after this request (not up
+    /// to an interval old).
+    fn report<'a>(
+        &'a self,
+        pod: &'a Pod,
+        fresh: bool,
+    ) -> BoxFuture<'a, Result<MemberStatus, String>>;
+
+    /// Sends a signed order to `pod`'s agent. `Ok(Some(report))`: the agent acted on it and
+    /// reports this; `Ok(None)`: accepted, still being carried out.
+    fn send_order<'a>(
+        &'a self,
+        pod: &'a Pod,
+        signed: &'a str,
+    ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>>;
+}
+
+/// The members' agents over the pod network.
+pub struct AgentMembers;
+
+impl Members for AgentMembers {
+    fn report<'a>(
+        &'a self,
+        pod: &'a Pod,
+        fresh: bool,
+    ) -> BoxFuture<'a, Result<MemberStatus, String>> {
+        Box::pin(async move {
+            if fresh {
+                read_report(pod, format!("{STATUS_PATH}?{FRESH_QUERY}"), FRESH_TIMEOUT).await
+            } else {
+                read_report(pod, STATUS_PATH.to_owned(), TIMEOUT).await
+            }
+        })
+    }
+
+    fn send_order<'a>(
+        &'a self,
+        pod: &'a Pod,
+        signed: &'a str,
+    ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>> {
+        Box::pin(send_order(pod, signed))
+    }
+}
+
 /// The members' views, read concurrently.
-pub async fn views(pods: &[Pod]) -> Vec<MemberView> {
+pub async fn views(members: &dyn Members, pods: &[Pod]) -> Vec<MemberView> {
     futures::future::join_all(pods.iter().map(|pod| async move {
         MemberView {
             pod: pod.name_any(),
             labelled: pod.labels().get(ROLE).and_then(|v| Role::from_label(v)),
             labelled_epoch: epoch_from_label(pod.labels().get(EPOCH_LABEL).map(String::as_str)),
-            report: report(pod).await,
+            report: members.report(pod, false).await,
         }
     }))
     .await
@@ -43,9 +104,7 @@ fn agent_addr(pod: &Pod) -> Result<String, String> {
     Ok(format!("{ip}:{}", names::AGENT_PORT))
 }
 
-/// Sends a signed order to `pod`'s agent. `Ok(Some(report))`: the agent acted on it and
-/// reports this; `Ok(None)`: accepted, still being carried out.
-pub async fn send_order(pod: &Pod, signed: &str) -> Result<Option<MemberStatus>, String> {
+async fn send_order(pod: &Pod, signed: &str) -> Result<Option<MemberStatus>, String> {
     let addr = agent_addr(pod)?;
     let request = format!(
         "POST {ORDER_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\
@@ -64,16 +123,6 @@ pub async fn send_order(pod: &Pod, signed: &str) -> Result<Option<MemberStatus>,
         202 => Ok(None),
         _ => Err(format!("{addr} answered {code}: {}", body.trim())),
     }
-}
-
-async fn report(pod: &Pod) -> Result<MemberStatus, String> {
-    read_report(pod, STATUS_PATH.to_owned(), TIMEOUT).await
-}
-
-/// `pod`'s report from an agent pass that began after this request (not up to an interval
-/// old): what a switchover compares.
-pub async fn fresh_report(pod: &Pod) -> Result<MemberStatus, String> {
-    read_report(pod, format!("{STATUS_PATH}?{FRESH_QUERY}"), FRESH_TIMEOUT).await
 }
 
 async fn read_report(pod: &Pod, path: String, limit: Duration) -> Result<MemberStatus, String> {

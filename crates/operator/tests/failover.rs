@@ -1,0 +1,223 @@
+//! The cluster controller's failover against a real control plane, with scripted members
+//! (`common::members`): what the operator decides from the members' reports and which signed
+//! orders it sends, case by case.
+
+mod common;
+
+use bulwark_contract::member::IoState;
+use bulwark_contract::order::{RoleOrder, ORDER_KEY};
+use bulwark_contract::Role;
+use bulwark_operator::names;
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+const CLUSTER: &str = r#"
+apiVersion: mysql.bulwark.dev/v1alpha1
+kind: MySQLCluster
+metadata: {name: till}
+spec:
+  engine: mariadb
+  version: "11.4"
+  replicas: 3
+  storage: {size: 1Gi}
+  replication: {failoverAfterSeconds: 3}
+"#;
+
+/// The cluster's order key, once the operator generated it.
+async fn order_key(client: &Client, n: &str) -> Vec<u8> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
+    wait_for("the order key", WAIT, || {
+        let secrets = secrets.clone();
+        async move {
+            let s = secrets
+                .get(&names::credentials_secret("till"))
+                .await
+                .map_err(|e| e.to_string())?;
+            s.data
+                .and_then(|d| d.get(ORDER_KEY).map(|k| k.0.clone()))
+                .ok_or_else(|| "no order key yet".to_owned())
+        }
+    })
+    .await
+}
+
+/// The last order `pod` accepted.
+fn last_order(n: &str, pod: &str) -> Option<RoleOrder> {
+    members().get(n, pod).orders.last().cloned()
+}
+
+/// Waits until the status names `primary` at `epoch`.
+async fn primary_at(clusters: &Api<MySQLCluster>, primary: &str, epoch: i64) -> MySQLCluster {
+    wait_for(&format!("{primary} primary at epoch {epoch}"), WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("till").await.map_err(|e| e.to_string())?;
+            let st = c.status.clone().unwrap_or_default();
+            if st.current_primary.as_deref() == Some(primary) && st.epoch == Some(epoch) {
+                Ok(c)
+            } else {
+                Err(format!("{:?} at {:?}", st.current_primary, st.epoch))
+            }
+        }
+    })
+    .await
+}
+
+/// A three-member cluster whose members obeyed their first orders: till-0 primary at epoch 0
+/// (the first), the others its replicas.
+async fn running_cluster(client: &Client, n: &str) -> Api<MySQLCluster> {
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), n);
+    apply_yaml(&clusters, CLUSTER).await;
+    let key = order_key(client, n).await;
+    for i in 0..3 {
+        members().add(n, &format!("till-{i}"), &key);
+    }
+    wait_pods(client, n, "till", 3).await;
+    for i in 0..3 {
+        make_ready(client, n, &format!("till-{i}"), "node-a").await;
+    }
+    primary_at(&clusters, "till-0", 0).await;
+    wait_for("the members' first orders", WAIT, || async move {
+        let orders: Vec<_> = (0..3)
+            .map(|i| last_order(n, &format!("till-{i}")).map(|o| (o.role, o.epoch)))
+            .collect();
+        let want = [(Role::Primary, 0), (Role::Replica, 0), (Role::Replica, 0)];
+        if orders == want.map(Some) {
+            Ok(())
+        } else {
+            Err(format!("{orders:?}"))
+        }
+    })
+    .await;
+    // A primary counts as lost only once it has been ready (`status.primarySince`).
+    wait_for("the cluster ready", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("till").await.map_err(|e| e.to_string())?;
+            let since = c.status.as_ref().and_then(|s| s.primary_since.clone());
+            match (since, condition(&c, "Ready")) {
+                (Some(_), Some(ready)) if ready.0 == "True" => Ok(()),
+                (since, ready) => Err(format!("primarySince {since:?}, {ready:?}")),
+            }
+        }
+    })
+    .await;
+    clusters
+}
+
+#[tokio::test]
+async fn a_lost_primary_is_replaced_by_the_replica_that_holds_every_transaction() {
+    let (client, ns) = setup("failover").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    let set_gtid = |pod: &str, gtid: &str| {
+        members().update(n, pod, |m| {
+            m.report.gtid_executed = gtid.to_owned();
+            m.report.gtid_history = gtid.to_owned();
+        })
+    };
+    set_gtid("till-0", "0-1-50");
+    // till-1 lags; till-2 has everything, so the lower ordinal is not the choice.
+    set_gtid("till-1", "0-1-45");
+    set_gtid("till-2", "0-1-50");
+
+    // The primary's server is gone: its replicas' receivers retry, its agent is silent, and
+    // its pod's readiness fails (the event that wakes the operator comes last).
+    let lost = Instant::now();
+    for pod in ["till-1", "till-2"] {
+        members().update(n, pod, |m| {
+            if let Some(r) = m.report.replication.as_mut() {
+                r.io = IoState::Connecting;
+            }
+        });
+    }
+    members().update(n, "till-0", |m| m.answers = false);
+    make_unready(&client, n, "till-0").await;
+    primary_at(&clusters, "till-2", 1).await;
+    assert!(
+        lost.elapsed() >= Duration::from_secs(3),
+        "promoted after {:?}, before failoverAfterSeconds",
+        lost.elapsed()
+    );
+    wait_for("the new primary's orders", WAIT, || async move {
+        let promoted = last_order(n, "till-2").map(|o| (o.role, o.epoch));
+        let repointed = last_order(n, "till-1").map(|o| (o.role, o.epoch, o.source));
+        let want = (
+            Some((Role::Primary, 1)),
+            Some((Role::Replica, 1, Some(names::pod_host("till", "till-2")))),
+        );
+        if (promoted, repointed.clone()) == want {
+            Ok(())
+        } else {
+            Err(format!("{promoted:?}, {repointed:?}"))
+        }
+    })
+    .await;
+    assert!(
+        members()
+            .get(n, "till-1")
+            .orders
+            .iter()
+            .all(|o| o.role == Role::Replica),
+        "the lagging replica was never ordered primary"
+    );
+    let events = events_for(&client, n, "till").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, message)| reason == "Failover" && message.contains("till-2")),
+        "{events:?}"
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn a_primary_whose_agent_is_silent_but_whose_server_serves_is_kept() {
+    let (client, ns) = setup("unreached").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    for pod in ["till-0", "till-1", "till-2"] {
+        members().update(n, pod, |m| m.report.gtid_executed = "0-1-50".into());
+    }
+    // The primary's agent is hung (its pod fails its readiness probe) but its server runs:
+    // the replicas still receive from it, so promoting one would make two primaries.
+    members().update(n, "till-0", |m| m.answers = false);
+    make_unready(&client, n, "till-0").await;
+    let ready = wait_for("the silent primary in Ready", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("till").await.map_err(|e| e.to_string())?;
+            match condition(&c, "Ready") {
+                Some(ready) if ready.1 == "PrimaryNotReady" => Ok(ready),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    // Three times failoverAfterSeconds. Had the pass counted the primary lost, it would have
+    // looked again within 5 s (`primaryLostSince` set) and promoted a replica by now.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let c = clusters.get("till").await.expect("cluster");
+    let st = c.status.unwrap_or_default();
+    assert_eq!(
+        (
+            st.current_primary.as_deref(),
+            st.epoch,
+            st.primary_lost_since
+        ),
+        (Some("till-0"), Some(0), None),
+        "{ready:?}"
+    );
+    for pod in ["till-1", "till-2"] {
+        assert!(
+            members()
+                .get(n, pod)
+                .orders
+                .iter()
+                .all(|o| o.role == Role::Replica && o.epoch == 0),
+            "{pod} was moved"
+        );
+    }
+    ns.delete().await.expect("delete namespace");
+}
