@@ -53,81 +53,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         bulwark_contract::ids::is_backup_id(&planned_id),
         "{planned_id}"
     );
-    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    assert_eq!(
-        bulwark_operator::backup::job::pinned_node(&pod),
-        Some("node-b"),
-        "a ready replica is the source, and the job runs on its node"
-    );
-    // Through the scheduler: a claim bound on first use must be able to bind.
-    assert_eq!(pod.node_name, None);
-    assert_eq!(
-        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
-        Some("dedicated")
-    );
-    let vols: BTreeMap<String, k8s_openapi::api::core::v1::Volume> = pod
-        .volumes
-        .clone()
-        .unwrap()
-        .into_iter()
-        .map(|v| (v.name.clone(), v))
-        .collect();
-    let data = vols["source-data"]
-        .persistent_volume_claim
-        .as_ref()
-        .unwrap();
-    assert_eq!(
-        (data.claim_name.as_str(), data.read_only),
-        ("data-vault-1", Some(true))
-    );
-    assert_eq!(
-        vols["backup-storage"]
-            .persistent_volume_claim
-            .as_ref()
-            .unwrap()
-            .claim_name,
-        "dumps"
-    );
-    assert_eq!(
-        vols["backup-key"]
-            .secret
-            .as_ref()
-            .unwrap()
-            .secret_name
-            .as_deref(),
-        Some("vault-backup-key")
-    );
-    let mounts = pod.containers[0].volume_mounts.clone().unwrap();
-    let storage_mount = mounts.iter().find(|m| m.name == "backup-storage").unwrap();
-    assert_eq!(storage_mount.sub_path.as_deref(), Some("mysql/vault"));
-    let source_mount = mounts.iter().find(|m| m.name == "source-data").unwrap();
-    assert_eq!(
-        (source_mount.read_only, source_mount.sub_path.as_deref()),
-        (Some(true), Some("mysql"))
-    );
-    assert_eq!(
-        argv_of(job_container(&job)),
-        command::Backup {
-            repository: command::Repository {
-                url: "/backup-storage".into(),
-                encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
-                ..command::Repository::default()
-            },
-            method: command::Method::Physical,
-            host: "vault-1.vault-headless".into(),
-            port: 3306,
-            user: "bulwark_backup".into(),
-            password_file: "/etc/bulwark/backup-credentials/password".into(),
-            datadir: Some("/var/lib/mysql".into()),
-            result_file: "/dev/termination-log".into(),
-            progress_interval_seconds: 5,
-            backup_id: planned_id.clone(),
-            binlog_archive: "vault".into(),
-        }
-        .argv()
-    );
-    assert_eq!(pod.containers[0].image.as_deref(), Some(BACKUP_IMAGE));
-    assert_eq!(job.owner_references()[0].name, "before-upgrade");
+    assert_reads_the_replica_on_its_node(&job, &planned_id);
 
     // One backup at a time per cluster: a second one waits for the first.
     apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: adhoc-dump}\nspec: {clusterRef: {name: vault}, storage: offsite, method: logical}\n").await;
@@ -182,48 +108,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
 
     // The next backup starts now; it is logical, so it is not pinned, and goes to S3.
     let job2 = wait_get(&jobs, "adhoc-dump-backup").await;
-    let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    assert_eq!(bulwark_operator::backup::job::pinned_node(&pod2), None);
-    assert!(!pod2
-        .volumes
-        .unwrap()
-        .iter()
-        .any(|v| v.name == "source-data" || v.name == "backup-storage"));
-    let argv2 = argv_of(job_container(&job2)).args;
-    for flag in [
-        "--repo=s3://vault-backups/prod/vault",
-        "--s3-endpoint=http://127.0.0.1:9000",
-        "--s3-path-style",
-        "--method=logical",
-    ] {
-        assert!(argv2.iter().any(|a| a == flag), "{flag} in {argv2:?}");
-    }
-    assert!(
-        !argv2.iter().any(|a| a.starts_with("--datadir")),
-        "{argv2:?}"
-    );
-    // The S3 credentials reach the tool as the files of the storage's Secret, mounted; none
-    // in the environment.
-    assert!(
-        argv2
-            .iter()
-            .any(|a| a == "--s3-credentials-dir=/etc/bulwark/s3"),
-        "{argv2:?}"
-    );
-    let pod2 = job2.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    assert!(
-        pod2.containers[0].env.is_none(),
-        "{:?}",
-        pod2.containers[0].env
-    );
-    let s3_volume = pod2
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "s3-credentials")
-        .and_then(|v| v.secret.as_ref())
-        .and_then(|s| s.secret_name.as_deref());
-    assert_eq!(s3_volume, Some("vault-s3"));
+    assert_dumps_to_s3_with_mounted_credentials(&job2);
     end_job_pod(
         &client,
         n,
@@ -245,26 +130,7 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     );
 
     // The cluster's status records the latest successful backup.
-    wait_for("cluster lastSuccessfulBackup", WAIT, || {
-        let clusters = clusters.clone();
-        async move {
-            let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
-            let last = c
-                .status
-                .as_ref()
-                .and_then(|s| s.last_successful_backup.clone());
-            match last {
-                Some(l)
-                    if l.name == "before-upgrade"
-                        && l.backup_id.as_deref() == Some("20261122T030000Z-9f3a") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    last_successful_backup(&clusters, "before-upgrade", "20261122T030000Z-9f3a").await;
 
     // Delete policy: deleting the object runs a deletion Job for its data first.
     backups
@@ -497,4 +363,150 @@ async fn physical_work_for_a_series_no_backup_image_serves_is_refused_with_the_c
         "{degraded:?}"
     );
     ns.delete().await.expect("delete namespace");
+}
+
+/// The physical backup's Job: it reads the ready replica's claim, read-only, on that
+/// replica's node, and writes under the storage's subpath with the cluster's key.
+fn assert_reads_the_replica_on_its_node(job: &Job, planned_id: &str) {
+    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    assert_eq!(
+        bulwark_operator::backup::job::pinned_node(&pod),
+        Some("node-b"),
+        "a ready replica is the source, and the job runs on its node"
+    );
+    // Through the scheduler: a claim bound on first use must be able to bind.
+    assert_eq!(pod.node_name, None);
+    assert_eq!(
+        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("dedicated")
+    );
+    let vols: BTreeMap<String, k8s_openapi::api::core::v1::Volume> = pod
+        .volumes
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.name.clone(), v))
+        .collect();
+    let data = vols["source-data"]
+        .persistent_volume_claim
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (data.claim_name.as_str(), data.read_only),
+        ("data-vault-1", Some(true))
+    );
+    assert_eq!(
+        vols["backup-storage"]
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap()
+            .claim_name,
+        "dumps"
+    );
+    assert_eq!(
+        vols["backup-key"]
+            .secret
+            .as_ref()
+            .unwrap()
+            .secret_name
+            .as_deref(),
+        Some("vault-backup-key")
+    );
+    let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+    let storage_mount = mounts.iter().find(|m| m.name == "backup-storage").unwrap();
+    assert_eq!(storage_mount.sub_path.as_deref(), Some("mysql/vault"));
+    let source_mount = mounts.iter().find(|m| m.name == "source-data").unwrap();
+    assert_eq!(
+        (source_mount.read_only, source_mount.sub_path.as_deref()),
+        (Some(true), Some("mysql"))
+    );
+    assert_eq!(
+        argv_of(job_container(job)),
+        command::Backup {
+            repository: command::Repository {
+                url: "/backup-storage".into(),
+                encryption_key_file: Some("/etc/bulwark/backup-key/master.key".into()),
+                ..command::Repository::default()
+            },
+            method: command::Method::Physical,
+            host: "vault-1.vault-headless".into(),
+            port: 3306,
+            user: "bulwark_backup".into(),
+            password_file: "/etc/bulwark/backup-credentials/password".into(),
+            datadir: Some("/var/lib/mysql".into()),
+            result_file: "/dev/termination-log".into(),
+            progress_interval_seconds: 5,
+            backup_id: planned_id.to_owned(),
+            binlog_archive: "vault".into(),
+        }
+        .argv()
+    );
+    assert_eq!(pod.containers[0].image.as_deref(), Some(BACKUP_IMAGE));
+    assert_eq!(job.owner_references()[0].name, "before-upgrade");
+}
+
+/// The logical backup's Job: not pinned to a member, no data or storage claim, the S3
+/// repository and its credentials as mounted files (none in the environment).
+fn assert_dumps_to_s3_with_mounted_credentials(job2: &Job) {
+    let pod2 = job2.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    assert_eq!(bulwark_operator::backup::job::pinned_node(&pod2), None);
+    assert!(!pod2
+        .volumes
+        .unwrap()
+        .iter()
+        .any(|v| v.name == "source-data" || v.name == "backup-storage"));
+    let argv2 = argv_of(job_container(job2)).args;
+    for flag in [
+        "--repo=s3://vault-backups/prod/vault",
+        "--s3-endpoint=http://127.0.0.1:9000",
+        "--s3-path-style",
+        "--method=logical",
+    ] {
+        assert!(argv2.iter().any(|a| a == flag), "{flag} in {argv2:?}");
+    }
+    assert!(
+        !argv2.iter().any(|a| a.starts_with("--datadir")),
+        "{argv2:?}"
+    );
+    // The S3 credentials reach the tool as the files of the storage's Secret, mounted; none
+    // in the environment.
+    assert!(
+        argv2
+            .iter()
+            .any(|a| a == "--s3-credentials-dir=/etc/bulwark/s3"),
+        "{argv2:?}"
+    );
+    let pod2 = job2.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert!(
+        pod2.containers[0].env.is_none(),
+        "{:?}",
+        pod2.containers[0].env
+    );
+    let s3_volume = pod2
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "s3-credentials")
+        .and_then(|v| v.secret.as_ref())
+        .and_then(|s| s.secret_name.as_deref());
+    assert_eq!(s3_volume, Some("vault-s3"));
+}
+
+/// Waits until the cluster's status names backup `name` (id `id`) as the latest success.
+async fn last_successful_backup(clusters: &Api<MySQLCluster>, name: &str, id: &str) {
+    wait_for("cluster lastSuccessfulBackup", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("vault").await.map_err(|e| e.to_string())?;
+            let last = c
+                .status
+                .as_ref()
+                .and_then(|s| s.last_successful_backup.clone());
+            match last {
+                Some(l) if l.name == name && l.backup_id.as_deref() == Some(id) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
 }

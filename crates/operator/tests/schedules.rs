@@ -23,71 +23,10 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     // (the id the first success gets below) is the base of the recovery window, so retention
     // keeps it whatever keepLast says.
     let first_id = "20261122T000000Z-0000";
-    clusters
-        .patch_status(
-            "vault",
-            &PatchParams::apply("test-archiver").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "mysql.bulwark.dev/v1alpha1",
-                "kind": "MySQLCluster",
-                "status": {"binlogArchive": {
-                    "streaming": true, "through": "0-1-9", "lagSeconds": 0, "gaps": 0,
-                    "windowBaseBackup": first_id,
-                }},
-            })),
-        )
-        .await
-        .unwrap();
+    archiver_reports_window_base(&clusters, first_id).await;
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), n);
     let jobs: Api<Job> = Api::namespaced(client.clone(), n);
-    // Play the kubelet: end each backup job as it appears; the 3rd fails, the others succeed;
-    // also end deletion jobs. Meanwhile, never more than one unfinished backup may exist.
-    let mut outcomes: BTreeMap<String, (bool, String)> = BTreeMap::new();
-    let mut ended: std::collections::BTreeSet<String> = Default::default();
-    let start = Instant::now();
-    while outcomes.len() < 6 {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "schedule too slow: {outcomes:?}"
-        );
-        let list = backups
-            .list(&ListParams::default().labels("mysql.bulwark.dev/schedule=every2s"))
-            .await
-            .unwrap()
-            .items;
-        let active: Vec<String> = list
-            .iter()
-            .filter(|b| {
-                !matches!(
-                    b.status.as_ref().and_then(|s| s.phase),
-                    Some(BackupPhase::Succeeded | BackupPhase::Failed)
-                )
-            })
-            .map(|b| b.name_any())
-            .collect();
-        assert!(active.len() <= 1, "concurrency Forbid violated: {active:?}");
-        for j in jobs.list(&ListParams::default()).await.unwrap().items {
-            let name = j.name_any();
-            if ended.contains(&name) || j.status.as_ref().and_then(|s| s.active).unwrap_or(0) == 0 {
-                continue;
-            }
-            if let Some(backup) = name.strip_suffix("-backup") {
-                let ok = outcomes.len() != 2;
-                let id = format!("20261122T{:06}Z-{:04}", outcomes.len(), outcomes.len());
-                let msg = if ok {
-                    result_json(&id)
-                } else {
-                    error_line("failed to stream the backup: disk full")
-                };
-                end_job_pod(&client, n, &name, "backup", ok, &msg).await;
-                outcomes.insert(backup.to_owned(), (ok, id));
-            } else if name.ends_with("-delete") {
-                end_job_pod(&client, n, &name, "delete", true, "").await;
-            }
-            ended.insert(name);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let outcomes = run_six_backups(&client, n, &backups, &jobs).await;
     // Stop the schedule, then let retention and the deletion jobs settle.
     let suspended = yaml.replace(
         "failedBackupsHistoryLimit: 1\n",
@@ -122,48 +61,7 @@ async fn a_fast_schedule_creates_backups_one_at_a_time_and_retention_prunes_the_
     );
     expected.push(base);
     expected.sort();
-    let remaining = wait_for("retention", Duration::from_secs(60), || {
-        let backups = backups.clone();
-        let jobs = jobs.clone();
-        let client = client.clone();
-        let expected = expected.clone();
-        let n = n.to_owned();
-        async move {
-            for j in jobs
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-            {
-                if j.name_any().ends_with("-delete")
-                    && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0
-                {
-                    end_job_pod(&client, &n, &j.name_any(), "delete", true, "").await;
-                }
-            }
-            let mut names: Vec<String> = backups
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .iter()
-                .filter(|b| {
-                    b.status
-                        .as_ref()
-                        .and_then(|s| s.phase)
-                        .is_some_and(|p| p != BackupPhase::Pending && p != BackupPhase::Running)
-                })
-                .map(|b| b.name_any())
-                .collect();
-            names.sort();
-            if names == expected {
-                Ok(names)
-            } else {
-                Err(format!("{names:?} != {expected:?}"))
-            }
-        }
-    })
-    .await;
+    let remaining = settled_backups(&client, n, &backups, &jobs, &expected).await;
     assert_eq!(remaining.len(), 4);
     // Every pruned success had its data deleted by id.
     for (name, (ok, id)) in &outcomes {
@@ -257,4 +155,134 @@ async fn a_schedule_added_later_is_not_overdue_at_once() {
     .await;
     assert_ne!(health.reason, "BackupOverdue", "{health:?}");
     ns.delete().await.expect("delete namespace");
+}
+
+/// Plays the binlog archiver's report as the cluster controller copies it: backup `base` is
+/// the base of the recovery window, which retention keeps whatever keepLast says.
+async fn archiver_reports_window_base(clusters: &Api<MySQLCluster>, base: &str) {
+    clusters
+        .patch_status(
+            "vault",
+            &PatchParams::apply("test-archiver").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "mysql.bulwark.dev/v1alpha1",
+                "kind": "MySQLCluster",
+                "status": {"binlogArchive": {
+                    "streaming": true, "through": "0-1-9", "lagSeconds": 0, "gaps": 0,
+                    "windowBaseBackup": base,
+                }},
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Plays the kubelet until six scheduled backups ended: each backup Job as it appears (the 3rd
+/// fails, the others succeed with ids in order) and each deletion Job. Meanwhile never more
+/// than one unfinished backup may exist. Backup name → (succeeded, id).
+async fn run_six_backups(
+    client: &Client,
+    n: &str,
+    backups: &Api<MySQLBackup>,
+    jobs: &Api<Job>,
+) -> BTreeMap<String, (bool, String)> {
+    let mut outcomes: BTreeMap<String, (bool, String)> = BTreeMap::new();
+    let mut ended: std::collections::BTreeSet<String> = Default::default();
+    let start = Instant::now();
+    while outcomes.len() < 6 {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "schedule too slow: {outcomes:?}"
+        );
+        let list = backups
+            .list(&ListParams::default().labels("mysql.bulwark.dev/schedule=every2s"))
+            .await
+            .unwrap()
+            .items;
+        let active: Vec<String> = list
+            .iter()
+            .filter(|b| {
+                !matches!(
+                    b.status.as_ref().and_then(|s| s.phase),
+                    Some(BackupPhase::Succeeded | BackupPhase::Failed)
+                )
+            })
+            .map(|b| b.name_any())
+            .collect();
+        assert!(active.len() <= 1, "concurrency Forbid violated: {active:?}");
+        for j in jobs.list(&ListParams::default()).await.unwrap().items {
+            let name = j.name_any();
+            if ended.contains(&name) || j.status.as_ref().and_then(|s| s.active).unwrap_or(0) == 0 {
+                continue;
+            }
+            if let Some(backup) = name.strip_suffix("-backup") {
+                let ok = outcomes.len() != 2;
+                let id = format!("20261122T{:06}Z-{:04}", outcomes.len(), outcomes.len());
+                let msg = if ok {
+                    result_json(&id)
+                } else {
+                    error_line("failed to stream the backup: disk full")
+                };
+                end_job_pod(client, n, &name, "backup", ok, &msg).await;
+                outcomes.insert(backup.to_owned(), (ok, id));
+            } else if name.ends_with("-delete") {
+                end_job_pod(client, n, &name, "delete", true, "").await;
+            }
+            ended.insert(name);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    outcomes
+}
+
+/// Ends deletion Jobs until the finished backups are exactly `expected` (sorted); their names.
+async fn settled_backups(
+    client: &Client,
+    n: &str,
+    backups: &Api<MySQLBackup>,
+    jobs: &Api<Job>,
+    expected: &[String],
+) -> Vec<String> {
+    wait_for("retention", Duration::from_secs(60), || {
+        let backups = backups.clone();
+        let jobs = jobs.clone();
+        let client = client.clone();
+        let expected = expected.to_owned();
+        let n = n.to_owned();
+        async move {
+            for j in jobs
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+            {
+                if j.name_any().ends_with("-delete")
+                    && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0
+                {
+                    end_job_pod(&client, &n, &j.name_any(), "delete", true, "").await;
+                }
+            }
+            let mut names: Vec<String> = backups
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .filter(|b| {
+                    b.status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(|p| p != BackupPhase::Pending && p != BackupPhase::Running)
+                })
+                .map(|b| b.name_any())
+                .collect();
+            names.sort();
+            if names == expected {
+                Ok(names)
+            } else {
+                Err(format!("{names:?} != {expected:?}"))
+            }
+        }
+    })
+    .await
 }
