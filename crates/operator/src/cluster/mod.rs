@@ -9,6 +9,7 @@ pub mod failover;
 pub mod fencing;
 pub mod plan;
 pub mod primary;
+pub mod report;
 pub mod roles;
 pub mod rollout;
 pub mod status;
@@ -25,7 +26,6 @@ use chrono::Utc;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -148,7 +148,7 @@ async fn dereference(cluster: &MySQLCluster, ctx: &Context, ns: &str) -> Result<
 
 /// Reports an invalid spec: Degraded=True with the cause, and nothing else changed.
 async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: String) -> Result<()> {
-    let previous = previous_conditions(cluster);
+    let previous = report::previous_conditions(cluster);
     let degraded = Desired::new(
         condition::DEGRADED,
         Status::True,
@@ -176,7 +176,7 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
     tracing::info!(namespace = ns, cluster = %cluster.name_any(), "cluster spec is invalid");
     let status = status::carried(
         &cluster.status.clone().unwrap_or_default(),
-        stamp(cluster, &desired),
+        report::stamp(cluster, &desired, Utc::now()),
         cluster.meta().generation,
     );
     write_status(cluster, ctx, ns, &status).await
@@ -365,109 +365,8 @@ async fn collect_config_maps(
     Ok(())
 }
 
-fn previous_conditions(cluster: &MySQLCluster) -> Vec<Condition> {
-    cluster
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default()
-}
-
-/// A pod counts as ready when its Ready condition says so and its agent, if it answered in this
-/// pass, does not say otherwise: the condition follows the agent's readiness only after the
-/// probe's period (a member demoted or held in this pass is not ready yet by its report).
-fn serving(pod: &Pod, unready: &[String]) -> bool {
-    is_ready(pod) && !unready.iter().any(|u| *u == pod.name_any())
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The status conditions of a valid cluster, from the applied StatefulSet and the pods.
-pub fn observe(
-    replicas: i32,
-    set: &StatefulSet,
-    primary: &str,
-    pods: &[Pod],
-    unready: &[String],
-    not_primary: Option<(&'static str, &str)>,
-) -> (i32, [Desired; 3]) {
-    let st = set.status.clone().unwrap_or_default();
-    // The StatefulSet's count trails the pods' conditions, which trail the agents' reports.
-    let serving_pods = i32::try_from(pods.iter().filter(|p| serving(p, unready)).count());
-    let ready = st
-        .ready_replicas
-        .unwrap_or(0)
-        .min(serving_pods.unwrap_or(0));
-    let primary_ready = pods
-        .iter()
-        .any(|p| p.name_any() == primary && serving(p, unready));
-    let ready_cond = if let Some((reason, message)) = not_primary {
-        Desired::new(
-            condition::READY,
-            Status::False,
-            reason,
-            format!("{ready} of {replicas} instances ready; {message}"),
-        )
-    } else if ready >= replicas && primary_ready {
-        Desired::new(
-            condition::READY,
-            Status::True,
-            "AllInstancesReady",
-            format!("{ready} of {replicas} instances ready; primary {primary}"),
-        )
-    } else if !primary_ready {
-        Desired::new(
-            condition::READY,
-            Status::False,
-            "PrimaryNotReady",
-            format!("{ready} of {replicas} instances ready; primary {primary} is not ready"),
-        )
-    } else {
-        Desired::new(
-            condition::READY,
-            Status::False,
-            "InstancesNotReady",
-            format!("{ready} of {replicas} instances ready"),
-        )
-    };
-    let generation_seen = st.observed_generation >= set.metadata.generation;
-    let updated = st.updated_replicas.unwrap_or(0);
-    let progressing = if !generation_seen || updated < replicas || st.replicas != replicas {
-        Desired::new(
-            condition::PROGRESSING,
-            Status::True,
-            "RollingOut",
-            format!("{updated} of {replicas} instances run the current spec"),
-        )
-    } else if ready < replicas {
-        Desired::new(
-            condition::PROGRESSING,
-            Status::True,
-            "WaitingForInstances",
-            format!("{ready} of {replicas} instances ready"),
-        )
-    } else {
-        Desired::new(
-            condition::PROGRESSING,
-            Status::False,
-            "Reconciled",
-            "the cluster matches its spec",
-        )
-    };
-    let degraded = Desired::new(
-        condition::DEGRADED,
-        Status::False,
-        "Reconciled",
-        "the spec is valid",
-    );
-    (ready, [ready_cond, progressing, degraded])
-}
-
+/// The cluster manager's part of the pass's status and its events: the archiver's report
+/// read (when the cluster archives), the rest decided by [`report::of_pass`].
 async fn report(
     cluster: &MySQLCluster,
     ctx: &Context,
@@ -475,106 +374,13 @@ async fn report(
     applied: &Applied,
     settled: &primary::Settled,
 ) -> Result<bool> {
-    let plan = &settled.plan;
-    let primary = plan.primary.as_str();
-    let pods = settled.pods.as_slice();
-    let hold = plan.hold();
-    let not_primary = match (&plan.transition, plan.switching()) {
-        (
-            plan::Transition::Failover {
-                from, to, reason, ..
-            },
-            _,
-        ) => Some((
-            "FailingOver",
-            format!("promoting {to} in place of {from}: {reason}"),
-        )),
-        (_, Some((from, to))) => Some((
-            "SwitchingOver",
-            match &settled.withheld {
-                Some(w) => format!("switching over from {from} to {to}: {w}"),
-                None => format!("switching over from {from} to {to}"),
-            },
-        )),
-        (_, None) => hold.and_then(|h| {
-            h.waiting
-                .clone()
-                .map(|w| ("PrimaryLost", w))
-                .or_else(|| settled.withheld.clone().map(|w| ("PrimaryWithheld", w)))
-                .or_else(|| {
-                    h.scale_down_blocked
-                        .clone()
-                        .map(|w| ("ScaleDownWaiting", w))
-                })
-        }),
-    };
-    let (ready, desired) = observe(
-        cluster.spec.replicas,
-        &applied.stateful_set,
-        primary,
-        pods,
-        &settled.unready,
-        not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
-    );
-    let mut desired = desired.to_vec();
-    if let Some(step) = hold.and_then(|h| h.rollout.progress()) {
-        if desired[1].reason == "RollingOut" {
-            desired[1].message = format!("{}; {step}", desired[1].message);
-        }
-    }
-    let previous = previous_conditions(cluster);
-    if !settled.broken.is_empty() {
-        let broken = settled.broken.join("; ");
-        let known = previous
-            .iter()
-            .any(|c| c.type_ == condition::READY && c.message.contains(&broken));
-        if !known {
-            ctx.event(cluster, Reason::ReplicationBroken, broken.clone())
-                .await;
-        }
-        desired[0].message = format!("{}; {broken}", desired[0].message);
-    }
-    let ready_cond = desired[0].clone();
-    if conditions::flipped(&ready_cond, &previous) {
-        let reason = if ready_cond.status == Status::True {
-            Reason::ClusterReady
-        } else {
-            Reason::ClusterNotReady
-        };
-        // The first observation of a new cluster is not news.
-        if !(previous.is_empty() && ready_cond.status == Status::False) {
-            ctx.event(cluster, reason, ready_cond.message.clone()).await;
-        }
-    }
-    if previous
-        .iter()
-        .any(|c| c.type_ == condition::DEGRADED && c.status == "True")
-    {
-        ctx.event(
-            cluster,
-            Reason::SpecValid,
-            "the spec is valid again".to_owned(),
-        )
-        .await;
-    }
     let st = cluster.status.clone().unwrap_or_default();
-    let primary_ready = not_primary.is_none()
-        && pods
-            .iter()
-            .any(|p| p.name_any() == primary && serving(p, &settled.unready));
-    if let (Some(waiting), None) = (
-        hold.and_then(|h| h.waiting.as_ref()),
-        &st.primary_lost_since,
-    ) {
-        ctx.event(cluster, Reason::PrimaryLost, waiting.clone())
-            .await;
-    }
     let archive_spec = cluster
         .spec
         .backup
         .as_ref()
         .and_then(|b| b.binlog_archive.as_ref());
-    let mut binlog_archive = None;
+    let mut archive = None;
     if let Some(spec) = archive_spec {
         let name = cluster.name_any();
         let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -585,42 +391,32 @@ async fn report(
             .unwrap_or(build::archiver::DEFAULT_FLUSH_EVERY_SECONDS);
         let observed =
             archive::observe(read.as_ref().map_err(String::as_str), flush, previous_gaps);
-        if let Some(message) = observed.new_gap {
-            ctx.event(cluster, Reason::BinlogArchiveGap, message).await;
-        }
         if let Some(lag) = observed.lag_seconds {
             ctx.metrics.archive_lag(ns, &name, lag);
         }
-        desired.push(observed.condition);
-        binlog_archive = observed.status;
+        archive = Some(observed);
+    }
+    let now = Utc::now();
+    let r = report::of_pass(cluster, &applied.stateful_set, settled, archive.as_ref());
+    for (reason, message) in r.events {
+        ctx.event(cluster, reason, message).await;
     }
     let status = status::of_pass(
         &st,
-        plan,
+        &settled.plan,
         status::Observed {
-            conditions: stamp(cluster, &desired),
+            conditions: report::stamp(cluster, &r.conditions, now),
             generation: cluster.meta().generation,
-            ready,
-            primary_ready,
-            binlog_archive,
+            ready: r.ready,
+            primary_ready: r.primary_ready,
+            binlog_archive: archive.and_then(|a| a.status),
             archiving: archive_spec.is_some(),
-            now: Utc::now(),
+            now,
         },
     );
     write_status(cluster, ctx, ns, &status).await?;
-    primary::announce(ctx, cluster, ns, plan).await;
-    Ok(ready_cond.status == Status::True)
-}
-
-/// `desired`, stamped for this generation over the conditions the status holds.
-fn stamp(cluster: &MySQLCluster, desired: &[Desired]) -> Vec<Condition> {
-    let now = Time(Utc::now());
-    let generation = cluster.meta().generation;
-    let previous = previous_conditions(cluster);
-    desired
-        .iter()
-        .map(|d| conditions::stamp(d, generation, &previous, &now))
-        .collect()
+    primary::announce(ctx, cluster, ns, &settled.plan).await;
+    Ok(r.ready_now)
 }
 
 /// Applies the cluster controller's whole part of the status.

@@ -51,7 +51,7 @@ pub fn pods_of(
                 Some(Pod {
                     ordinal: names::pod_ordinal(cluster, &name)?,
                     updated: p.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision),
-                    ready: super::is_ready(p),
+                    ready: is_ready(p),
                     terminating: p.metadata.deletion_timestamp.is_some(),
                     name,
                 })
@@ -162,6 +162,14 @@ impl Step {
             Step::HandOver(to) => Some(format!("rolling out: handing the primary over to {to}")),
         }
     }
+}
+
+/// The pod's Ready condition is True.
+pub fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[cfg(test)]
