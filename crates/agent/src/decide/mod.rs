@@ -1,7 +1,7 @@
 //! The agent's pure core: from what a pass read (labels, orders, the server's variables and
 //! replication row) to the one action it takes, the SQL of each action, and the report the
-//! operator reads. Nothing here does I/O or imports [`crate::run`]; the layering test holds it
-//! to that, so every rule is a table test.
+//! operator reads. Nothing here does I/O, and nothing imports [`crate::run`] (the layering test
+//! checks the imports), so every rule is a table test.
 
 pub mod labels;
 pub mod report;

@@ -3,9 +3,9 @@
 //! and the GTID position of a physical restore, whose file is removed once adopted.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use bulwark_engine::source::Connection;
-use std::time::{Duration, Instant};
 
 use super::bootstrap;
 use super::error::AgentError;
@@ -75,13 +75,13 @@ impl RestoreState {
         Ok(())
     }
 
-    /// Reaps a finished load and reads the pending file. `loaded` is set when a load has just
-    /// finished: the dump replaced the privilege tables, so accounts and root are converged
-    /// again.
+    /// Reaps a finished load and reads the pending file. `privileges_replaced` is set when a
+    /// load has just finished: the dump replaced the privilege tables, so accounts and root
+    /// are converged again.
     pub(super) fn load_state(
         &mut self,
         pending: Option<&PendingRestoreConfig>,
-        loaded: &mut bool,
+        privileges_replaced: &mut bool,
     ) -> LoadState {
         let Some(cfg) = pending else {
             return LoadState::Nothing;
@@ -109,7 +109,7 @@ impl RestoreState {
                 Ok(()) => {
                     tracing::info!(backup_id = %id, "pending logical restore loaded");
                     self.failed = None;
-                    *loaded = true;
+                    *privileges_replaced = true;
                 }
                 Err(e @ AgentError::RemovePending { .. }) => {
                     tracing::error!(backup_id = %id, error = %bulwark_engine::error::chain(&e), "backup loaded but the pending file remains; it will not be loaded again by this agent");

@@ -1,7 +1,7 @@
 //! The SQL the agent sends and the queries it observes with, per engine, as pure functions: no
-//! connection is made here. [`accounts`] converges the operator's accounts, [`role`] switches a
+//! connection is made here. `accounts` converges the operator's accounts, `role` switches a
 //! server between primary and replica (read-only, semi-sync, replication, a restored GTID
-//! position, fencing), and [`observe`] holds each query beside the parser of its answer.
+//! position, fencing), and `observe` holds each query beside the parser of its answer.
 //! Statements carrying a password keep a redacted form for messages.
 
 mod accounts;
