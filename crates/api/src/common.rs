@@ -58,6 +58,10 @@ pub mod condition {
     /// `MySQLCluster`: the spec cannot be acted on (a reference is missing or invalid); the
     /// condition's message says why.
     pub const DEGRADED: &str = "Degraded";
+    /// `MySQLCluster`: a commit a client saw succeed survives the loss of the primary
+    /// (semi-synchronous replication without a timeout, and failover only to a replica that
+    /// provably holds it); False, with the reason, when the spec gives that up.
+    pub const WRITES_PROTECTED: &str = "WritesProtected";
     /// `MySQLCluster`: the latest backup succeeded and no schedule is overdue.
     pub const BACKUP_HEALTHY: &str = "BackupHealthy";
     /// `MySQLBackup`: the backup finished and its manifest was written and verified.

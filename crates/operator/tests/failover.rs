@@ -221,3 +221,82 @@ async fn a_primary_whose_agent_is_silent_but_whose_server_serves_is_kept() {
     }
     ns.delete().await.expect("delete namespace");
 }
+
+#[tokio::test]
+async fn a_primary_cut_off_with_a_replica_is_not_replaced_until_a_human_forces_it() {
+    let (client, ns) = setup("partition").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    // {till-0, till-1} are cut from {operator, till-2}: till-1 kept acknowledging the
+    // primary's commits, which till-2 never received.
+    members().update(n, "till-0", |m| m.report.gtid_executed = "0-1-485".into());
+    members().update(n, "till-1", |m| {
+        m.report.gtid_executed = "0-1-485".into();
+        m.answers = false;
+    });
+    members().update(n, "till-2", |m| {
+        m.report.gtid_executed = "0-1-129".into();
+        if let Some(r) = m.report.replication.as_mut() {
+            r.io = IoState::Connecting;
+        }
+    });
+    members().update(n, "till-0", |m| m.answers = false);
+    make_unready(&client, n, "till-0").await;
+    make_unready(&client, n, "till-1").await;
+    let waiting = wait_for("the failover held back", WAIT, || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get("till").await.map_err(|e| e.to_string())?;
+            match condition(&c, "Ready") {
+                Some(ready) if ready.2.contains("1 of 2 replicas report (till-1") => Ok(ready),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    // Well past failoverAfterSeconds, with passes every 5 s: still till-0's.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let c = clusters.get("till").await.expect("cluster");
+    let st = c.status.clone().unwrap_or_default();
+    assert_eq!(
+        (st.current_primary.as_deref(), st.epoch),
+        (Some("till-0"), Some(0)),
+        "{waiting:?}"
+    );
+    assert!(st.primary_lost_since.is_some(), "{st:?}");
+    assert!(
+        members()
+            .get(n, "till-2")
+            .orders
+            .iter()
+            .all(|o| o.role == Role::Replica),
+        "till-2 was promoted without the commits only till-1 holds"
+    );
+
+    // The human knows till-0's and till-1's node is gone for good.
+    clusters
+        .patch(
+            "till",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "mysql.bulwark.dev/force-failover": "till-2"
+            }}})),
+        )
+        .await
+        .expect("annotate");
+    let forced = primary_at(&clusters, "till-2", 1).await;
+    let record = forced
+        .status
+        .and_then(|s| s.last_failover)
+        .expect("the failover is recorded");
+    assert_eq!(record.request.as_deref(), Some("till-2"));
+    assert!(record.reason.starts_with("forced by"), "{}", record.reason);
+    let events = events_for(&client, n, "till").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, message)| reason == "Failover" && message.contains("forced by")),
+        "{events:?}"
+    );
+    ns.delete().await.expect("delete namespace");
+}

@@ -286,6 +286,15 @@ pub struct MetricsSpec {
 /// value with a suffix after `@`, e.g. `quay-1@2`.
 pub const SWITCHOVER_ANNOTATION: &str = "mysql.bulwark.dev/switchover";
 
+/// Annotation on a `MySQLCluster` naming the replica to promote when its primary is lost but
+/// too few replicas report for the operator to know that none of the silent ones holds a
+/// commit the others lack: `kubectl annotate mysqlcluster/quay
+/// mysql.bulwark.dev/force-failover=quay-2`. For the human who knows the silent members are
+/// gone for good; whatever only they held is lost. The named replica must still hold every
+/// transaction the reporting replicas have. Each value is taken once
+/// (`status.lastFailover.request`); to ask again for the same pod, add a suffix after `@`.
+pub const FORCE_FAILOVER_ANNOTATION: &str = "mysql.bulwark.dev/force-failover";
+
 /// Replication between the members.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

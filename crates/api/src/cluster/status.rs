@@ -43,6 +43,9 @@ pub struct FailoverRecord {
     pub time: Time,
     /// Why, with the GTID set of the promoted replica.
     pub reason: String,
+    /// The force-failover annotation value this failover answered, if one was pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// Observed state of a MySQL or MariaDB cluster.

@@ -1,13 +1,22 @@
 //! Automatic failover as a pure decision: from the members' reports, whether the primary is
-//! lost, and once it has been for the configured time, which replica takes over. A replica is
+//! lost, and once it has been for the configured time, which replica takes over.
+//!
+//! A commit the primary acknowledged is on at least `acks` replicas (semi-sync), so a choice is
+//! lossless only when enough replicas report that no set of `acks` silent ones could hold a
+//! commit the reporting ones lack: with R replicas, R - acks + 1 must report. Then a replica is
 //! chosen only when every reporting replica has applied what it received and the chosen one
-//! holds every transaction any of them has (by GTID); otherwise the cluster waits, and says why.
+//! holds every transaction any of them has (by GTID). Otherwise the cluster waits and says why;
+//! a human who knows the silent members are gone for good can force the choice with
+//! [`FORCE_FAILOVER_ANNOTATION`], which is recorded.
 
 use std::time::Duration;
 
 use bulwark_contract::member::IoState;
+use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
+
+pub use bulwark_api::cluster::FORCE_FAILOVER_ANNOTATION;
 
 use super::roles::MemberView;
 
@@ -24,7 +33,32 @@ pub enum Failover {
         to: String,
         /// Why, for the event.
         reason: String,
+        /// The force-failover annotation's value this failover answers, if one was pending
+        /// (whether or not the reports alone allowed the choice): it is not taken again.
+        request: Option<String>,
     },
+}
+
+/// Replicas that must report before a choice is lossless under `semi`: with fewer, `acks`
+/// silent replicas could hold an acknowledged commit no reporting replica has. `None` under
+/// asynchronous replication, where no number suffices (a commit may be on the primary alone).
+pub fn reports_needed(semi: &SemiSync) -> Option<usize> {
+    let replicas = semi.members.saturating_sub(1) as usize;
+    (semi.waits()).then(|| replicas.saturating_sub(semi.acks as usize) + 1)
+}
+
+/// A force-failover request: the pod named by the annotation's value (before any `@suffix`),
+/// unless that value already forced a failover (`status.lastFailover.request`).
+pub fn forced_request<'a>(
+    annotation: Option<&'a str>,
+    taken: Option<&str>,
+) -> Option<(&'a str, &'a str)> {
+    let value = annotation.map(str::trim).filter(|v| !v.is_empty())?;
+    if taken == Some(value) {
+        return None;
+    }
+    let pod = value.split('@').next().unwrap_or(value);
+    Some((value, pod))
 }
 
 /// Why the primary counts as lost, if it does: its agent gives no report, and no reporting
@@ -58,15 +92,26 @@ pub fn primary_lost(primary: &str, members: &[MemberView]) -> Option<String> {
     Some(why)
 }
 
-/// Decides. `lost_for`: how long the primary has been lost (`None`: it is not); `after`: the
-/// configured time before a takeover (zero: never).
+/// What a failover decision is made under.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub engine: Engine,
+    /// The cluster's semi-synchronous replication (members and acknowledgements).
+    pub semi_sync: SemiSync,
+    /// The configured time before a takeover (zero: never).
+    pub after: Duration,
+    /// A pending force-failover request: the annotation's value and the pod it names.
+    pub forced: Option<(&'a str, &'a str)>,
+}
+
+/// Decides. `lost_for`: how long the primary has been lost (`None`: it is not).
 pub fn decide(
-    engine: Engine,
+    rules: &Rules<'_>,
     primary: &str,
     members: &[MemberView],
     lost_for: Option<Duration>,
-    after: Duration,
 ) -> Failover {
+    let (engine, after) = (rules.engine, rules.after);
     let Some(lost_for) = lost_for else {
         return Failover::Healthy;
     };
@@ -89,6 +134,41 @@ pub fn decide(
         .filter(|m| m.pod != primary && m.labelled == Some(Role::Replica))
         .filter_map(|m| m.report.as_ref().ok().map(|r| (m.pod.as_str(), r)))
         .collect();
+    let replica_count = rules.semi_sync.members.saturating_sub(1) as usize;
+    let mut forced = None;
+    if let Some(needed) = reports_needed(&rules.semi_sync) {
+        if replicas.len() < needed {
+            let silent: Vec<&str> = members
+                .iter()
+                .filter(|m| m.pod != primary && !replicas.iter().any(|(p, _)| *p == m.pod))
+                .map(|m| m.pod.as_str())
+                .collect();
+            let short = format!(
+                "{why}; {} of {replica_count} replicas report ({} silent or missing), and a \
+                 commit acknowledged by {} replica{} may be on those alone",
+                replicas.len(),
+                if silent.is_empty() {
+                    "the others".to_owned()
+                } else {
+                    silent.join(", ")
+                },
+                rules.semi_sync.acks,
+                if rules.semi_sync.acks == 1 { "" } else { "s" },
+            );
+            match rules.forced {
+                Some((value, pod)) if replicas.iter().any(|(p, _)| *p == pod) => {
+                    forced = Some((value, pod, short));
+                }
+                _ => {
+                    return Failover::Waiting(format!(
+                        "{short}: no replica is promoted until {needed} report, or a human \
+                         who knows the silent ones are gone names one with the {FORCE_FAILOVER_ANNOTATION} \
+                         annotation"
+                    ))
+                }
+            }
+        }
+    }
     // What a replica received but has not applied is not in its GTID set yet: compare only
     // once every replica has applied all it has.
     if let Some((pod, _)) = replicas.iter().find(|(_, r)| {
@@ -100,24 +180,36 @@ pub fn decide(
             "{why}; waiting for {pod} to apply what it received before choosing the new primary"
         ));
     }
-    let best = replicas.iter().find(|(_, candidate)| {
-        replicas
-            .iter()
-            .all(|(_, other)| candidate.has_all_of(engine, other))
-    });
+    let best = replicas
+        .iter()
+        .filter(|(pod, _)| forced.as_ref().is_none_or(|(_, to, _)| to == pod))
+        .find(|(_, candidate)| {
+            replicas
+                .iter()
+                .all(|(_, other)| candidate.has_all_of(engine, other))
+        });
     match best {
         Some((pod, r)) => Failover::Promote {
             to: (*pod).to_owned(),
-            reason: format!(
-                "{why} for {}s; {pod} has every transaction the replicas have ({})",
-                lost_for.as_secs(),
-                if r.gtid_executed.is_empty() {
-                    "none"
-                } else {
-                    r.gtid_executed.as_str()
-                }
-            ),
+            reason: match &forced {
+                None => format!(
+                    "{why} for {}s; {pod} has every transaction the replicas have ({})",
+                    lost_for.as_secs(),
+                    gtids(r)
+                ),
+                Some((value, _, short)) => format!(
+                    "forced by {FORCE_FAILOVER_ANNOTATION}={value}: {short}; {pod} has every \
+                     transaction the reporting replicas have ({})",
+                    gtids(r)
+                ),
+            },
+            request: rules.forced.map(|(value, _)| value.to_owned()),
         },
+        None if forced.is_some() => Failover::Waiting(format!(
+            "{why}; {FORCE_FAILOVER_ANNOTATION} names {}, which lacks transactions another \
+             reporting replica has: it is not promoted",
+            forced.as_ref().map_or("", |(_, pod, _)| *pod)
+        )),
         None if replicas.is_empty() => {
             Failover::Waiting(format!("{why}; no replica reports to take over"))
         }
@@ -129,6 +221,14 @@ pub fn decide(
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
+    }
+}
+
+fn gtids(r: &bulwark_contract::member::MemberStatus) -> &str {
+    if r.gtid_executed.is_empty() {
+        "none"
+    } else {
+        r.gtid_executed.as_str()
     }
 }
 
@@ -349,14 +449,202 @@ mod tests {
             ),
         ];
         for (name, members, lost_for, after, want) in cases {
-            let got = decide(Engine::MariaDb, "db-0", &members, lost_for, after);
-            match (&want, &got) {
-                (Healthy, Failover::Healthy) => {}
-                (Waiting(needle), Failover::Waiting(reason)) if reason.contains(needle) => {}
-                (Promote(pod), Failover::Promote { to, .. }) if to == pod => {}
-                _ => panic!("{name}: expected {want:?}, got {got:?}"),
+            // Every replica of these clusters is in the views, one acknowledgement each.
+            let replicas = members.iter().filter(|m| m.pod != "db-0").count();
+            let rules = Rules {
+                after,
+                ..rules(replicas, 1, None)
+            };
+            check(name, &decide(&rules, "db-0", &members, lost_for), &want);
+        }
+    }
+
+    fn rules(
+        replicas: usize,
+        acks: u32,
+        forced: Option<(&'static str, &'static str)>,
+    ) -> Rules<'static> {
+        Rules {
+            engine: Engine::MariaDb,
+            semi_sync: SemiSync {
+                acks,
+                timeout: None,
+                members: replicas as u32 + 1,
+            },
+            after: AFTER,
+            forced,
+        }
+    }
+
+    fn check(name: &str, got: &Failover, want: &Expect) {
+        match (want, got) {
+            (Healthy, Failover::Healthy) => {}
+            (Waiting(needle), Failover::Waiting(reason)) if reason.contains(needle) => {}
+            (Promote(pod), Failover::Promote { to, .. }) if to == pod => {}
+            _ => panic!("{name}: expected {want:?}, got {got:?}"),
+        }
+    }
+
+    /// A member of the primary's side of a cut: no report reaches the operator.
+    fn silent(pod: &str) -> MemberView {
+        MemberView {
+            labelled: Some(Role::Replica),
+            ..gone(pod)
+        }
+    }
+
+    #[test]
+    fn a_choice_waits_until_no_silent_replica_can_hold_an_acknowledged_commit() {
+        // Name, replicas in the spec, acknowledgements, a force request, the members, the
+        // expected decision.
+        type QuorumCase = (
+            &'static str,
+            usize,
+            u32,
+            Option<(&'static str, &'static str)>,
+            Vec<MemberView>,
+            Expect,
+        );
+        let cases: Vec<QuorumCase> = vec![
+            (
+                "{primary, db-1} cut from {operator, db-2}: db-1 may hold acknowledged commits",
+                2,
+                1,
+                None,
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-129", IoState::Connecting, true),
+                ],
+                Waiting("1 of 2 replicas report (db-1 silent or missing)"),
+            ),
+            (
+                "a replica whose pod is gone counts as silent",
+                2,
+                1,
+                None,
+                vec![
+                    gone("db-0"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                Waiting("1 of 2 replicas report (the others silent or missing)"),
+            ),
+            (
+                "every replica reports: the most advanced",
+                2,
+                1,
+                None,
+                vec![
+                    gone("db-0"),
+                    replica("db-1", "0-100-485", IoState::Connecting, true),
+                    replica("db-2", "0-100-129", IoState::Connecting, true),
+                ],
+                Promote("db-1"),
+            ),
+            (
+                "four replicas, two acknowledgements: three reporting suffice",
+                4,
+                2,
+                None,
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                    replica("db-3", "0-100-7", IoState::Connecting, true),
+                    replica("db-4", "0-100-8", IoState::Connecting, true),
+                ],
+                Promote("db-2"),
+            ),
+            (
+                "four replicas, two acknowledgements: two reporting do not",
+                4,
+                2,
+                None,
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    silent("db-2"),
+                    replica("db-3", "0-100-9", IoState::Connecting, true),
+                    replica("db-4", "0-100-8", IoState::Connecting, true),
+                ],
+                Waiting("no replica is promoted until 3 report"),
+            ),
+            (
+                "asynchronous replication: the reporting replicas decide (writes may be lost)",
+                2,
+                0,
+                None,
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                Promote("db-2"),
+            ),
+            (
+                "forced: the named reporting replica, recorded",
+                2,
+                1,
+                Some(("db-2", "db-2")),
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                Promote("db-2"),
+            ),
+            (
+                "forced to a silent replica: nothing",
+                2,
+                1,
+                Some(("db-1", "db-1")),
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                Waiting("no replica is promoted until 2 report"),
+            ),
+            (
+                "forced to a replica that lacks what another reporting one has: nothing",
+                3,
+                1,
+                Some(("db-3@2", "db-3")),
+                vec![
+                    gone("db-0"),
+                    silent("db-1"),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                    replica("db-3", "0-100-7", IoState::Connecting, true),
+                ],
+                Waiting("names db-3, which lacks transactions"),
+            ),
+        ];
+        for (name, replicas, acks, forced, members, want) in cases {
+            let got = decide(&rules(replicas, acks, forced), "db-0", &members, lost(31));
+            check(name, &got, &want);
+            if let (
+                Some((value, _)),
+                Failover::Promote {
+                    request, reason, ..
+                },
+            ) = (forced, &got)
+            {
+                assert_eq!(request.as_deref(), Some(value), "{name}");
+                assert!(reason.starts_with("forced by"), "{name}: {reason}");
             }
         }
+    }
+
+    #[test]
+    fn a_force_request_is_taken_once() {
+        assert_eq!(forced_request(Some("db-2"), None), Some(("db-2", "db-2")));
+        assert_eq!(
+            forced_request(Some("db-2@2"), Some("db-2")),
+            Some(("db-2@2", "db-2"))
+        );
+        assert_eq!(forced_request(Some("db-2"), Some("db-2")), None);
+        assert_eq!(forced_request(Some(" "), None), None);
+        assert_eq!(forced_request(None, None), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use bulwark_api::cluster::{MySQLClusterStatus, SwitchoverRecord};
+use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
 use chrono::{DateTime, Utc};
@@ -37,6 +38,10 @@ pub struct Inputs<'a> {
     pub status: &'a MySQLClusterStatus,
     /// The switchover annotation's value.
     pub annotation: Option<&'a str>,
+    /// The force-failover annotation's value.
+    pub force_failover: Option<&'a str>,
+    /// The cluster's semi-synchronous replication: what an acknowledged commit is on.
+    pub semi_sync: SemiSync,
     /// The members' views (labels and reports).
     pub views: &'a [MemberView],
     /// The server pods as the rollout sees them; `None` while the StatefulSet controller has
@@ -67,6 +72,8 @@ pub enum Transition {
         from: String,
         to: String,
         reason: String,
+        /// The force-failover annotation value this failover answers (`failover::Failover`).
+        request: Option<String>,
         /// A running switchover this failover ends.
         abandoned: Option<SwitchoverRecord>,
     },
@@ -190,10 +197,26 @@ pub fn plan(i: &Inputs) -> Plan {
         let lost_for = lost_since
             .as_ref()
             .map(|t| (i.now - t.0).to_std().unwrap_or_default());
-        match failover::decide(i.engine, &primary, i.views, lost_for, i.failover_after) {
+        let rules = failover::Rules {
+            engine: i.engine,
+            semi_sync: i.semi_sync,
+            after: i.failover_after,
+            forced: failover::forced_request(
+                i.force_failover,
+                status
+                    .last_failover
+                    .as_ref()
+                    .and_then(|f| f.request.as_deref()),
+            ),
+        };
+        match failover::decide(&rules, &primary, i.views, lost_for) {
             Failover::Healthy => {}
             Failover::Waiting(reason) => hold.waiting = Some(reason),
-            Failover::Promote { to, reason } => {
+            Failover::Promote {
+                to,
+                reason,
+                request,
+            } => {
                 let abandoned = running(status).map(|r| {
                     finish(
                         r,
@@ -208,6 +231,7 @@ pub fn plan(i: &Inputs) -> Plan {
                         from: primary,
                         to,
                         reason,
+                        request,
                         abandoned,
                     },
                 );

@@ -178,6 +178,12 @@ impl Case {
             cluster: "quay",
             engine: Engine::MariaDb,
             members: self.members,
+            force_failover: None,
+            semi_sync: SemiSync {
+                acks: 1,
+                timeout: None,
+                members: self.members as u32,
+            },
             failover_after: Duration::from_secs(10),
             switchover_timeout: Duration::from_secs(60),
             status: &self.status,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use bulwark_api::cluster::SWITCHOVER_ANNOTATION;
+use bulwark_api::cluster::{FORCE_FAILOVER_ANNOTATION, SWITCHOVER_ANNOTATION};
 use bulwark_api::MySQLCluster;
 use bulwark_contract::order::{RoleOrder, ORDER_KEY};
 use chrono::Utc;
@@ -75,6 +75,11 @@ pub async fn settle(
             .annotations()
             .get(SWITCHOVER_ANNOTATION)
             .map(String::as_str),
+        force_failover: cluster
+            .annotations()
+            .get(FORCE_FAILOVER_ANNOTATION)
+            .map(String::as_str),
+        semi_sync: super::config::semi_sync(&cluster.spec),
         views: &views,
         rollout: rollout_pods.as_deref(),
         backup_sources: read,

@@ -4,7 +4,7 @@
 //! for. The reconcile reads the archiver, then emits and writes what this decides.
 
 use bulwark_api::common::condition;
-use bulwark_api::MySQLCluster;
+use bulwark_api::{MySQLCluster, MySQLClusterSpec};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -21,7 +21,8 @@ use crate::context::Reason;
 /// What a pass reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    /// Ready, Progressing, Degraded, then the archive's condition if it archives.
+    /// Ready, Progressing, Degraded, WritesProtected, then the archive's condition if it
+    /// archives.
     pub conditions: Vec<Desired>,
     /// Instances that serve.
     pub ready: i32,
@@ -97,6 +98,7 @@ pub fn of_pass(
     if let (Some(waiting), false) = (hold.and_then(|h| h.waiting.as_ref()), lost_known) {
         events.push((Reason::PrimaryLost, waiting.clone()));
     }
+    desired.push(writes_protected(&cluster.spec));
     if let Some(observed) = archive {
         if let Some(gap) = &observed.new_gap {
             events.push((Reason::BinlogArchiveGap, gap.clone()));
@@ -114,6 +116,57 @@ pub fn of_pass(
         ready_now: ready_cond.status == Status::True,
         events,
     }
+}
+
+/// Whether the spec keeps every acknowledged commit through the loss of the primary, and if
+/// not, why: the condition stands as long as the spec says so.
+pub fn writes_protected(spec: &MySQLClusterSpec) -> Desired {
+    let semi = &spec.replication.semi_sync;
+    let failover = spec.replication.failover_after_seconds > 0;
+    let (status, reason, message) = if spec.replicas <= 1 {
+        (
+            Status::False,
+            "SingleServer",
+            "one server: a commit is on its volume alone (and in backups once taken)".to_owned(),
+        )
+    } else if semi.acks == 0 && failover {
+        (
+            Status::False,
+            "AsynchronousReplication",
+            "semiSync.acks is 0 with automatic failover: a failover may lose the commits the \
+             primary acknowledged last"
+                .to_owned(),
+        )
+    } else if let (Some(t), true) = (semi.timeout_seconds, failover) {
+        (
+            Status::False,
+            "SemiSyncTimeout",
+            format!(
+                "semiSync.timeoutSeconds is {t} with automatic failover: a commit answered after \
+                 its wait timed out may be on the primary alone, and a failover may lose it"
+            ),
+        )
+    } else if semi.acks == 0 {
+        (
+            Status::True,
+            "NoAutomaticFailover",
+            "asynchronous replication without automatic failover: the primary is replaced \
+             only by a switchover, which waits for the replica"
+                .to_owned(),
+        )
+    } else {
+        (
+            Status::True,
+            "SemiSynchronous",
+            format!(
+                "every commit waits for {} replica{}; a failover promotes only a replica that \
+                 holds every acknowledged commit",
+                semi.acks,
+                if semi.acks == 1 { "" } else { "s" }
+            ),
+        )
+    };
+    Desired::new(condition::WRITES_PROTECTED, status, reason, message)
 }
 
 /// Why the primary does not serve in this pass, if something the plan knows stops it: the
@@ -427,6 +480,61 @@ mod tests {
             None,
         );
         assert_eq!(reasons(&again), []);
+    }
+
+    #[test]
+    fn a_spec_that_gives_up_acknowledged_writes_says_so() {
+        let with = |replicas: i32, acks: i32, timeout: Option<i64>, after: i64| {
+            let mut c = cluster(&[], false);
+            c.spec.replicas = replicas;
+            c.spec.replication.semi_sync.acks = acks;
+            c.spec.replication.semi_sync.timeout_seconds = timeout;
+            c.spec.replication.failover_after_seconds = after;
+            let d = writes_protected(&c.spec);
+            (d.status, d.reason)
+        };
+        for (name, got, want) in [
+            (
+                "the default",
+                with(3, 1, None, 30),
+                (Status::True, "SemiSynchronous"),
+            ),
+            (
+                "asynchronous with failover",
+                with(3, 0, None, 30),
+                (Status::False, "AsynchronousReplication"),
+            ),
+            (
+                "asynchronous, no failover",
+                with(3, 0, None, 0),
+                (Status::True, "NoAutomaticFailover"),
+            ),
+            (
+                "a semi-sync timeout with failover",
+                with(3, 1, Some(10), 30),
+                (Status::False, "SemiSyncTimeout"),
+            ),
+            (
+                "a semi-sync timeout, no failover",
+                with(3, 1, Some(10), 0),
+                (Status::True, "SemiSynchronous"),
+            ),
+            (
+                "one server",
+                with(1, 1, None, 30),
+                (Status::False, "SingleServer"),
+            ),
+        ] {
+            assert_eq!(got, want, "{name}");
+        }
+        let before = cluster(&[], false);
+        let r = of_pass(
+            &before,
+            &set(3),
+            &settled([true; 3], Hold::default(), &[]),
+            None,
+        );
+        assert_eq!(r.conditions[3].type_, condition::WRITES_PROTECTED);
     }
 
     #[test]

@@ -14,10 +14,11 @@ use super::archive;
 use super::plan::{Plan, Transition};
 
 /// The condition types this writer owns.
-pub const CONDITIONS: [&str; 4] = [
+pub const CONDITIONS: [&str; 5] = [
     condition::READY,
     condition::PROGRESSING,
     condition::DEGRADED,
+    condition::WRITES_PROTECTED,
     archive::CONDITION,
 ];
 
@@ -43,12 +44,17 @@ pub struct Observed {
 pub fn of_pass(previous: &MySQLClusterStatus, plan: &Plan, o: Observed) -> MySQLClusterStatus {
     let last_failover = match &plan.transition {
         Transition::Failover {
-            from, to, reason, ..
+            from,
+            to,
+            reason,
+            request,
+            ..
         } => Some(FailoverRecord {
             from: from.clone(),
             to: to.clone(),
             time: Time(o.now),
             reason: reason.clone(),
+            request: request.clone(),
         }),
         _ => previous.last_failover.clone(),
     };
@@ -162,6 +168,7 @@ mod tests {
                 to: "quay-1".into(),
                 time: at("2026-11-01T12:00:00Z"),
                 reason: "lost".into(),
+                request: None,
             }),
             last_switchover: Some(SwitchoverRecord {
                 request: "quay-1@1".into(),
@@ -301,6 +308,7 @@ mod tests {
             from: "quay-1".into(),
             to: "quay-2".into(),
             reason: "quay-1 does not report".into(),
+            request: None,
             abandoned: None,
         };
         let previous = lived_in();
@@ -329,6 +337,7 @@ mod tests {
             from: "quay-1".into(),
             to: "quay-2".into(),
             reason: "quay-1 does not report".into(),
+            request: None,
             abandoned: Some(abandoned.clone()),
         };
         let s = of_pass(&previous, &plan, failing_over);
