@@ -47,6 +47,19 @@ impl FromStr for Engine {
     }
 }
 
+/// `(major, minor, patch)` of a server version string (`8.0.36-log` → `(8, 0, 36)`).
+pub fn parse_version(v: &str) -> (u32, u32, u32) {
+    let mut it = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or(0));
+    (
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,9 +80,66 @@ impl SemiSync {
     pub const MYSQL_PLUGINS: &'static str = "semisync_source.so;semisync_replica.so";
 }
 
+/// Why a server of `engine` at `version` must not run a primary under these settings, if it
+/// must not. MariaDB before the fix of MDEV-33465 (10.6.19, 10.11.9, 11.1.6, 11.2.5, 11.4.3)
+/// truncates its binary log on crash recovery whenever `rpl_semi_sync_slave_enabled` is on,
+/// which every member has: a primary that restarts after a crash drops transactions its
+/// replicas already hold, and the cluster diverges silently. Fixed servers truncate only when
+/// started as a replica (`init_rpl_role`).
+pub fn lossy_crash_recovery(engine: Engine, version: &str) -> Option<String> {
+    if engine != Engine::MariaDb {
+        return None;
+    }
+    let v = crate::engine::parse_version(version);
+    let floor = match (v.0, v.1) {
+        (10, 6) => (10, 6, 19),
+        (10, 11) => (10, 11, 9),
+        (11, 1) => (11, 1, 6),
+        (11, 2) => (11, 2, 5),
+        (11, 4) => (11, 4, 3),
+        (major, minor) if (major, minor) > (11, 4) => return None,
+        // Series without the fix (10.7-10.10, 11.0, 11.3, older).
+        _ => (11, 4, 3),
+    };
+    (v < floor).then(|| {
+        format!(
+            "MariaDB {version} truncates its binary log on crash recovery under semi-synchronous \
+             replication (MDEV-33465), so a primary that crashed could drop acknowledged \
+             transactions its replicas hold; it is not made writable: run {}.{}.{} or later",
+            floor.0, floor.1, floor.2
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mariadb_with_lossy_crash_recovery_is_named() {
+        for (version, lossy) in [
+            ("10.11.8-MariaDB-log", true),
+            ("10.11.9-MariaDB", false),
+            ("10.11.19-MariaDB-0+deb12u1", false),
+            ("10.6.18-MariaDB", true),
+            ("10.6.19-MariaDB", false),
+            ("11.4.2-MariaDB", true),
+            ("11.4.3-MariaDB", false),
+            ("11.0.6-MariaDB", true),
+            ("11.3.2-MariaDB", true),
+            ("11.8.1-MariaDB", false),
+        ] {
+            assert_eq!(
+                lossy_crash_recovery(Engine::MariaDb, version).is_some(),
+                lossy,
+                "{version}"
+            );
+        }
+        assert!(lossy_crash_recovery(Engine::MySql, "8.0.1").is_none());
+        assert!(lossy_crash_recovery(Engine::MariaDb, "10.11.8")
+            .unwrap()
+            .contains("run 10.11.9 or later"));
+    }
 
     fn options(s: SemiSync, engine: Engine) -> String {
         s.server_options(engine)

@@ -358,18 +358,7 @@ pub fn logical_args(
     args
 }
 
-/// `(major, minor, patch)` of a server version string (`8.0.36-log` → `(8, 0, 36)`).
-pub fn parse_version(v: &str) -> (u32, u32, u32) {
-    let mut it = v
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap_or(0));
-    (
-        it.next().unwrap_or(0),
-        it.next().unwrap_or(0),
-        it.next().unwrap_or(0),
-    )
-}
+pub use bulwark_contract::engine::parse_version;
 
 /// Parses `MySQL binlog position: filename 'x', position 'n', GTID of the last change 'g'`.
 pub fn parse_binlog_line(line: &str) -> Option<ConsistentPoint> {

@@ -8,6 +8,7 @@ use crate::decide::labels::Role;
 use crate::decide::restored::RestoredGtid;
 use crate::decide::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
 use bulwark_contract::gtid;
+use bulwark_contract::semisync;
 use bulwark_contract::Engine;
 
 /// What the server reported in this pass.
@@ -15,6 +16,8 @@ use bulwark_contract::Engine;
 pub struct Observed {
     /// Server family.
     pub engine: Engine,
+    /// `@@version`.
+    pub version: String,
     /// `@@read_only`.
     pub read_only: bool,
     /// `@@super_read_only` (MySQL; always false on MariaDB).
@@ -264,6 +267,9 @@ pub fn decide(s: &Situation<'_>) -> Decision {
 }
 
 fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
+    if let Some(why) = semisync::lossy_crash_recovery(o.engine, &o.version) {
+        return wait(why);
+    }
     if s.fence_hold.is_some() {
         // Made the primary again (an aborted switchover): its writes are released first.
         return act(

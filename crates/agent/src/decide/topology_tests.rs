@@ -29,6 +29,10 @@ fn status(io: IoState, sql: bool) -> ReplicaStatus {
 fn observed(engine: Engine, read_only: bool, r: Option<ReplicaStatus>) -> Observed {
     Observed {
         engine,
+        version: match engine {
+            Engine::MariaDb => "10.11.19-MariaDB".into(),
+            Engine::MySql => "8.4.3".into(),
+        },
         read_only,
         super_read_only: engine == Engine::MySql && read_only,
         gtid_logged: String::new(),
@@ -594,6 +598,22 @@ fn decisions() {
             ..case("an unfinished adoption waits", primary(), adopted)
         }
         .then(None, false, "restored GTID position: cannot remove"),
+        case(
+            "a MariaDB with lossy crash recovery is never made primary",
+            primary(),
+            {
+                let mut o = observed(MariaDb, true, None);
+                o.version = "10.11.8-MariaDB-log".into();
+                o
+            },
+        )
+        .then(None, false, "MDEV-33465"),
+        case("nor kept as one", primary(), {
+            let mut o = observed(MariaDb, false, None);
+            o.version = "11.4.2-MariaDB".into();
+            o
+        })
+        .then(None, false, "run 11.4.3 or later"),
     ];
     for c in cases {
         let src = source();

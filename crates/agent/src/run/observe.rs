@@ -94,6 +94,7 @@ pub(super) async fn observe(server: &mut Server) -> Result<Observed, AgentError>
         .filter(|r| !r.source_host.is_empty());
     Ok(Observed {
         engine,
+        version: server.version.clone(),
         read_only: vars.read_only,
         super_read_only: engine == Engine::MySql && vars.super_read_only,
         gtid_logged: vars.gtid_logged,

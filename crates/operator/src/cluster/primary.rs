@@ -42,6 +42,8 @@ pub struct Settled {
     pub broken: Vec<String>,
     /// Members whose agent reported not ready in this pass (after any order it was sent).
     pub unready: Vec<String>,
+    /// Why the primary's agent reports it not ready, when it does.
+    pub primary_unready: Option<String>,
 }
 
 /// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
@@ -91,6 +93,7 @@ pub async fn settle(
         withheld: None,
         broken: Vec::new(),
         unready: Vec::new(),
+        primary_unready: None,
     };
     if settled.plan.changed() {
         return Ok(settled);
@@ -159,6 +162,12 @@ pub async fn settle(
         move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
+    settled.primary_unready = views
+        .iter()
+        .find(|v| v.pod == primary)
+        .and_then(|v| v.report.as_ref().ok())
+        .filter(|r| !r.ready)
+        .map(|r| r.reason.clone());
     settled.unready = views
         .iter()
         .filter(|v| v.report.as_ref().is_ok_and(|r| !r.ready))

@@ -54,6 +54,7 @@ pub fn of_pass(
         pods,
         &settled.unready,
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
+        settled.primary_unready.as_deref(),
     );
     let mut desired = desired.to_vec();
     if let Some(step) = hold.and_then(|h| h.rollout.progress()) {
@@ -219,7 +220,8 @@ fn serving(pod: &Pod, unready: &[String]) -> bool {
     is_ready(pod) && !unready.iter().any(|u| *u == pod.name_any())
 }
 
-/// The status conditions of a valid cluster, from the applied StatefulSet and the pods.
+/// The status conditions of a valid cluster, from the applied StatefulSet and the pods;
+/// `primary_unready`: why the primary's agent reports it not ready, for the Ready message.
 pub fn observe(
     replicas: i32,
     set: &StatefulSet,
@@ -227,6 +229,7 @@ pub fn observe(
     pods: &[Pod],
     unready: &[String],
     not_primary: Option<(&'static str, &str)>,
+    primary_unready: Option<&str>,
 ) -> (i32, [Desired; 3]) {
     let st = set.status.clone().unwrap_or_default();
     // The StatefulSet's count trails the pods' conditions, which trail the agents' reports.
@@ -257,7 +260,14 @@ pub fn observe(
             condition::READY,
             Status::False,
             "PrimaryNotReady",
-            format!("{ready} of {replicas} instances ready; primary {primary} is not ready"),
+            match primary_unready {
+                Some(why) => format!(
+                    "{ready} of {replicas} instances ready; primary {primary} is not ready: {why}"
+                ),
+                None => {
+                    format!("{ready} of {replicas} instances ready; primary {primary} is not ready")
+                }
+            },
         )
     } else {
         Desired::new(
@@ -379,6 +389,7 @@ mod tests {
             withheld: None,
             broken: broken.iter().map(|b| (*b).to_owned()).collect(),
             unready: Vec::new(),
+            primary_unready: None,
         }
     }
 
@@ -535,6 +546,20 @@ mod tests {
             None,
         );
         assert_eq!(r.conditions[3].type_, condition::WRITES_PROTECTED);
+    }
+
+    #[test]
+    fn a_primary_not_ready_by_its_agent_says_why() {
+        let before = cluster(&[("Ready", "True", "3 of 3 instances ready")], false);
+        let mut pass = settled([true; 3], Hold::default(), &[]);
+        pass.unready = vec!["quay-0".into()];
+        pass.primary_unready = Some("MariaDB 10.11.8 truncates its binary log".into());
+        let r = of_pass(&before, &set(3), &pass, None);
+        assert_eq!(
+            r.conditions[0].message,
+            "2 of 3 instances ready; primary quay-0 is not ready: MariaDB 10.11.8 truncates its \
+             binary log"
+        );
     }
 
     #[test]
