@@ -532,3 +532,41 @@ fn an_archiver_removes_the_segments_no_backup_needs_once_their_backups_are_gone(
     let (restored, _) = restore_until(&repo, &key, &second, &["--until", "latest"]);
     assert_eq!(ids(&restored), ids(&source));
 }
+
+#[test]
+fn xa_transactions_are_archived_and_replayed_like_any_other() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let keyarg = key.to_str().unwrap();
+    let source = MariaDb::start().unwrap();
+    source.sql(SCHEMA).unwrap();
+    let b = backup(
+        &repo,
+        &source,
+        &["--method", "logical", "--encryption-key-file", keyarg],
+        &[],
+    );
+    let id = b["id"].as_str().unwrap().to_string();
+    let a = Archiver::start(&repo, &source, &key, work.path(), "xa");
+    write_row(&source);
+    // An XA transaction ends its first binlog transaction with an XA_PREPARE event; its
+    // XA COMMIT (or ROLLBACK) is a transaction of its own.
+    source
+        .sql(
+            "XA START 'x1'; INSERT INTO pitr.w (at, pad) VALUES (NOW(6), 'committed by XA');
+             XA END 'x1'; XA PREPARE 'x1'; XA COMMIT 'x1';
+             XA START 'x2'; INSERT INTO pitr.w (at, pad) VALUES (NOW(6), 'rolled back by XA');
+             XA END 'x2'; XA PREPARE 'x2'; XA ROLLBACK 'x2';",
+        )
+        .unwrap();
+    let after: Vec<Row> = (0..4).map(|_| write_row(&source)).collect();
+    wait_archived(&repo, &key, &after.last().unwrap().gtid, &a);
+    a.stop();
+    let (restored, _) = restore_until(&repo, &key, &id, &["--until", "latest"]);
+    assert_eq!(ids(&restored), ids(&source));
+    let xa = restored
+        .query("SELECT pad FROM pitr.w WHERE pad LIKE '%by XA'")
+        .unwrap();
+    assert_eq!(xa, [["committed by XA".to_owned()]]);
+}

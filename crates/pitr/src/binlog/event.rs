@@ -23,7 +23,8 @@ pub mod kind {
     pub const GTID: u8 = 162;
     pub const GTID_LIST: u8 = 163;
     pub const START_ENCRYPTION: u8 = 164;
-    pub const XA_PREPARE: u8 = 169;
+    /// MariaDB `XA_PREPARE_LOG_EVENT`: ends the first half of an XA transaction.
+    pub const XA_PREPARE: u8 = 38;
 }
 
 /// `LOG_EVENT_ARTIFICIAL_F`: an event the server made up for the stream, not in any binlog.
@@ -291,7 +292,10 @@ mod tests {
                 ),
                 false,
             ),
-            (build(kind::XA_PREPARE, 1, 1, 1, &[0; 8]), true),
+            // XA_PREPARE as a MariaDB 10.11 binary log carries it (type 38, read from a real
+            // server's file); 169 is WRITE_ROWS_COMPRESSED, which ends nothing.
+            (build(38, 1, 1, 1, &[0; 8]), true),
+            (build(169, 1, 1, 1, &[0; 8]), false),
             (build(19, 1, 1, 1, &[0; 8]), false),
         ];
         for (bytes, ends) in cases {
