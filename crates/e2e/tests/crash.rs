@@ -123,26 +123,36 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
             3,
             "the cluster Ready with the old primary as a replica",
         );
-        // The stopped writer's shell may still commit one row: compare the two servers.
-        let count = |pod: &str| {
-            sql(
-                n,
-                pod,
-                &password,
-                "localhost",
-                "SELECT COUNT(*) FROM ledger.acks",
-            )
-            .map(|out| out.trim().to_owned())
+        // The stopped writer's shell may still commit one row: compare the two servers. When
+        // they differ, say how: the ids only one holds and both GTID histories (a row the old
+        // primary holds that its GTID history does not show is the divergence to explain).
+        let rows = |pod: &str| -> Result<(std::collections::BTreeSet<u64>, String), String> {
+            let ids = sql(n, pod, &password, "localhost", "SELECT id FROM ledger.acks")?;
+            let state = sql(n, pod, &password, "localhost", "SELECT @@gtid_binlog_state")?;
+            Ok((
+                ids.lines().filter_map(|l| l.trim().parse().ok()).collect(),
+                state.trim().to_owned(),
+            ))
         };
         wait_for(
             n,
             "every row of the new primary on the old one",
             Duration::from_secs(60),
             || {
-                let (theirs, ours) = (count(&new_primary)?, count("ember-0")?);
-                (theirs == ours)
-                    .then_some(())
-                    .ok_or(format!("{new_primary} {theirs}, ember-0 {ours}"))
+                let ((theirs, their_state), (ours, our_state)) =
+                    (rows(&new_primary)?, rows("ember-0")?);
+                if theirs == ours {
+                    return Ok(());
+                }
+                Err(format!(
+                    "{new_primary} {} rows (gtid_binlog_state {their_state}), ember-0 {} rows \
+                     (gtid_binlog_state {our_state}); only on {new_primary}: {:?}; only on \
+                     ember-0: {:?}",
+                    theirs.len(),
+                    ours.len(),
+                    theirs.difference(&ours).collect::<Vec<_>>(),
+                    ours.difference(&theirs).collect::<Vec<_>>(),
+                ))
             },
         );
         eprintln!("the old primary rejoined as a replica with every row");
