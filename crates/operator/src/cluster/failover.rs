@@ -11,14 +11,14 @@
 
 use std::time::Duration;
 
-use bulwark_contract::member::IoState;
+use bulwark_contract::member::{IoState, MemberStatus};
 use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
 
 pub use bulwark_api::cluster::FORCE_FAILOVER_ANNOTATION;
 
-use super::roles::MemberView;
+use super::roles::{shown, MemberView};
 
 /// What to do about the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +45,38 @@ pub enum Failover {
 pub fn reports_needed(semi: &SemiSync) -> Option<usize> {
     let replicas = semi.members.saturating_sub(1) as usize;
     (semi.waits()).then(|| replicas.saturating_sub(semi.acks as usize) + 1)
+}
+
+/// When fewer replicas report than `semi` needs for a lossless choice: that number, and which
+/// are silent, as a message.
+fn too_few_report(
+    semi: &SemiSync,
+    primary: &str,
+    members: &[MemberView],
+    reporting: &[(&str, &MemberStatus)],
+) -> Option<(usize, String)> {
+    let needed = reports_needed(semi).filter(|n| reporting.len() < *n)?;
+    let silent: Vec<&str> = members
+        .iter()
+        .filter(|m| m.pod != primary && !reporting.iter().any(|(p, _)| *p == m.pod))
+        .map(|m| m.pod.as_str())
+        .collect();
+    let acks = semi.acks;
+    Some((
+        needed,
+        format!(
+            "{} of {} replicas report ({} silent or missing), and a commit acknowledged by {acks} \
+             replica{} may be on those alone",
+            reporting.len(),
+            semi.members.saturating_sub(1),
+            if silent.is_empty() {
+                "the others".to_owned()
+            } else {
+                silent.join(", ")
+            },
+            if acks == 1 { "" } else { "s" },
+        ),
+    ))
 }
 
 /// A force-failover request: the pod named by the annotation's value (before any `@suffix`),
@@ -134,38 +166,19 @@ pub fn decide(
         .filter(|m| m.pod != primary && m.labelled == Some(Role::Replica))
         .filter_map(|m| m.report.as_ref().ok().map(|r| (m.pod.as_str(), r)))
         .collect();
-    let replica_count = rules.semi_sync.members.saturating_sub(1) as usize;
     let mut forced = None;
-    if let Some(needed) = reports_needed(&rules.semi_sync) {
-        if replicas.len() < needed {
-            let silent: Vec<&str> = members
-                .iter()
-                .filter(|m| m.pod != primary && !replicas.iter().any(|(p, _)| *p == m.pod))
-                .map(|m| m.pod.as_str())
-                .collect();
-            let short = format!(
-                "{why}; {} of {replica_count} replicas report ({} silent or missing), and a \
-                 commit acknowledged by {} replica{} may be on those alone",
-                replicas.len(),
-                if silent.is_empty() {
-                    "the others".to_owned()
-                } else {
-                    silent.join(", ")
-                },
-                rules.semi_sync.acks,
-                if rules.semi_sync.acks == 1 { "" } else { "s" },
-            );
-            match rules.forced {
-                Some((value, pod)) if replicas.iter().any(|(p, _)| *p == pod) => {
-                    forced = Some((value, pod, short));
-                }
-                _ => {
-                    return Failover::Waiting(format!(
-                        "{short}: no replica is promoted until {needed} report, or a human \
-                         who knows the silent ones are gone names one with the {FORCE_FAILOVER_ANNOTATION} \
-                         annotation"
-                    ))
-                }
+    if let Some((needed, short)) = too_few_report(&rules.semi_sync, primary, members, &replicas) {
+        let short = format!("{why}; {short}");
+        match rules.forced {
+            Some((value, pod)) if replicas.iter().any(|(p, _)| *p == pod) => {
+                forced = Some((value, pod, short));
+            }
+            _ => {
+                return Failover::Waiting(format!(
+                    "{short}: no replica is promoted until {needed} report, or a human who knows \
+                     the silent ones are gone names one with the {FORCE_FAILOVER_ANNOTATION} \
+                     annotation"
+                ))
             }
         }
     }
@@ -195,12 +208,12 @@ pub fn decide(
                 None => format!(
                     "{why} for {}s; {pod} has every transaction the replicas have ({})",
                     lost_for.as_secs(),
-                    gtids(r)
+                    shown(&r.gtid_executed)
                 ),
                 Some((value, _, short)) => format!(
                     "forced by {FORCE_FAILOVER_ANNOTATION}={value}: {short}; {pod} has every \
                      transaction the reporting replicas have ({})",
-                    gtids(r)
+                    shown(&r.gtid_executed)
                 ),
             },
             request: rules.forced.map(|(value, _)| value.to_owned()),
@@ -221,14 +234,6 @@ pub fn decide(
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
-    }
-}
-
-fn gtids(r: &bulwark_contract::member::MemberStatus) -> &str {
-    if r.gtid_executed.is_empty() {
-        "none"
-    } else {
-        r.gtid_executed.as_str()
     }
 }
 

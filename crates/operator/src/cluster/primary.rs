@@ -40,10 +40,9 @@ pub struct Settled {
     pub withheld: Option<String>,
     /// Members whose replication stopped on an error, one line each (`roles::broken_members`).
     pub broken: Vec<String>,
-    /// Members whose agent reported not ready in this pass (after any order it was sent).
-    pub unready: Vec<String>,
-    /// Why the primary's agent reports it not ready, when it does.
-    pub primary_unready: Option<String>,
+    /// Members whose agent reported not ready in this pass (after any order it was sent), with
+    /// the reason it gave.
+    pub unready: Vec<(String, String)>,
 }
 
 /// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
@@ -93,7 +92,6 @@ pub async fn settle(
         withheld: None,
         broken: Vec::new(),
         unready: Vec::new(),
-        primary_unready: None,
     };
     if settled.plan.changed() {
         return Ok(settled);
@@ -162,16 +160,12 @@ pub async fn settle(
         move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
-    settled.primary_unready = views
-        .iter()
-        .find(|v| v.pod == primary)
-        .and_then(|v| v.report.as_ref().ok())
-        .filter(|r| !r.ready)
-        .map(|r| r.reason.clone());
     settled.unready = views
         .iter()
-        .filter(|v| v.report.as_ref().is_ok_and(|r| !r.ready))
-        .map(|v| v.pod.clone())
+        .filter_map(|v| match &v.report {
+            Ok(r) if !r.ready => Some((v.pod.clone(), r.reason.clone())),
+            _ => None,
+        })
         .collect();
     Ok(settled)
 }

@@ -54,7 +54,6 @@ pub fn of_pass(
         pods,
         &settled.unready,
         not_primary.as_ref().map(|(r, m)| (*r, m.as_str())),
-        settled.primary_unready.as_deref(),
     );
     let mut desired = desired.to_vec();
     if let Some(step) = hold.and_then(|h| h.rollout.progress()) {
@@ -216,21 +215,25 @@ pub(super) fn previous_conditions(cluster: &MySQLCluster) -> Vec<Condition> {
 /// A pod counts as ready when its Ready condition says so and its agent, if it answered in this
 /// pass, does not say otherwise: the condition follows the agent's readiness only after the
 /// probe's period (a member demoted or held in this pass is not ready yet by its report).
-fn serving(pod: &Pod, unready: &[String]) -> bool {
-    is_ready(pod) && !unready.iter().any(|u| *u == pod.name_any())
+fn serving(pod: &Pod, unready: &[(String, String)]) -> bool {
+    is_ready(pod) && !unready.iter().any(|(u, _)| *u == pod.name_any())
 }
 
 /// The status conditions of a valid cluster, from the applied StatefulSet and the pods;
-/// `primary_unready`: why the primary's agent reports it not ready, for the Ready message.
+/// `unready`: members whose agent reports them not ready, and why (the primary's reason goes
+/// into the Ready message).
 pub fn observe(
     replicas: i32,
     set: &StatefulSet,
     primary: &str,
     pods: &[Pod],
-    unready: &[String],
+    unready: &[(String, String)],
     not_primary: Option<(&'static str, &str)>,
-    primary_unready: Option<&str>,
 ) -> (i32, [Desired; 3]) {
+    let primary_unready = unready
+        .iter()
+        .find(|(pod, _)| pod == primary)
+        .map(|(_, why)| why);
     let st = set.status.clone().unwrap_or_default();
     // The StatefulSet's count trails the pods' conditions, which trail the agents' reports.
     let serving_pods = i32::try_from(pods.iter().filter(|p| serving(p, unready)).count());
@@ -389,7 +392,6 @@ mod tests {
             withheld: None,
             broken: broken.iter().map(|b| (*b).to_owned()).collect(),
             unready: Vec::new(),
-            primary_unready: None,
         }
     }
 
@@ -552,8 +554,10 @@ mod tests {
     fn a_primary_not_ready_by_its_agent_says_why() {
         let before = cluster(&[("Ready", "True", "3 of 3 instances ready")], false);
         let mut pass = settled([true; 3], Hold::default(), &[]);
-        pass.unready = vec!["quay-0".into()];
-        pass.primary_unready = Some("MariaDB 10.11.8 truncates its binary log".into());
+        pass.unready = vec![(
+            "quay-0".into(),
+            "MariaDB 10.11.8 truncates its binary log".into(),
+        )];
         let r = of_pass(&before, &set(3), &pass, None);
         assert_eq!(
             r.conditions[0].message,

@@ -95,7 +95,8 @@ pub fn broken_members(engine: Engine, primary: &str, members: &[MemberView]) -> 
         .collect()
 }
 
-fn shown(gtid: &str) -> &str {
+/// A GTID set for a message: `none` when empty.
+pub(super) fn shown(gtid: &str) -> &str {
     if gtid.is_empty() {
         "none"
     } else {
