@@ -173,7 +173,13 @@ pub fn decide(
             Some((value, pod)) if replicas.iter().any(|(p, _)| *p == pod) => {
                 forced = Some((value, pod, short));
             }
-            _ => {
+            Some((_, pod)) => {
+                return Failover::Waiting(format!(
+                    "{short}: no replica is promoted until {needed} report; \
+                     {FORCE_FAILOVER_ANNOTATION} names {pod}, which is not a reporting replica"
+                ))
+            }
+            None => {
                 return Failover::Waiting(format!(
                     "{short}: no replica is promoted until {needed} report, or a human who knows \
                      the silent ones are gone names one with the {FORCE_FAILOVER_ANNOTATION} \
@@ -608,7 +614,7 @@ mod tests {
                     silent("db-1"),
                     replica("db-2", "0-100-9", IoState::Connecting, true),
                 ],
-                Waiting("no replica is promoted until 2 report"),
+                Waiting("until 2 report; mysql.bulwark.dev/force-failover names db-1, which is not a reporting replica"),
             ),
             (
                 "forced to a replica that lacks what another reporting one has: nothing",
