@@ -21,6 +21,11 @@ export BULWARK_CONTROLPLANE_BIN
 BULWARK_HELM_BIN="$(bash tests/helm/build.sh)"
 export BULWARK_HELM_BIN
 
+# A one-off build of the whole workspace gains nothing from incremental state, which would
+# double the target directory; a developer's own setting wins.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+bash scripts/disk-preflight.sh "$ROOT"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every test binary runs to the end (--no-fail-fast), so one failure does not hide others;
