@@ -68,7 +68,8 @@ fn start_in(
     seconds: u32,
 ) -> Child {
     let script = format!(
-        "end=$(( $(date +%s) + {seconds} )); i=0; while [ $(date +%s) -lt $end ]; do i=$((i+1)); \
+        "end=$(( $(date +%s) + {seconds} )); i=0; rm -f {STOP_FILE}; \
+         while [ $(date +%s) -lt $end ] && [ ! -e {STOP_FILE} ]; do i=$((i+1)); \
          if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h {host} -u root \
             -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
          then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
@@ -99,10 +100,17 @@ pub struct Outcome {
     pub lines: String,
 }
 
-/// Stops the writer now and reads its output: a write whose acknowledgement had not reached
-/// this side is not counted as acknowledged.
-pub fn stop(mut child: Child) -> Outcome {
-    let _ = child.kill();
+/// The file whose presence ends a writer's loop: killing `kubectl exec` does not end the shell
+/// in the pod, which would go on writing after the test stopped it.
+const STOP_FILE: &str = "/tmp/bulwark-writer-stop";
+
+/// Stops the writer started by [`start_in_client`] in `namespace` and reads its output, once
+/// the loop has ended: after this no further row is written, and every acknowledgement the
+/// shell saw is counted.
+pub fn stop(namespace: &str, child: Child) -> Outcome {
+    crate::kubectl_ok(&[
+        "exec", "-n", namespace, CLIENT_POD, "-c", "client", "--", "touch", STOP_FILE,
+    ]);
     finish(child)
 }
 

@@ -109,7 +109,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     let read_only = sql(n, "ember-0", &password, "localhost", "SELECT @@read_only")
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read_only.trim(), "1", "the old primary is writable");
-    let outcome = writer::stop(child);
+    let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
     eprintln!(
         "writes paused {:.1}s at most (writer tries every 0.2s), {} attempts refused",
@@ -123,9 +123,8 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
             3,
             "the cluster Ready with the old primary as a replica",
         );
-        // The stopped writer's shell may still commit one row: compare the two servers. When
-        // they differ, say how: the ids only one holds and both GTID histories (a row the old
-        // primary holds that its GTID history does not show is the divergence to explain).
+        // The writer has stopped, so the two servers must come to hold the same rows. While
+        // they differ, say how: the ids only one holds and both GTID histories.
         let rows = |pod: &str| -> Result<(std::collections::BTreeSet<u64>, String), String> {
             let ids = sql(n, pod, &password, "localhost", "SELECT id FROM ledger.acks")?;
             let state = sql(n, pod, &password, "localhost", "SELECT @@gtid_binlog_state")?;

@@ -178,7 +178,7 @@ fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over
     );
     wait_ready(n, "wave", 3, "the configuration rolled out");
     let took = started.elapsed().as_secs_f64();
-    let outcome = writer::stop(child);
+    let outcome = writer::stop(n, child);
 
     // Every pod was replaced and runs the new configuration.
     for (pod, old) in ["wave-0", "wave-1", "wave-2"].iter().zip(&before) {
