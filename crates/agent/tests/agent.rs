@@ -376,6 +376,86 @@ fn with_semi_sync_a_commit_returns_only_once_a_replica_has_it() {
     });
 }
 
+/// A primary demoted while a commit waits for a semi-sync acknowledgement that no replica will
+/// give (they stopped receiving, as after a failover) still turns read-only: the waiting
+/// session is ended (its client told the connection was lost, never that it committed), where
+/// `SET GLOBAL read_only` alone would wait for that commit for ever.
+#[test]
+fn a_primary_with_a_commit_waiting_for_an_acknowledgement_is_demoted() {
+    use bulwark_contract::semisync::SemiSync;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let semi = SemiSync {
+        acks: 1,
+        timeout: None,
+        members: 2,
+    };
+    let server = |pod: &str| {
+        let mut args = instance_args(w, pod);
+        args.extend(
+            semi.server_options(Engine::MariaDb)
+                .into_iter()
+                .map(|(k, v)| format!("--{k}={v}")),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = MariaDb::start_with_args(&args).unwrap();
+        db.sql("RESET MASTER").unwrap();
+        db
+    };
+    let a_db = server("quay-0");
+    let b_db = server("quay-1");
+    let creds = credentials(w, "");
+    let creds_s = creds.to_str().unwrap().to_owned();
+    let mut a_labels = Labels::new(w.join("podinfo-a"));
+    let mut b_labels = Labels::new(w.join("podinfo-b"));
+    a_labels.set(Some("primary"));
+    b_labels.set(Some("replica"));
+    let (a_port, b_port) = (a_db.port().to_string(), b_db.port().to_string());
+    let start = |name: &str, db: &MariaDb, labels: &Labels, source: &str| {
+        member_agent(
+            name,
+            w,
+            db,
+            labels,
+            &creds_s,
+            source,
+            &["--semi-sync-acks", "1"],
+        )
+    };
+    let a = start("a", &a_db, &a_labels, &b_port);
+    let b = start("b", &b_db, &b_labels, &a_port);
+    wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+
+    // The replica stops receiving and its agent is gone: a commit on the primary waits.
+    drop(b);
+    b_db.sql("STOP SLAVE IO_THREAD").unwrap();
+    let mut held = held_commit(&a_db, "INSERT INTO harbor.ships VALUES (1)");
+
+    // The primary is demoted.
+    a_labels.set(Some("replica"));
+    wait_for("the demoted primary to turn read-only", &[&a], || {
+        (scalar(&a_db, "SELECT @@read_only") == "1").then_some(())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = held.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiting commit's session was not ended: {}",
+            a.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        !exit.success(),
+        "the waiting commit was answered as committed though no replica acknowledged it"
+    );
+}
+
 /// Starts `sql` as root on `db` and checks that it is still unanswered 3 s later.
 fn held_commit(db: &MariaDb, sql: &str) -> std::process::Child {
     let mut client = Command::new("mariadb")

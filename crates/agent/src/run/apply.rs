@@ -20,6 +20,10 @@ use crate::decide::topology::Action;
 /// Service takes to stop routing to it.
 const FENCE_HOLD: Duration = Duration::from_secs(5);
 
+/// Rounds of ended sessions and a short lock wait before a demotion gives up for this pass
+/// ([`Agent::with_sessions_ended`]).
+const LOCK_ROUNDS: u32 = 10;
+
 impl Agent {
     pub(super) async fn apply(
         &mut self,
@@ -180,7 +184,8 @@ impl Agent {
     /// Read-only, then no client session left that could still commit.
     async fn demote(&mut self, creds: &Credentials) -> Result<(), AgentError> {
         let engine = self.server().engine;
-        self.execute(&sql::set_read_only(engine), creds).await?;
+        self.with_sessions_ended(&sql::set_read_only(engine), creds)
+            .await?;
         // MariaDB's read_only lets READ ONLY ADMIN accounts (root) commit; MySQL's
         // super_read_only stops everyone.
         if engine == Engine::MariaDb {
@@ -188,6 +193,41 @@ impl Agent {
         }
         let keep = self.fence.as_ref().map(|f| f.session);
         observe::end_client_sessions(&mut self.server().conn, keep).await
+    }
+
+    /// Runs `statements`, which take the global read lock, with the client sessions ended
+    /// first and again after each short lock wait: a commit hung waiting for a semi-sync
+    /// acknowledgement that no replica will give holds that lock, and without this the demotion
+    /// would wait for it for ever. Gives up after [`LOCK_ROUNDS`] rounds (the next pass tries
+    /// again).
+    async fn with_sessions_ended(
+        &mut self,
+        statements: &[Statement],
+        creds: &Credentials,
+    ) -> Result<(), AgentError> {
+        exec(&mut self.server().conn, &sql::short_lock_wait(), &[]).await?;
+        let mut round = 1;
+        let result = loop {
+            if let Err(e) = observe::end_client_sessions(&mut self.server().conn, None).await {
+                break Err(e);
+            }
+            match self.execute(statements, creds).await {
+                Err(AgentError::RunStatement { code, .. })
+                    if code == sql::ER_LOCK_WAIT_TIMEOUT && round < LOCK_ROUNDS =>
+                {
+                    tracing::info!(
+                        round,
+                        "commits in progress hold the lock; ending sessions again"
+                    );
+                    round += 1;
+                }
+                other => break other,
+            }
+        };
+        if let Err(e) = exec(&mut self.server().conn, &sql::default_lock_wait(), &[]).await {
+            tracing::warn!(error = %bulwark_engine::error::chain(&e), "could not restore the session's lock wait");
+        }
+        result
     }
 
     /// Holds every commit of a demoted MariaDB primary for [`FENCE_HOLD`] (`fence`). Without

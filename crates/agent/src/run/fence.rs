@@ -14,6 +14,8 @@ use crate::decide::sql;
 
 /// Time between two rounds of ended sessions.
 const ROUND: Duration = Duration::from_millis(200);
+/// Attempts at the lock, each after the client sessions were ended.
+const LOCK_ROUNDS: u32 = 5;
 /// `KILL` of a session that no longer exists.
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
@@ -35,8 +37,21 @@ impl Fence {
         hold: Duration,
     ) -> Result<Fence, mysql_async::Error> {
         let mut conn = mysql_async::Conn::new(opts).await?;
-        conn.query_drop("SET SESSION lock_wait_timeout = 5").await?;
-        conn.query_drop(sql::HOLD_WRITES).await?;
+        conn.query_drop(sql::short_lock_wait().sql.as_str()).await?;
+        // A commit hung waiting for a semi-sync acknowledgement holds the lock until its
+        // session ends: end the sessions and try again, a few times.
+        let mut round = 1;
+        loop {
+            match conn.query_drop(sql::HOLD_WRITES).await {
+                Err(mysql_async::Error::Server(e))
+                    if e.code == sql::ER_LOCK_WAIT_TIMEOUT && round < LOCK_ROUNDS =>
+                {
+                    end_client_sessions(&mut conn, Some(agent_session)).await?;
+                    round += 1;
+                }
+                other => break other?,
+            }
+        }
         let session = u64::from(conn.id());
         let until = Instant::now() + hold;
         let (stop, stopped) = tokio::sync::oneshot::channel();

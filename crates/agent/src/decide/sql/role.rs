@@ -224,6 +224,28 @@ pub fn adopt_restored_gtid(
     out
 }
 
+/// Seconds a statement that needs the global read lock (read_only, the fence's lock) waits for
+/// the commits in progress before the agent ends the client sessions and tries again. A commit
+/// waiting for a semi-sync acknowledgement holds that lock until a replica answers, which after
+/// a failover none may ever do; its session, once ended, is told it lost its connection, never
+/// that it committed.
+pub const LOCK_WAIT_SECONDS: u32 = 1;
+
+/// The agent's session waits at most [`LOCK_WAIT_SECONDS`] for a lock.
+pub fn short_lock_wait() -> Statement {
+    Statement::plain(format!(
+        "SET SESSION lock_wait_timeout = {LOCK_WAIT_SECONDS}"
+    ))
+}
+
+/// The agent's session waits for locks as the server's setting says again.
+pub fn default_lock_wait() -> Statement {
+    Statement::plain("SET SESSION lock_wait_timeout = DEFAULT")
+}
+
+/// The error of a statement whose lock did not come within `lock_wait_timeout` (both engines).
+pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+
 /// Holds every commit on the server, whatever the account's privileges, for as long as the
 /// session that ran it lives (a demoted MariaDB primary, until its clients have moved).
 pub const HOLD_WRITES: &str = "FLUSH TABLES WITH READ LOCK";
