@@ -123,6 +123,91 @@ pub fn seeded_history(position: &str, donor_history: &str) -> Option<String> {
     Some(entries.collect::<Vec<_>>().join(","))
 }
 
+/// What a server holds once it applies what it received: its own `logged` transactions and
+/// `received` ones (MariaDB: positions, the later GTID of each domain; MySQL: the union of
+/// the sets). An empty side adds nothing; `None` when either does not parse.
+pub fn with_received(engine: Engine, logged: &str, received: &str) -> Option<String> {
+    if received.trim().is_empty() {
+        return Some(logged.trim().to_owned());
+    }
+    if logged.trim().is_empty() {
+        return Some(received.trim().to_owned());
+    }
+    match engine {
+        Engine::MariaDb => {
+            let mut out = mariadb_position(logged)?;
+            for (domain, (server, seq)) in mariadb_position(received)? {
+                let e = out.entry(domain).or_insert((server, seq));
+                if seq > e.1 {
+                    *e = (server, seq);
+                }
+            }
+            Some(
+                out.iter()
+                    .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        }
+        Engine::MySql => {
+            let mut out = mysql_set(logged)?;
+            for (key, intervals) in mysql_set(received)? {
+                out.entry(key).or_default().extend(intervals);
+            }
+            let entries: Vec<String> = out
+                .into_iter()
+                .map(|((uuid, tag), mut intervals)| {
+                    intervals.sort_unstable();
+                    let mut merged: Vec<(u64, u64)> = Vec::new();
+                    for (a, b) in intervals {
+                        match merged.last_mut() {
+                            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+                            _ => merged.push((a, b)),
+                        }
+                    }
+                    let tag = if tag.is_empty() {
+                        tag
+                    } else {
+                        format!(":{tag}")
+                    };
+                    let ranges: Vec<String> = merged
+                        .iter()
+                        .map(|(a, b)| {
+                            if a == b {
+                                format!("{a}")
+                            } else {
+                                format!("{a}-{b}")
+                            }
+                        })
+                        .collect();
+                    format!("{uuid}{tag}:{}", ranges.join(":"))
+                })
+                .collect();
+            Some(entries.join(","))
+        }
+    }
+}
+
+/// A MariaDB `history` (`gtid_binlog_state`) with the GTIDs of a `received` position added:
+/// what the history will be once the received transactions are applied and logged. Empty
+/// when the history is (a report without one), and on MySQL.
+pub fn history_with_received(engine: Engine, history: &str, received: &str) -> Option<String> {
+    if engine == Engine::MySql || history.trim().is_empty() {
+        return Some(String::new());
+    }
+    let mut out = mariadb_history(history)?;
+    for (domain, server, seq) in mariadb_gtids(received)? {
+        let last = out.entry((domain, server)).or_insert(seq);
+        *last = (*last).max(seq);
+    }
+    Some(
+        out.iter()
+            .map(|((domain, server), seq)| format!("{domain}-{server}-{seq}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
 /// `(domain, server_id) → last seq_no` of a MariaDB `gtid_binlog_state`.
 fn mariadb_history(s: &str) -> Option<BTreeMap<(u32, u32), u64>> {
     let mut out = BTreeMap::new();
@@ -305,6 +390,81 @@ mod tests {
             "0-101-600",
             &state
         ));
+    }
+
+    #[test]
+    fn received_transactions_are_added_to_what_a_server_holds() {
+        let cases: &[(&str, Engine, &str, &str, Option<&str>)] = &[
+            (
+                "nothing received",
+                Engine::MariaDb,
+                "0-1-5",
+                "",
+                Some("0-1-5"),
+            ),
+            (
+                "received further along",
+                Engine::MariaDb,
+                "0-1-5",
+                "0-1-9",
+                Some("0-1-9"),
+            ),
+            (
+                "received behind (already applied)",
+                Engine::MariaDb,
+                "0-1-9",
+                "0-1-5",
+                Some("0-1-9"),
+            ),
+            (
+                "another domain received",
+                Engine::MariaDb,
+                "0-1-5",
+                "1-2-3",
+                Some("0-1-5,1-2-3"),
+            ),
+            (
+                "nothing logged",
+                Engine::MariaDb,
+                "",
+                "0-1-3",
+                Some("0-1-3"),
+            ),
+            ("unreadable", Engine::MariaDb, "0-1-5", "zero", None),
+            (
+                "mysql sets joined",
+                Engine::MySql,
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5",
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:6-9,\
+                 4e11fa47-71ca-11e1-9e33-c80aa9429562:tag:1-2",
+                Some(
+                    "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9,\
+                     4e11fa47-71ca-11e1-9e33-c80aa9429562:tag:1-2",
+                ),
+            ),
+            (
+                "mysql gap kept",
+                Engine::MySql,
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5",
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:8",
+                Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:8"),
+            ),
+        ];
+        for (name, engine, logged, received, want) in cases {
+            assert_eq!(
+                with_received(*engine, logged, received).as_deref(),
+                *want,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            history_with_received(Engine::MariaDb, "0-100-39,0-101-40", "0-101-45").as_deref(),
+            Some("0-100-39,0-101-45")
+        );
+        assert_eq!(
+            history_with_received(Engine::MariaDb, "", "0-101-45").as_deref(),
+            Some("")
+        );
     }
 
     #[test]

@@ -85,6 +85,11 @@ pub struct MemberReplication {
     pub io_errno: u32,
     pub sql_errno: u32,
     pub lag_seconds: Option<u64>,
+    /// What its receiver has written to the relay log, applied or not (MariaDB's
+    /// `Gtid_IO_Pos`, MySQL's `Retrieved_Gtid_Set`): a failover compares what members
+    /// received, since a promoted replica applies its relay log before it takes writes.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub received: String,
 }
 
 fn is_zero(port: &u16) -> bool {
@@ -100,6 +105,27 @@ impl MemberStatus {
             &self.gtid_executed,
             &self.gtid_history,
         )
+    }
+
+    /// What this member holds once it has applied everything it received: its position (or
+    /// set) and, on MariaDB, its history. What does not parse counts as nothing received.
+    pub fn holding(&self, engine: Engine) -> (String, String) {
+        let received = self
+            .replication
+            .as_ref()
+            .map_or("", |r| r.received.as_str());
+        let position = gtid::with_received(engine, &self.gtid_executed, received)
+            .unwrap_or_else(|| self.gtid_executed.clone());
+        let history = gtid::history_with_received(engine, &self.gtid_history, received)
+            .unwrap_or_else(|| self.gtid_history.clone());
+        (position, history)
+    }
+
+    /// Whether this member, once it has applied what it received, has every transaction
+    /// `other` will have once it has applied what it received.
+    pub fn will_have_all_of(&self, engine: Engine, other: &MemberStatus) -> bool {
+        let (position, history) = self.holding(engine);
+        gtid::within_history(engine, &other.holding(engine).0, &position, &history)
     }
 
     /// One line of JSON.
@@ -141,6 +167,7 @@ mod tests {
                 io_errno: 0,
                 sql_errno: 0,
                 lag_seconds: Some(0),
+                received: String::new(),
             }),
             writes_held: true,
             clone_port: 9082,

@@ -38,6 +38,7 @@ pub fn member_status(
             io_errno: r.io_errno,
             sql_errno: r.sql_errno,
             lag_seconds: r.lag_seconds,
+            received: r.received.clone(),
         }),
         age_ms: 0,
     }

@@ -23,6 +23,7 @@ fn status(io: IoState, sql: bool) -> ReplicaStatus {
         io_errno: 0,
         sql_errno: 0,
         last_error: String::new(),
+        received: String::new(),
     }
 }
 

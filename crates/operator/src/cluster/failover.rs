@@ -3,9 +3,10 @@
 //!
 //! A commit the primary acknowledged is on at least `acks` replicas (semi-sync), so a choice is
 //! lossless only when enough replicas report that no set of `acks` silent ones could hold a
-//! commit the reporting ones lack: with R replicas, R - acks + 1 must report. Then a replica is
-//! chosen only when every reporting replica has applied what it received and the chosen one
-//! holds every transaction any of them has (by GTID). Otherwise the cluster waits and says why;
+//! commit the reporting ones lack: with R replicas, R - acks + 1 must report. Then the chosen
+//! replica is one that received every transaction any of them received (by GTID, applied or
+//! not: a promotion applies the relay log first), and whose applier has not failed. Otherwise
+//! the cluster waits and says why;
 //! a human who knows the silent members are gone for good can force the choice with
 //! [`FORCE_FAILOVER_ANNOTATION`], which is recorded.
 
@@ -188,42 +189,67 @@ pub fn decide(
             }
         }
     }
-    // What a replica received but has not applied is not in its GTID set yet: compare only
-    // once every replica has applied all it has.
+    // A promoted replica applies all it received before it takes writes, so members are
+    // compared by what they will hold once applied: nobody waits for the slowest applier, and a
+    // replica whose applier failed still counts with all it received (it is only no candidate,
+    // since it cannot apply). Only a replica that says nothing of what it received is waited
+    // for, until its relay log is applied and its GTID set tells.
     if let Some((pod, _)) = replicas.iter().find(|(_, r)| {
-        r.replication
-            .as_ref()
-            .is_some_and(|rep| !(rep.relay_applied || (rep.sql_running && rep.sql_caught_up)))
+        r.replication.as_ref().is_some_and(|rep| {
+            rep.received.is_empty()
+                && rep.sql_errno == 0
+                && !(rep.relay_applied || (rep.sql_running && rep.sql_caught_up))
+        })
     }) {
         return Failover::Waiting(format!(
             "{why}; waiting for {pod} to apply what it received before choosing the new primary"
         ));
     }
-    let best = replicas
+    let applier_failed =
+        |r: &MemberStatus| r.replication.as_ref().is_some_and(|rep| rep.sql_errno != 0);
+    let complete: Vec<_> = replicas
         .iter()
         .filter(|(pod, _)| forced.as_ref().is_none_or(|(_, to, _)| to == pod))
-        .find(|(_, candidate)| {
+        .filter(|(_, candidate)| {
             replicas
                 .iter()
-                .all(|(_, other)| candidate.has_all_of(engine, other))
-        });
+                .all(|(_, other)| candidate.will_have_all_of(engine, other))
+        })
+        .collect();
+    let best = complete.iter().find(|(_, r)| !applier_failed(r));
     match best {
         Some((pod, r)) => Failover::Promote {
             to: (*pod).to_owned(),
             reason: match &forced {
                 None => format!(
-                    "{why} for {}s; {pod} has every transaction the replicas have ({})",
+                    "{why} for {}s; {pod} has every transaction the replicas received ({})",
                     lost_for.as_secs(),
-                    shown(&r.gtid_executed)
+                    shown(&r.holding(engine).0)
                 ),
                 Some((value, _, short)) => format!(
                     "forced by {FORCE_FAILOVER_ANNOTATION}={value}: {short}; {pod} has every \
-                     transaction the reporting replicas have ({})",
-                    shown(&r.gtid_executed)
+                     transaction the reporting replicas received ({})",
+                    shown(&r.holding(engine).0)
                 ),
             },
             request: rules.forced.map(|(value, _)| value.to_owned()),
         },
+        None if !complete.is_empty() => Failover::Waiting(format!(
+            "{why}; only {} received every transaction, and {} applier failed (error {}): \
+             none is promoted until it applies again",
+            complete
+                .iter()
+                .map(|(pod, _)| *pod)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if complete.len() == 1 { "its" } else { "their" },
+            complete
+                .iter()
+                .filter_map(|(_, r)| r.replication.as_ref().map(|rep| rep.sql_errno))
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
         None if forced.is_some() => Failover::Waiting(format!(
             "{why}; {FORCE_FAILOVER_ANNOTATION} names {}, which lacks transactions another \
              reporting replica has: it is not promoted",
@@ -236,7 +262,7 @@ pub fn decide(
             "{why}; the replicas' transactions diverge ({}): none is promoted",
             replicas
                 .iter()
-                .map(|(pod, r)| format!("{pod}: {}", r.gtid_executed))
+                .map(|(pod, r)| format!("{pod}: {}", r.holding(engine).0))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
@@ -261,6 +287,7 @@ mod tests {
             io_errno: 0,
             sql_errno: 0,
             lag_seconds: None,
+            received: String::new(),
         });
         MemberView {
             pod: pod.into(),
@@ -273,6 +300,17 @@ mod tests {
     fn with_history(mut member: MemberView, history: &str) -> MemberView {
         if let Ok(r) = &mut member.report {
             r.gtid_history = history.into();
+        }
+        member
+    }
+
+    /// `member` having received up to `position`, its applier failed with `sql_errno` (0: not).
+    fn received(mut member: MemberView, position: &str, sql_errno: u32) -> MemberView {
+        if let Ok(r) = &mut member.report {
+            let rep = r.replication.as_mut().expect("a replica");
+            rep.received = position.into();
+            rep.sql_errno = sql_errno;
+            rep.sql_running = sql_errno == 0;
         }
         member
     }
@@ -371,7 +409,67 @@ mod tests {
                 Promote("db-2"),
             ),
             (
-                "a replica still applying makes the choice wait",
+                "the replica that received the most is chosen, though another applied more",
+                vec![
+                    gone("db-0"),
+                    received(
+                        replica("db-1", "0-100-7", IoState::Connecting, false),
+                        "0-100-12",
+                        0,
+                    ),
+                    received(
+                        replica("db-2", "0-100-9", IoState::Connecting, true),
+                        "0-100-9",
+                        0,
+                    ),
+                ],
+                lost(31),
+                AFTER,
+                Promote("db-1"),
+            ),
+            (
+                "a replica whose applier failed does not block a choice that has its transactions",
+                vec![
+                    gone("db-0"),
+                    received(
+                        replica("db-1", "0-100-7", IoState::Connecting, false),
+                        "0-100-9",
+                        1062,
+                    ),
+                    received(
+                        replica("db-2", "0-100-9", IoState::Connecting, true),
+                        "0-100-9",
+                        0,
+                    ),
+                ],
+                lost(31),
+                AFTER,
+                Promote("db-2"),
+            ),
+            (
+                "the only replica that received everything cannot apply it: nobody",
+                vec![
+                    gone("db-0"),
+                    received(
+                        replica("db-1", "0-100-7", IoState::Connecting, false),
+                        "0-100-12",
+                        1062,
+                    ),
+                    received(
+                        replica("db-2", "0-100-9", IoState::Connecting, true),
+                        "0-100-9",
+                        0,
+                    ),
+                ],
+                lost(31),
+                AFTER,
+                Waiting(
+                    "only db-1 received every transaction, and its applier failed (error 1062)",
+                ),
+            ),
+            (
+                "a replica still applying that says nothing of what it received makes the choice \
+                 wait",
                 vec![
                     gone("db-0"),
                     replica("db-1", "0-100-7", IoState::Stopped, false),

@@ -152,6 +152,7 @@ pub(super) fn sample_view(
         io_errno: 0,
         sql_errno: 0,
         lag_seconds: Some(l),
+        received: String::new(),
     });
     MemberView {
         pod: pod.into(),
@@ -182,6 +183,7 @@ mod tests {
             io_errno,
             sql_errno,
             lag_seconds: None,
+            received: String::new(),
         };
         let view = |pod: &str, gtid: &str, ready: bool, rep: Option<MemberReplication>| {
             let mut r = sample_report(gtid);

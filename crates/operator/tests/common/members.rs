@@ -127,6 +127,7 @@ pub fn obey(report: &mut MemberStatus, order: &RoleOrder) {
                 io_errno: 0,
                 sql_errno: 0,
                 lag_seconds: Some(0),
+                received: String::new(),
             });
         }
     }

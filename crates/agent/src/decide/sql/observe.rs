@@ -109,6 +109,9 @@ pub struct ReplicaStatus {
     pub sql_errno: u32,
     /// Last error of either thread, for messages.
     pub last_error: String,
+    /// What the receiver has written to the relay log (MariaDB `Gtid_IO_Pos`, MySQL
+    /// `Retrieved_Gtid_Set`), applied or not.
+    pub received: String,
 }
 
 /// Parses a replica status row given as column name → value (NULL as `None`); MariaDB's and
@@ -153,6 +156,7 @@ pub fn parse_replica_status(row: &BTreeMap<String, Option<String>>) -> ReplicaSt
         io_errno: text(&["Last_IO_Errno"]).parse().unwrap_or(0),
         sql_errno: text(&["Last_SQL_Errno"]).parse().unwrap_or(0),
         last_error,
+        received: text(&["Gtid_IO_Pos", "Retrieved_Gtid_Set"]),
     }
 }
 
@@ -254,6 +258,7 @@ mod tests {
                 Some("Slave has read all relay log; waiting for more updates"),
             ),
             ("Last_SQL_Errno", Some("0")),
+            ("Gtid_IO_Pos", Some("0-100-42")),
         ]);
         let s = parse_replica_status(&maria);
         assert_eq!(
@@ -271,6 +276,7 @@ mod tests {
                 io_errno: 0,
                 sql_errno: 0,
                 last_error: String::new(),
+                received: "0-100-42".into(),
             }
         );
         let mysql = row(&[
@@ -292,6 +298,10 @@ mod tests {
                 Some("Waiting for dependent transaction to commit"),
             ),
             ("Last_SQL_Errno", Some("1062")),
+            (
+                "Retrieved_Gtid_Set",
+                Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7,\n4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
+            ),
         ]);
         let s = parse_replica_status(&mysql);
         assert_eq!(
@@ -300,6 +310,9 @@ mod tests {
         );
         assert_eq!((s.sql_caught_up, s.sql_errno), (false, 1062));
         assert_eq!(s.last_error, "Access denied");
+        assert!(s
+            .received
+            .starts_with("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7,"));
         let positional = parse_replica_status(&row(&[
             ("Using_Gtid", Some("No")),
             ("Slave_IO_Running", Some("No")),
