@@ -427,6 +427,16 @@ fn a_primary_with_a_commit_waiting_for_an_acknowledgement_is_demoted() {
     wait_status(&b, &[&a], "/readyz", 200, "replica: replicating");
     a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
         .unwrap();
+    // A primary that a replica reads from marks its pod's stop as waiting for a hand-over.
+    let marked = |db: &MariaDb| {
+        db.socket()
+            .with_file_name(bulwark_contract::paths::HANDOVER_FILE)
+            .exists()
+    };
+    wait_for("the primary's hand-over mark", &[&a, &b], || {
+        marked(&a_db).then_some(())
+    });
+    assert!(!marked(&b_db), "a replica marked a hand-over");
 
     // The replica stops receiving and its agent is gone: a commit on the primary waits.
     drop(b);
@@ -454,6 +464,10 @@ fn a_primary_with_a_commit_waiting_for_an_acknowledgement_is_demoted() {
         !exit.success(),
         "the waiting commit was answered as committed though no replica acknowledged it"
     );
+    // Demoted, and its hold on writes over: the pod may stop.
+    wait_for("the hand-over mark gone after the demotion", &[&a], || {
+        (!marked(&a_db)).then_some(())
+    });
 }
 
 /// Starts `sql` as root on `db` and checks that it is still unanswered 3 s later.

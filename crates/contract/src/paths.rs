@@ -38,6 +38,13 @@ pub const LABELS_FILE: &str = "/etc/podinfo/labels";
 pub const RUN_DIR: &str = "/run/mysqld";
 /// The server's socket.
 pub const SOCKET: &str = "/run/mysqld/mysqld.sock";
+/// Present, beside the socket, while the agent's server is a primary that replicas read from
+/// (or a demoted one still holding its writes): the pod's preStop hooks wait while it is, so
+/// that a deleted primary pod stops only once its role has been handed over.
+pub const HANDOVER_FILE: &str = "handover-pending";
+/// How long a preStop hook waits for [`HANDOVER_FILE`] to go: longer than a switchover takes,
+/// shorter than the pod's grace period; after it the pod stops and a failover follows.
+pub const HANDOVER_WAIT_SECONDS: u32 = 60;
 /// The in-memory directory holding the exporter's option file, written by `init`.
 pub const EXPORTER_CONFIG_DIR: &str = "/run/bulwark-exporter";
 /// The exporter's option file (`--config.my-cnf`), in [`EXPORTER_CONFIG_DIR`].

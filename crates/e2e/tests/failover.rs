@@ -1,6 +1,6 @@
 //! Automatic failover on the real node, in a test binary of its own (it cordons the node, which
 //! would hold the pods of any test running beside it): under a steady writer the primary's pod
-//! is deleted and cannot come back; a replica is promoted, writes resume through the primary
+//! is force-deleted (no grace, as on a lost node) and cannot come back; a replica is promoted, writes resume through the primary
 //! Service, and every acknowledged row is on the new primary. Once the node takes pods again,
 //! the old primary's pod returns as a replica of the new one, with every row.
 
@@ -52,9 +52,19 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     let child = writer::start(n, "surge-2", &password, "surge-primary", 90);
     std::thread::sleep(Duration::from_secs(10));
     // The node takes no new pod: the primary's pod, once deleted, stays away (a lost node).
+    // Deleted at once, without the grace in which a deleted primary hands its role over.
     let cordon = Cordoned::node();
     let lost = Instant::now();
-    kubectl_ok(&["delete", "pod", "-n", n, "surge-0", "--wait=false"]);
+    kubectl_ok(&[
+        "delete",
+        "pod",
+        "-n",
+        n,
+        "surge-0",
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
     let new_primary = wait_promoted(n, "surge", "surge-0");
     eprintln!(
         "{new_primary} promoted {:.1}s after the primary's pod was deleted",

@@ -1,5 +1,6 @@
-//! A cluster's life on the real node: the primary's pod deleted under a steady writer (no
-//! acknowledged row lost; how long writes were refused is printed), the primary's volume
+//! A cluster's life on the real node: the primary's pod deleted under a steady writer (its role
+//! handed over by a switchover while the pod waits in its preStop hook; no acknowledged row
+//! lost; how long writes were refused is printed), the primary's volume
 //! replaced (never an empty server: a replica takes over and pod 0 is seeded from it), scaling 3 → 5 → 3, and a configuration
 //! change under a steady writer: replicas restarted first, the primary handed over, then the
 //! old primary restarted; no acknowledged row lost (the write pause is printed).
@@ -52,6 +53,13 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         "cluster Ready again {:.1}s after the primary's pod was deleted",
         deleted.elapsed().as_secs_f64()
     );
+    // The deleted pod waited in its preStop hook while its role was handed over: a
+    // switchover, not a failover.
+    let st = get_json(n, "mysqlcluster/tide").expect("cluster")["status"].clone();
+    let record = &st["lastSwitchover"];
+    assert_eq!(record["from"], "tide-0", "{st}");
+    assert_eq!(record["result"], "Completed", "{st}");
+    assert!(st["lastFailover"].is_null(), "{st}");
     let outcome = writer::finish(child);
     assert!(
         outcome.acked.len() > 20,

@@ -33,6 +33,8 @@ pub struct Observed {
     pub semi_sync_wait: bool,
     /// Replicas connected with semi-sync (`Rpl_semi_sync_*_clients`).
     pub semi_sync_clients: u32,
+    /// Replicas reading its binary log, semi-sync or not.
+    pub replicas_attached: u32,
     /// The replica status row, `None` when no replication is configured.
     pub replication: Option<ReplicaStatus>,
 }

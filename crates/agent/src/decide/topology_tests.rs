@@ -40,6 +40,7 @@ fn observed(engine: Engine, read_only: bool, r: Option<ReplicaStatus>) -> Observ
         gtid_history: String::new(),
         semi_sync_wait: false,
         semi_sync_clients: 0,
+        replicas_attached: 0,
         replication: r,
     }
 }

@@ -101,6 +101,7 @@ pub(super) async fn observe(server: &mut Server) -> Result<Observed, AgentError>
         gtid_history: vars.gtid_history,
         semi_sync_wait: vars.semi_sync_wait,
         semi_sync_clients: vars.semi_sync_clients,
+        replicas_attached: vars.replicas_attached,
         replication,
     })
 }

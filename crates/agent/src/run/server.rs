@@ -7,6 +7,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bulwark_contract::Role;
+
 use super::config::AgentConfig;
 use super::error::AgentError;
 use super::http::{self, Readiness};
@@ -66,6 +68,11 @@ pub async fn run(
         },
     ));
 
+    let mut handover = HandoverMark::new(
+        config
+            .socket
+            .with_file_name(bulwark_contract::paths::HANDOVER_FILE),
+    );
     let mut agent = Agent::new(config, orders);
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,6 +101,15 @@ pub async fn run(
                 .is_some_and(|f| f.remaining().is_some());
             member_status(role, o, &decision, clone_port, held)
         });
+        handover.mark(member.as_ref().is_some_and(|m| {
+            m.writes_held
+                || (m.role == Some(Role::Primary)
+                    && agent
+                        .last
+                        .observed
+                        .as_ref()
+                        .is_some_and(|o| o.replicas_attached > 0))
+        }));
         *r = Readiness {
             ready: decision.ready,
             reason: decision.reason,
@@ -119,7 +135,47 @@ pub async fn run(
         copies.abort();
     }
     agent.disconnect_gracefully().await;
+    handover.mark(false);
     Ok(())
+}
+
+/// The [`HANDOVER_FILE`](bulwark_contract::paths::HANDOVER_FILE) the pod's preStop hooks wait
+/// on, written only when what it says changes. A stale one (an agent killed while its server
+/// was primary) is removed at start: the hooks would otherwise wait their whole bound.
+struct HandoverMark {
+    path: std::path::PathBuf,
+    shown: Option<bool>,
+}
+
+impl HandoverMark {
+    fn new(path: std::path::PathBuf) -> HandoverMark {
+        let mut mark = HandoverMark { path, shown: None };
+        mark.mark(false);
+        mark
+    }
+
+    fn mark(&mut self, pending: bool) {
+        if self.shown == Some(pending) {
+            return;
+        }
+        let done = if pending {
+            std::fs::write(&self.path, b"")
+        } else {
+            match std::fs::remove_file(&self.path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        match done {
+            Ok(()) => {
+                tracing::info!(pending, "hand-over mark for the pod's preStop hooks");
+                self.shown = Some(pending);
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot write the hand-over mark")
+            }
+        }
+    }
 }
 
 /// The endpoints' handlers over the state the passes publish.

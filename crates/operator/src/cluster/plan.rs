@@ -3,7 +3,7 @@
 //! The priority order is the product's most important rule and lives here alone: a lost
 //! primary is replaced first (`failover`); then a running switchover completes, is aborted, or
 //! keeps running; then a new switchover starts (one asked for, a scale-down's hand-over, a
-//! rollout's hand-over, in that order); then a rollout may restart a member. A transition that
+//! deleted primary pod's hand-over, a rollout's hand-over, in that order); then a rollout may restart a member. A transition that
 //! changes the primary only raises the epoch: the members move in the next pass (`primary`).
 
 use std::time::Duration;
@@ -49,6 +49,9 @@ pub struct Inputs<'a> {
     pub rollout: Option<&'a [rollout::Pod]>,
     /// Members that running backups read from.
     pub backup_sources: &'a [String],
+    /// Server pods being deleted (a drain, an eviction, a human): a primary among them is
+    /// handed over while its pod waits in its preStop hook.
+    pub deleting: &'a [String],
     pub now: DateTime<Utc>,
 }
 
@@ -97,6 +100,8 @@ pub enum HandOver {
     ScaleDown,
     /// A rolling change has updated every replica; the primary's pod is next.
     Rollout,
+    /// The primary's pod is being deleted.
+    Deleting,
 }
 
 /// A pass that keeps the primary, and what it found on the way.
@@ -410,6 +415,23 @@ fn new_switchover(
                     i.members
                 ))
             }
+        }
+    }
+    // A primary pod being deleted waits in its preStop hook while its role is handed over, so
+    // that a drain costs a switchover's pause instead of a failover's (and loses nothing the
+    // old primary committed unacknowledged).
+    if !busy && i.deleting.iter().any(|p| p == primary) {
+        let target = switchover::handover_target(
+            |p| ordinal(p).is_some_and(|o| o < i.members) && !i.deleting.iter().any(|d| d == p),
+            i.views,
+            SWITCHOVER_MAX_LAG,
+        );
+        if let Some(to) = target {
+            let start = Request::Start {
+                request: answered(),
+                to,
+            };
+            return Some((start, HandOver::Deleting));
         }
     }
     // A refused request is answered as such, unless a scale-down's hand-over answers it.

@@ -140,6 +140,7 @@ struct Case {
     annotation: Option<&'static str>,
     views: Vec<MemberView>,
     rollout: Option<Vec<rollout::Pod>>,
+    deleting: Vec<String>,
     expect: Outcome,
 }
 
@@ -156,6 +157,7 @@ fn case(
         annotation: None,
         views,
         rollout: None,
+        deleting: Vec::new(),
         expect,
     }
 }
@@ -167,6 +169,10 @@ impl Case {
     }
     fn members(mut self, members: i32) -> Case {
         self.members = members;
+        self
+    }
+    fn deleting(mut self, pods: &[&str]) -> Case {
+        self.deleting = pods.iter().map(|p| (*p).to_owned()).collect();
         self
     }
     fn rolling(mut self, updated: &[bool]) -> Case {
@@ -191,6 +197,7 @@ impl Case {
             views: &self.views,
             rollout: self.rollout.as_deref(),
             backup_sources: &[],
+            deleting: &self.deleting,
             now: now(),
         })
     }
@@ -215,7 +222,7 @@ fn primary_gone() -> Vec<MemberView> {
 
 #[test]
 fn the_pass_takes_one_transition_in_priority_order() {
-    use HandOver::{Requested, ScaleDown};
+    use HandOver::{Deleting, Requested, ScaleDown};
     use Outcome::*;
     let promoted = || {
         let mut v = primary_gone();
@@ -324,6 +331,46 @@ fn the_pass_takes_one_transition_in_priority_order() {
             SwitchoverTo("quay-0".into(), ScaleDown),
         )
         .members(2),
+        case(
+            "a primary pod being deleted hands over to a replica in step",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverTo("quay-1".into(), Deleting),
+        )
+        .deleting(&["quay-0"]),
+        case(
+            "a primary pod being deleted does not hand over to a pod being deleted too",
+            serving("quay-0", 1),
+            healthy(),
+            SwitchoverTo("quay-2".into(), Deleting),
+        )
+        .deleting(&["quay-0", "quay-1"]),
+        case(
+            "a primary pod being deleted with no replica in step is left to stop (a failover \
+             follows)",
+            serving("quay-0", 1),
+            vec![
+                primary("quay-0", 1),
+                orphaned("quay-1", "0-1-9"),
+                orphaned("quay-2", "0-1-9"),
+            ],
+            Steady,
+        )
+        .deleting(&["quay-0"]),
+        case(
+            "a replica pod being deleted moves nothing",
+            serving("quay-0", 1),
+            healthy(),
+            Steady,
+        )
+        .deleting(&["quay-1"]),
+        case(
+            "a primary pod being deleted before it took writes at the epoch waits",
+            serving("quay-0", 2),
+            healthy(),
+            Steady,
+        )
+        .deleting(&["quay-0"]),
         case(
             "a scale-down's hand-over answers a request it cannot honour",
             serving("quay-2", 1),

@@ -65,6 +65,11 @@ pub async fn settle(
     let status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let rollout_pods = rollout::pods_of(&name, set, &pods);
+    let deleting: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .map(|p| p.name_any())
+        .collect();
     let plan = plan::plan(&Inputs {
         cluster: &name,
         engine,
@@ -84,6 +89,7 @@ pub async fn settle(
         views: &views,
         rollout: rollout_pods.as_deref(),
         backup_sources: read,
+        deleting: &deleting,
         now: Utc::now(),
     });
     let mut settled = Settled {

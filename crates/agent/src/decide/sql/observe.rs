@@ -21,7 +21,9 @@ pub fn variables_query(engine: Engine) -> &'static str {
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_ENABLED'), \
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'), \
-             @@GLOBAL.gtid_binlog_state"
+             @@GLOBAL.gtid_binlog_state, \
+             (SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+              WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID'))"
         }
         Engine::MySql => {
             "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, \
@@ -29,7 +31,9 @@ pub fn variables_query(engine: Engine) -> &'static str {
               WHERE VARIABLE_NAME = 'rpl_semi_sync_source_enabled'), \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_status \
               WHERE VARIABLE_NAME = 'Rpl_semi_sync_source_clients'), \
-             ''"
+             '', \
+             (SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+              WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID'))"
         }
     }
 }
@@ -48,6 +52,8 @@ pub struct ServerVariables {
     pub semi_sync_clients: u32,
     /// `gtid_binlog_state` (MariaDB; empty on MySQL).
     pub gtid_history: String,
+    /// Replicas reading its binary log (semi-sync or not).
+    pub replicas_attached: u32,
 }
 
 /// Reads the row [`variables_query`] answers (its columns in the order it selects them; a
@@ -67,6 +73,7 @@ pub fn parse_variables(row: &[Option<String>]) -> ServerVariables {
         semi_sync_wait: flag(3),
         semi_sync_clients: text(4).parse().unwrap_or(0),
         gtid_history: text(5),
+        replicas_attached: text(6).parse().unwrap_or(0),
     }
 }
 
@@ -191,6 +198,7 @@ mod tests {
             Some("ON"),
             Some("2"),
             Some("0-100-42,0-101-7"),
+            Some("2"),
         ]));
         assert_eq!(
             mariadb,
@@ -201,6 +209,7 @@ mod tests {
                 semi_sync_wait: true,
                 semi_sync_clients: 2,
                 gtid_history: "0-100-42,0-101-7".into(),
+                replicas_attached: 2,
             }
         );
         // A MySQL without the semi-sync plugins answers NULL there.
@@ -223,7 +232,7 @@ mod tests {
                 + variables_query(engine).matches(", 0,").count()
                 + variables_query(engine).matches("''").count();
             assert_eq!(
-                columns, 6,
+                columns, 7,
                 "{engine}: the query selects what parse_variables reads"
             );
         }

@@ -21,11 +21,11 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
-    PodAntiAffinity, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
-    SecretProjection, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, ExecAction, HTTPGetAction, KeyToPath,
+    Lifecycle, LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -303,6 +303,7 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         resources: cluster.spec.resources.clone(),
+        lifecycle: Some(wait_for_handover()),
         volume_mounts: Some(vec![
             datadir_mount(),
             mount("conf", paths::CONF_DIR, true),
@@ -358,7 +359,30 @@ fn agent_container(
         }),
         env: Some(vec![pod_name_env()]),
         volume_mounts: Some(mounts),
+        lifecycle: Some(wait_for_handover()),
         ..command_container("agent", &images.agent, argv)
+    }
+}
+
+/// The preStop hook of the server and the agent: while the agent marks its server as a
+/// primary that replicas read from (`paths::HANDOVER_FILE`), the container is not stopped, so
+/// the operator can hand the role over by a switchover (`plan`'s `HandOver::Deleting`) while
+/// the old primary still answers; after `paths::HANDOVER_WAIT_SECONDS` it stops anyway.
+fn wait_for_handover() -> Lifecycle {
+    let rounds = paths::HANDOVER_WAIT_SECONDS * 5;
+    let script = format!(
+        "i=0; while [ -e {dir}/{file} ] && [ $i -lt {rounds} ]; do sleep 0.2; i=$((i+1)); done",
+        dir = paths::RUN_DIR,
+        file = paths::HANDOVER_FILE,
+    );
+    Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sh".to_owned(), "-c".to_owned(), script]),
+            }),
+            ..LifecycleHandler::default()
+        }),
+        ..Lifecycle::default()
     }
 }
 
