@@ -108,24 +108,28 @@ impl MemberStatus {
     }
 
     /// What this member holds once it has applied everything it received: its position (or
-    /// set) and, on MariaDB, its history. What does not parse counts as nothing received.
-    pub fn holding(&self, engine: Engine) -> (String, String) {
+    /// set) and, on MariaDB, its history. `None` when what it reports does not parse.
+    pub fn holding(&self, engine: Engine) -> Option<(String, String)> {
         let received = self
             .replication
             .as_ref()
             .map_or("", |r| r.received.as_str());
-        let position = gtid::with_received(engine, &self.gtid_executed, received)
-            .unwrap_or_else(|| self.gtid_executed.clone());
-        let history = gtid::history_with_received(engine, &self.gtid_history, received)
-            .unwrap_or_else(|| self.gtid_history.clone());
-        (position, history)
+        Some((
+            gtid::with_received(engine, &self.gtid_executed, received)?,
+            gtid::history_with_received(engine, &self.gtid_history, received)?,
+        ))
     }
 
     /// Whether this member, once it has applied what it received, has every transaction
-    /// `other` will have once it has applied what it received.
+    /// `other` will have once it has applied what it received (false when either does not
+    /// parse).
     pub fn will_have_all_of(&self, engine: Engine, other: &MemberStatus) -> bool {
-        let (position, history) = self.holding(engine);
-        gtid::within_history(engine, &other.holding(engine).0, &position, &history)
+        let (Some((position, history)), Some((theirs, _))) =
+            (self.holding(engine), other.holding(engine))
+        else {
+            return false;
+        };
+        gtid::within_history(engine, &theirs, &position, &history)
     }
 
     /// One line of JSON.

@@ -6,9 +6,8 @@
 //! commit the reporting ones lack: with R replicas, R - acks + 1 must report. Then the chosen
 //! replica is one that received every transaction any of them received (by GTID, applied or
 //! not: a promotion applies the relay log first), and whose applier has not failed. Otherwise
-//! the cluster waits and says why;
-//! a human who knows the silent members are gone for good can force the choice with
-//! [`FORCE_FAILOVER_ANNOTATION`], which is recorded.
+//! the cluster waits and says why; a human who knows the silent members are gone for good can
+//! force the choice with [`FORCE_FAILOVER_ANNOTATION`], which is recorded.
 
 use std::time::Duration;
 
@@ -197,7 +196,6 @@ pub fn decide(
     if let Some((pod, _)) = replicas.iter().find(|(_, r)| {
         r.replication.as_ref().is_some_and(|rep| {
             rep.received.is_empty()
-                && rep.sql_errno == 0
                 && !(rep.relay_applied || (rep.sql_running && rep.sql_caught_up))
         })
     }) {
@@ -205,6 +203,17 @@ pub fn decide(
             "{why}; waiting for {pod} to apply what it received before choosing the new primary"
         ));
     }
+    if let Some((pod, r)) = replicas.iter().find(|(_, r)| r.holding(engine).is_none()) {
+        return Failover::Waiting(format!(
+            "{why}; what {pod} reports it holds does not parse ({}): none is promoted",
+            shown(&r.gtid_executed)
+        ));
+    }
+    let holding = |r: &MemberStatus| {
+        r.holding(engine)
+            .map(|(position, _)| position)
+            .unwrap_or_default()
+    };
     let applier_failed =
         |r: &MemberStatus| r.replication.as_ref().is_some_and(|rep| rep.sql_errno != 0);
     let complete: Vec<_> = replicas
@@ -224,12 +233,12 @@ pub fn decide(
                 None => format!(
                     "{why} for {}s; {pod} has every transaction the replicas received ({})",
                     lost_for.as_secs(),
-                    shown(&r.holding(engine).0)
+                    shown(&holding(r))
                 ),
                 Some((value, _, short)) => format!(
                     "forced by {FORCE_FAILOVER_ANNOTATION}={value}: {short}; {pod} has every \
                      transaction the reporting replicas received ({})",
-                    shown(&r.holding(engine).0)
+                    shown(&holding(r))
                 ),
             },
             request: rules.forced.map(|(value, _)| value.to_owned()),
@@ -262,7 +271,7 @@ pub fn decide(
             "{why}; the replicas' transactions diverge ({}): none is promoted",
             replicas
                 .iter()
-                .map(|(pod, r)| format!("{pod}: {}", r.holding(engine).0))
+                .map(|(pod, r)| format!("{pod}: {}", holding(r)))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
@@ -466,6 +475,38 @@ mod tests {
                 Waiting(
                     "only db-1 received every transaction, and its applier failed (error 1062)",
                 ),
+            ),
+            (
+                "a replica that says nothing of what it received and whose applier failed with \
+                 its relay log unapplied makes the choice wait (its relay log may hold the only \
+                 copy)",
+                vec![
+                    gone("db-0"),
+                    received(
+                        replica("db-1", "0-100-7", IoState::Connecting, false),
+                        "",
+                        1062,
+                    ),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                lost(31),
+                AFTER,
+                Waiting("waiting for db-1 to apply"),
+            ),
+            (
+                "a received position that does not parse makes the choice wait",
+                vec![
+                    gone("db-0"),
+                    received(
+                        replica("db-1", "0-100-7", IoState::Connecting, false),
+                        "0-100-x",
+                        0,
+                    ),
+                    replica("db-2", "0-100-9", IoState::Connecting, true),
+                ],
+                lost(31),
+                AFTER,
+                Waiting("what db-1 reports it holds does not parse"),
             ),
             (
                 "a replica still applying that says nothing of what it received makes the choice \
