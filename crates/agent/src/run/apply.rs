@@ -22,7 +22,7 @@ const FENCE_HOLD: Duration = Duration::from_secs(5);
 
 /// Rounds of ended sessions and a short lock wait before a demotion gives up for this pass
 /// ([`Agent::with_sessions_ended`]).
-const LOCK_ROUNDS: u32 = 10;
+const DEMOTE_LOCK_ROUNDS: u32 = 10;
 
 impl Agent {
     pub(super) async fn apply(
@@ -198,7 +198,7 @@ impl Agent {
     /// Runs `statements`, which take the global read lock, with the client sessions ended
     /// first and again after each short lock wait: a commit hung waiting for a semi-sync
     /// acknowledgement that no replica will give holds that lock, and without this the demotion
-    /// would wait for it for ever. Gives up after [`LOCK_ROUNDS`] rounds (the next pass tries
+    /// would wait for it for ever. Gives up after [`DEMOTE_LOCK_ROUNDS`] rounds (the next pass tries
     /// again).
     async fn with_sessions_ended(
         &mut self,
@@ -208,12 +208,13 @@ impl Agent {
         exec(&mut self.server().conn, &sql::short_lock_wait(), &[]).await?;
         let mut round = 1;
         let result = loop {
-            if let Err(e) = observe::end_client_sessions(&mut self.server().conn, None).await {
+            let keep = self.fence.as_ref().map(|f| f.session);
+            if let Err(e) = observe::end_client_sessions(&mut self.server().conn, keep).await {
                 break Err(e);
             }
             match self.execute(statements, creds).await {
                 Err(AgentError::RunStatement { code, .. })
-                    if code == sql::ER_LOCK_WAIT_TIMEOUT && round < LOCK_ROUNDS =>
+                    if code == sql::ER_LOCK_WAIT_TIMEOUT && round < DEMOTE_LOCK_ROUNDS =>
                 {
                     tracing::info!(
                         round,

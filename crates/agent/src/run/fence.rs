@@ -15,7 +15,7 @@ use crate::decide::sql;
 /// Time between two rounds of ended sessions.
 const ROUND: Duration = Duration::from_millis(200);
 /// Attempts at the lock, each after the client sessions were ended.
-const LOCK_ROUNDS: u32 = 5;
+const FENCE_LOCK_ROUNDS: u32 = 5;
 /// `KILL` of a session that no longer exists.
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
@@ -44,7 +44,7 @@ impl Fence {
         loop {
             match conn.query_drop(sql::HOLD_WRITES).await {
                 Err(mysql_async::Error::Server(e))
-                    if e.code == sql::ER_LOCK_WAIT_TIMEOUT && round < LOCK_ROUNDS =>
+                    if e.code == sql::ER_LOCK_WAIT_TIMEOUT && round < FENCE_LOCK_ROUNDS =>
                 {
                     end_client_sessions(&mut conn, Some(agent_session)).await?;
                     round += 1;
