@@ -50,6 +50,10 @@ pub struct MemberStatus {
     /// here could commit what no other member has).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub writes_held: bool,
+    /// Its pod's preStop hooks wait for its role to be handed over (the agent's mark,
+    /// `paths::HANDOVER_FILE`): a deleted primary pod whose role the operator may hand over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover_pending: bool,
     /// The port its agent serves copies of its data on (`clone`), 0 when it does not.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clone_port: u16,
@@ -174,6 +178,7 @@ mod tests {
                 received: String::new(),
             }),
             writes_held: true,
+            handover_pending: false,
             clone_port: 9082,
             age_ms: 150,
         };

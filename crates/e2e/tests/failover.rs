@@ -1,8 +1,9 @@
 //! Automatic failover on the real node, in a test binary of its own (it cordons the node, which
-//! would hold the pods of any test running beside it): under a steady writer the primary's pod
-//! is force-deleted (no grace, as on a lost node) and cannot come back; a replica is promoted, writes resume through the primary
-//! Service, and every acknowledged row is on the new primary. Once the node takes pods again,
-//! the old primary's pod returns as a replica of the new one, with every row.
+//! would hold the pods of any test running beside it): under a steady writer the primary's pod is
+//! force-deleted (no grace, as on a lost node) and cannot come back; a replica is promoted, writes
+//! resume through the primary Service, and every acknowledged row is on the new primary. Once the
+//! node takes pods again, the old primary's pod returns as a replica of the new one, with every
+//! row.
 
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,9 @@
 //! A cluster's life on the real node: the primary's pod deleted under a steady writer (its role
-//! handed over by a switchover while the pod waits in its preStop hook; no acknowledged row
-//! lost; how long writes were refused is printed), the primary's volume
-//! replaced (never an empty server: a replica takes over and pod 0 is seeded from it), scaling 3 → 5 → 3, and a configuration
-//! change under a steady writer: replicas restarted first, the primary handed over, then the
-//! old primary restarted; no acknowledged row lost (the write pause is printed).
+//! handed over by a switchover while the pod waits in its preStop hook; no acknowledged row lost;
+//! how long writes were refused is printed), the primary's volume replaced (never an empty server:
+//! a replica takes over and pod 0 is seeded from it), scaling 3 → 5 → 3, and a configuration change
+//! under a steady writer: replicas restarted first, the primary handed over, then the old primary
+//! restarted; no acknowledged row lost (the write pause is printed).
 
 use std::time::{Duration, Instant};
 

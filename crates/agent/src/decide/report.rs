@@ -13,9 +13,11 @@ pub fn member_status(
     decision: &Decision,
     clone_port: u16,
     writes_held: bool,
+    handover_pending: bool,
 ) -> MemberStatus {
     MemberStatus {
         writes_held,
+        handover_pending,
         role: role.map(|r| r.role),
         epoch: role.map_or(0, |r| r.epoch),
         ready: decision.ready,

@@ -340,6 +340,7 @@ mod tests {
             semi_sync_clients: 0,
             replication: None,
             writes_held: false,
+            handover_pending: false,
             clone_port,
             age_ms: 0,
         }

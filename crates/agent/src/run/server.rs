@@ -15,6 +15,7 @@ use super::http::{self, Readiness};
 use super::observe::{self, STATEMENT_TIMEOUT};
 use super::orders::Orders;
 use super::pass::Agent;
+use crate::decide::handover;
 use crate::decide::report::member_status;
 use crate::decide::topology::Decision;
 
@@ -68,11 +69,13 @@ pub async fn run(
         },
     ));
 
-    let mut handover = HandoverMark::new(
+    // Beside the socket: `paths::RUN_DIR` in a pod, which the preStop hooks read.
+    let mut mark = HandoverMark::new(
         config
             .socket
             .with_file_name(bulwark_contract::paths::HANDOVER_FILE),
     );
+    let mut last_pending = None;
     let mut agent = Agent::new(config, orders);
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -93,23 +96,25 @@ pub async fn run(
         busy_passes = if agent.last.acted { busy_passes + 1 } else { 0 };
         let mut r = readiness.lock().expect("readiness lock");
         log.record(&r, &decision);
-        let member = agent.last.observed.as_ref().map(|o| {
-            let role = agent.role.last.clone().and_then(Result::ok);
-            let held = agent
-                .fence
-                .as_ref()
-                .is_some_and(|f| f.remaining().is_some());
-            member_status(role, o, &decision, clone_port, held)
-        });
-        handover.mark(member.as_ref().is_some_and(|m| {
-            m.writes_held
-                || (m.role == Some(Role::Primary)
-                    && agent
-                        .last
-                        .observed
-                        .as_ref()
-                        .is_some_and(|o| o.replicas_attached > 0))
-        }));
+        let role = agent.role.last.clone().and_then(Result::ok);
+        let held = agent
+            .fence
+            .as_ref()
+            .is_some_and(|f| f.remaining().is_some());
+        let now = Instant::now();
+        if agent.last.observed.as_ref().is_some_and(|o| {
+            let primary = role.as_ref().is_some_and(|r| r.role == Role::Primary);
+            handover::pending(primary, o.read_only, o.replicas_attached, held)
+        }) {
+            last_pending = Some(now);
+        }
+        let shown = handover::shown(last_pending, now);
+        mark.show(shown);
+        let member = agent
+            .last
+            .observed
+            .as_ref()
+            .map(|o| member_status(role, o, &decision, clone_port, held, shown));
         *r = Readiness {
             ready: decision.ready,
             reason: decision.reason,
@@ -135,7 +140,7 @@ pub async fn run(
         copies.abort();
     }
     agent.disconnect_gracefully().await;
-    handover.mark(false);
+    mark.show(false);
     Ok(())
 }
 
@@ -150,11 +155,11 @@ struct HandoverMark {
 impl HandoverMark {
     fn new(path: std::path::PathBuf) -> HandoverMark {
         let mut mark = HandoverMark { path, shown: None };
-        mark.mark(false);
+        mark.show(false);
         mark
     }
 
-    fn mark(&mut self, pending: bool) {
+    fn show(&mut self, pending: bool) {
         if self.shown == Some(pending) {
             return;
         }

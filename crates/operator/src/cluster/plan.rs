@@ -1,10 +1,10 @@
-//! The cluster pass's decision about the primary, pure: from the spec, the status, the
-//! members' reports, the pods' revisions and the time, the one transition this pass makes.
-//! The priority order is the product's most important rule and lives here alone: a lost
-//! primary is replaced first (`failover`); then a running switchover completes, is aborted, or
-//! keeps running; then a new switchover starts (one asked for, a scale-down's hand-over, a
-//! deleted primary pod's hand-over, a rollout's hand-over, in that order); then a rollout may restart a member. A transition that
-//! changes the primary only raises the epoch: the members move in the next pass (`primary`).
+//! The cluster pass's decision about the primary, pure: from the spec, the status, the members'
+//! reports, the pods' revisions and the time, the one transition this pass makes. The priority
+//! order is the product's most important rule and lives here alone: a lost primary is replaced
+//! first (`failover`); then a running switchover completes, is aborted, or keeps running; then a
+//! new switchover starts (one asked for, a scale-down's hand-over, a deleted primary pod's, a
+//! rollout's, in that order); then a rollout may restart a member. A transition that changes the
+//! primary only raises the epoch: the members move in the next pass (`primary`).
 
 use std::time::Duration;
 
@@ -364,8 +364,8 @@ fn busy_reason(i: &Inputs, primary: &str, epoch: u64, lost: bool) -> Option<&'st
 }
 
 /// The switchover to start or refuse, in priority order: the annotation's request, a
-/// scale-down's hand-over (which also answers a refused request), the refusal, a rollout's
-/// hand-over. Records in `hold` a scale-down that waits.
+/// scale-down's hand-over, a deleted primary pod's hand-over (either also answers a refused
+/// request), the refusal, a rollout's hand-over. Records in `hold` a scale-down that waits.
 fn new_switchover(
     i: &Inputs,
     primary: &str,
@@ -417,10 +417,15 @@ fn new_switchover(
             }
         }
     }
-    // A primary pod being deleted waits in its preStop hook while its role is handed over, so
-    // that a drain costs a switchover's pause instead of a failover's (and loses nothing the
-    // old primary committed unacknowledged).
-    if !busy && i.deleting.iter().any(|p| p == primary) {
+    // A primary pod being deleted waits in its preStop hooks while its role is handed over, so
+    // that a drain costs a switchover's pause instead of a failover's. Only while its agent says
+    // the hooks wait: an agent without the mark (an older image), or hooks that gave up, leave a
+    // server that is stopping, and a switchover to it would only time out.
+    let waits = i
+        .views
+        .iter()
+        .any(|m| m.pod == primary && m.report.as_ref().is_ok_and(|r| r.handover_pending));
+    if !busy && waits && i.deleting.iter().any(|p| p == primary) {
         let target = switchover::handover_target(
             |p| ordinal(p).is_some_and(|o| o < i.members) && !i.deleting.iter().any(|d| d == p),
             i.views,

@@ -203,6 +203,15 @@ impl Case {
     }
 }
 
+/// `healthy()` with the primary's pod waiting in its preStop hooks for a hand-over.
+fn primary_waiting() -> Vec<MemberView> {
+    let mut v = healthy();
+    if let Ok(r) = &mut v[0].report {
+        r.handover_pending = true;
+    }
+    v
+}
+
 fn healthy() -> Vec<MemberView> {
     vec![
         primary("quay-0", 1),
@@ -334,26 +343,43 @@ fn the_pass_takes_one_transition_in_priority_order() {
         case(
             "a primary pod being deleted hands over to a replica in step",
             serving("quay-0", 1),
-            healthy(),
+            primary_waiting(),
             SwitchoverTo("quay-1".into(), Deleting),
         )
         .deleting(&["quay-0"]),
         case(
             "a primary pod being deleted does not hand over to a pod being deleted too",
             serving("quay-0", 1),
-            healthy(),
+            primary_waiting(),
             SwitchoverTo("quay-2".into(), Deleting),
         )
         .deleting(&["quay-0", "quay-1"]),
         case(
+            "a primary pod being deleted whose agent does not wait for a hand-over is left to \
+             stop",
+            serving("quay-0", 1),
+            healthy(),
+            Steady,
+        )
+        .deleting(&["quay-0"]),
+        case(
+            "a deleted primary pod's hand-over answers a request it cannot honour",
+            serving("quay-0", 1),
+            primary_waiting(),
+            SwitchoverTo("quay-1".into(), Deleting),
+        )
+        .deleting(&["quay-0"])
+        .asking("quay-0@1"),
+        case(
             "a primary pod being deleted with no replica in step is left to stop (a failover \
              follows)",
             serving("quay-0", 1),
-            vec![
-                primary("quay-0", 1),
-                orphaned("quay-1", "0-1-9"),
-                orphaned("quay-2", "0-1-9"),
-            ],
+            {
+                let mut v = primary_waiting();
+                v[1] = orphaned("quay-1", "0-1-9");
+                v[2] = orphaned("quay-2", "0-1-9");
+                v
+            },
             Steady,
         )
         .deleting(&["quay-0"]),
@@ -367,7 +393,7 @@ fn the_pass_takes_one_transition_in_priority_order() {
         case(
             "a primary pod being deleted before it took writes at the epoch waits",
             serving("quay-0", 2),
-            healthy(),
+            primary_waiting(),
             Steady,
         )
         .deleting(&["quay-0"]),

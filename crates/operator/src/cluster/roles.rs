@@ -121,6 +121,7 @@ pub(super) fn sample_report(gtid: &str) -> bulwark_contract::member::MemberStatu
         semi_sync_clients: 0,
         replication: None,
         writes_held: false,
+        handover_pending: false,
         clone_port: 0,
         age_ms: 0,
     }

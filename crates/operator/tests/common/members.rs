@@ -54,6 +54,7 @@ pub fn fresh_report() -> MemberStatus {
         semi_sync_clients: 0,
         replication: None,
         writes_held: false,
+        handover_pending: false,
         clone_port: 0,
         age_ms: 0,
     }

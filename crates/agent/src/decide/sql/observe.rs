@@ -13,28 +13,30 @@ use super::quote;
 ///
 /// The semi-sync columns come from the variable tables, so that a server without them (a MySQL
 /// whose plugins are not loaded) answers NULL instead of failing the whole query.
-pub fn variables_query(engine: Engine) -> &'static str {
+pub fn variables_query(engine: Engine) -> String {
+    // Replicas only: the binlog archiver reads the binary log too, as the backup account.
+    let replicas = format!(
+        "(SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID') AND USER = {})",
+        quote(REPLICATION_USER)
+    );
     match engine {
-        Engine::MariaDb => {
+        Engine::MariaDb => format!(
             "SELECT @@GLOBAL.read_only, 0, @@GLOBAL.gtid_binlog_pos, \
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES \
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_ENABLED'), \
              (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
               WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'), \
-             @@GLOBAL.gtid_binlog_state, \
-             (SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-              WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID'))"
-        }
-        Engine::MySql => {
+             @@GLOBAL.gtid_binlog_state, {replicas}"
+        ),
+        Engine::MySql => format!(
             "SELECT @@GLOBAL.read_only, @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_variables \
               WHERE VARIABLE_NAME = 'rpl_semi_sync_source_enabled'), \
              (SELECT VARIABLE_VALUE FROM performance_schema.global_status \
               WHERE VARIABLE_NAME = 'Rpl_semi_sync_source_clients'), \
-             '', \
-             (SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-              WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID'))"
-        }
+             '', {replicas}"
+        ),
     }
 }
 
@@ -52,7 +54,7 @@ pub struct ServerVariables {
     pub semi_sync_clients: u32,
     /// `gtid_binlog_state` (MariaDB; empty on MySQL).
     pub gtid_history: String,
-    /// Replicas reading its binary log (semi-sync or not).
+    /// Replicas reading its binary log (semi-sync or not; not the binlog archiver).
     pub replicas_attached: u32,
 }
 
