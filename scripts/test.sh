@@ -32,7 +32,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # cargo's output is kept, then one summary line closes the run over every binary, and the
 # script exits non-zero when anything failed.
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+# The figures the end-to-end tests measured (pauses, times to promotion, rows acknowledged and
+# lost), shown before the summary: the test harness hides what passing tests print.
+figures="$(mktemp)"
+export BULWARK_E2E_FIGURES="$figures"
+trap 'rm -f "$log" "$figures"' EXIT
 status=0
 
 # The real node (tests/node). First its own smoke test: up in its own network namespace, pods
@@ -48,7 +52,7 @@ if [[ $(id -u) -eq 0 ]]; then
     node_failed=1
     status=1
   fi
-  trap 'bash tests/node/node.sh down >&2 || true; rm -f "$log"' EXIT
+  trap 'bash tests/node/node.sh down >&2 || true; rm -f "$log" "$figures"' EXIT
   if bash tests/node/node.sh up; then
     node_env="$(bash tests/node/node.sh env)"
     BULWARK_NODE_KUBECONFIG="$(sed -n 's/^export KUBECONFIG=//p' <<<"$node_env")"
@@ -70,7 +74,11 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=$?
 if [[ $(id -u) -eq 0 ]]; then
   # Down before the summary, so that the summary stays the last line.
   bash tests/node/node.sh down >&2 || status=1
-  trap 'rm -f "$log"' EXIT
+  trap 'rm -f "$log" "$figures"' EXIT
+fi
+if [[ -s "$figures" ]]; then
+  echo "figures of the end-to-end tests:"
+  sort -s -t: -k1,1 "$figures"
 fi
 
 awk -v np="$node_passed" -v nf="$node_failed" \

@@ -12,6 +12,39 @@ pub mod node;
 
 pub mod writer;
 
+/// Prints a figure an end-to-end test measured (a pause, a time to promotion, rows acknowledged
+/// and lost) and records it for the end of the run (see [`record_figure`]).
+#[macro_export]
+macro_rules! figure {
+    ($($arg:tt)*) => {
+        $crate::record_figure(&format!($($arg)*))
+    };
+}
+
+/// Prints `line` and, when `BULWARK_E2E_FIGURES` names a file (`scripts/test.sh` sets it),
+/// appends it there under the running test's name: the test harness hides what a passing test
+/// printed, and the script shows every figure at the end of the run.
+pub fn record_figure(line: &str) {
+    eprintln!("{line}");
+    let Ok(path) = std::env::var("BULWARK_E2E_FIGURES") else {
+        return;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned();
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, format!("{test}: {line}\n").as_bytes())
+        });
+    if let Err(e) = appended {
+        eprintln!("could not record the figure in {path}: {e}");
+    }
+}
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;

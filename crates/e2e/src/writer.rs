@@ -184,7 +184,7 @@ impl Outcome {
             crate::dump(namespace);
             panic!("acknowledged rows lost: {lost:?}");
         }
-        eprintln!("{} acknowledged rows, none lost", self.acked.len());
+        crate::figure!("{} acknowledged rows, none lost", self.acked.len());
         stored
     }
 

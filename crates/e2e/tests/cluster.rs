@@ -43,7 +43,7 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {name: harbor}\nspec: {engine: mariadb, version: \"10.11\", replicas: 3, storage: {size: 1Gi}, metrics: {enabled: true}}\n",
     );
     wait_ready(n, "harbor", 3, "the cluster to become Ready");
-    eprintln!(
+    bulwark_e2e::figure!(
         "cluster Ready {:.1}s after apply",
         started.elapsed().as_secs_f64()
     );

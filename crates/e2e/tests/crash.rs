@@ -52,7 +52,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     let killing = keep_killing(uid.clone(), stop.clone());
     let crashed = Instant::now();
     let new_primary = wait_promoted(n, "ember", "ember-0");
-    eprintln!(
+    bulwark_e2e::figure!(
         "{new_primary} promoted {:.1}s after the primary's server first crashed",
         crashed.elapsed().as_secs_f64()
     );
@@ -80,7 +80,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     std::thread::sleep(Duration::from_secs(5));
     stop.store(true, Ordering::Relaxed);
     let kills = killing.join().expect("killer");
-    eprintln!("the old primary's server was killed {kills} times");
+    bulwark_e2e::figure!("the old primary's server was killed {kills} times");
     assert_eq!(
         get_json(n, "pod/ember-0").expect("pod")["metadata"]["uid"],
         uid.as_str(),
@@ -111,9 +111,10 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     assert_eq!(read_only.trim(), "1", "the old primary is writable");
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    eprintln!(
+    bulwark_e2e::figure!(
         "writes paused {:.1}s at most (writer tries every 0.2s), {} attempts refused",
-        outcome.longest_gap, outcome.refused
+        outcome.longest_gap,
+        outcome.refused
     );
     outcome.assert_none_lost(n, &new_primary, &password, "ember-primary");
     if rejoined {
@@ -154,8 +155,10 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
                 ))
             },
         );
-        eprintln!("the old primary rejoined as a replica with every row");
+        bulwark_e2e::figure!("the old primary rejoined as a replica with every row");
     } else {
-        eprintln!("the old primary holds a commit nobody acknowledged; it is named in the status");
+        bulwark_e2e::figure!(
+            "the old primary holds a commit nobody acknowledged; it is named in the status"
+        );
     }
 }

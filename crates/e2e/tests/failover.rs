@@ -67,7 +67,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
         "--wait=false",
     ]);
     let new_primary = wait_promoted(n, "surge", "surge-0");
-    eprintln!(
+    bulwark_e2e::figure!(
         "{new_primary} promoted {:.1}s after the primary's pod was deleted",
         lost.elapsed().as_secs_f64()
     );
@@ -75,19 +75,18 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     assert_eq!(record["from"], "surge-0", "{record}");
     assert_eq!(record["to"], new_primary.as_str(), "{record}");
     wait_takes_writes(n, &new_primary, &password, "surge-primary");
-    eprintln!(
+    bulwark_e2e::figure!(
         "writes through surge-primary land on {new_primary} {:.1}s after the pod was deleted",
         lost.elapsed().as_secs_f64()
     );
 
     let outcome = writer::finish(child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    if let Some(refused_for) = outcome.refused_for {
-        eprintln!(
-            "writes refused for {refused_for:.1}s ({} attempts refused)",
-            outcome.refused
-        );
-    }
+    bulwark_e2e::figure!(
+        "writes paused {:.1}s at most (writer tries every 0.2s), {} attempts refused",
+        outcome.longest_gap,
+        outcome.refused
+    );
     let stored = outcome.assert_none_lost(n, &new_primary, &password, "surge-primary");
 
     // The node takes pods again: the old primary's pod returns as a replica, with every row.

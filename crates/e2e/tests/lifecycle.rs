@@ -49,7 +49,7 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         3,
         "the cluster to be Ready again after losing its primary's pod",
     );
-    eprintln!(
+    bulwark_e2e::figure!(
         "cluster Ready again {:.1}s after the primary's pod was deleted",
         deleted.elapsed().as_secs_f64()
     );
@@ -67,12 +67,13 @@ fn deleting_the_primary_pod_loses_no_acknowledged_row() {
         outcome.lines
     );
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    if let Some(refused_for) = outcome.refused_for {
-        eprintln!(
-            "writes refused for {refused_for:.1}s ({} attempts refused)",
-            outcome.refused
-        );
-    }
+    bulwark_e2e::figure!(
+        "the primary's pod deleted: switchover {}; writes paused {:.1}s at most (writer tries \
+         every 0.2s), {} attempts refused",
+        record["message"],
+        outcome.longest_gap,
+        outcome.refused
+    );
     // Every acknowledged row is on the primary.
     outcome.assert_none_lost(n, "tide-1", &password, "tide-primary");
 }
@@ -140,7 +141,7 @@ fn a_primary_whose_volume_was_replaced_comes_back_as_a_seeded_replica() {
             }
         },
     );
-    eprintln!("pod 0 seeded from shoal-1: {}", rows.trim());
+    bulwark_e2e::figure!("pod 0 seeded from shoal-1: {}", rows.trim());
 }
 
 #[test]
@@ -153,11 +154,11 @@ fn scaling_up_and_down_brings_the_pods_back_to_ready() {
     let started = Instant::now();
     apply(n, &cluster("reef", 5, ""));
     wait_ready(n, "reef", 5, "5 instances Ready");
-    eprintln!("3 → 5 in {:.1}s", started.elapsed().as_secs_f64());
+    bulwark_e2e::figure!("3 → 5 in {:.1}s", started.elapsed().as_secs_f64());
     let started = Instant::now();
     apply(n, &cluster("reef", 3, ""));
     wait_ready(n, "reef", 3, "back to 3 instances Ready");
-    eprintln!("5 → 3 in {:.1}s", started.elapsed().as_secs_f64());
+    bulwark_e2e::figure!("5 → 3 in {:.1}s", started.elapsed().as_secs_f64());
 }
 
 #[test]
@@ -238,10 +239,11 @@ fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over
     assert!(!events.trim().is_empty(), "no RollingRestart event");
 
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    eprintln!(
+    bulwark_e2e::figure!(
         "configuration rolled out in {took:.1}s; write pause: longest gap between acknowledged \
          writes {:.2}s (writer tries every 0.2s), {} attempts refused",
-        outcome.longest_gap, outcome.refused
+        outcome.longest_gap,
+        outcome.refused
     );
     let primary = c["status"]["currentPrimary"]
         .as_str()
@@ -320,5 +322,7 @@ fn a_configuration_change_restarts_the_replicas_first_and_hands_the_primary_over
             "{pod}: restarted only if it failed"
         );
     }
-    eprintln!("a failing change stopped at {stuck}; reverted, only {stuck} was restarted");
+    bulwark_e2e::figure!(
+        "a failing change stopped at {stuck}; reverted, only {stuck} was restarted"
+    );
 }

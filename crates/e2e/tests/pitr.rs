@@ -117,7 +117,9 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
     // After the failover, on the new primary: the target, then rows past it.
     let target = insert(n, &new_primary, &password, 2001, 3000);
     let beyond = insert(n, &new_primary, &password, 3001, 3500);
-    eprintln!("failover {old_primary} -> {new_primary}; target {target}, beyond {beyond}");
+    bulwark_e2e::figure!(
+        "failover {old_primary} -> {new_primary}; target {target}, beyond {beyond}"
+    );
 
     // The archive follows the new primary up to the last rows.
     let key_file =
@@ -144,7 +146,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
                 .ok_or(through)
         },
     );
-    eprintln!(
+    bulwark_e2e::figure!(
         "archive reached {beyond} {:.1}s after the last insert",
         started.elapsed().as_secs_f64()
     );
@@ -210,7 +212,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         ),
     );
     wait_ready(n, "till-copy", 2, "the point-in-time copy to become Ready");
-    eprintln!(
+    bulwark_e2e::figure!(
         "till-copy Ready {:.1}s after apply",
         started.elapsed().as_secs_f64()
     );
@@ -258,7 +260,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         2,
         "the logical point-in-time copy to become Ready",
     );
-    eprintln!(
+    bulwark_e2e::figure!(
         "till-dump Ready {:.1}s after apply",
         started.elapsed().as_secs_f64()
     );

@@ -153,7 +153,7 @@ fn backups_to_s3_verify_from_outside_and_bootstrap_clusters_equal_to_the_source_
             2,
             &format!("{copy} (from {backup}) to become Ready"),
         );
-        eprintln!(
+        bulwark_e2e::figure!(
             "{copy} from {backup} Ready {:.1}s after apply",
             started.elapsed().as_secs_f64()
         );

@@ -63,7 +63,7 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_and_joins() {
         "{\"spec\":{\"replicas\":3}}",
     ]);
     wait_ready(n, "tern", 3, "the third member seeded and ready");
-    eprintln!(
+    bulwark_e2e::figure!(
         "third member ready {:.1}s after the scale-up",
         started.elapsed().as_secs_f64()
     );

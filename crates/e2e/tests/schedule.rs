@@ -121,7 +121,7 @@ fn a_minutely_schedule_keeps_exactly_what_its_retention_says() {
         dump(n);
         panic!("{e}")
     });
-    eprintln!(
+    bulwark_e2e::figure!(
         "{} scheduled backups succeeded, retention applied, {:.1}s after apply",
         succeeded.len(),
         started.elapsed().as_secs_f64()

@@ -57,7 +57,7 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
         "mysql.bulwark.dev/switchover=tide-1",
     ]);
     let record = finished(n, "tide-1");
-    eprintln!(
+    bulwark_e2e::figure!(
         "switchover ended {:.1}s after it was asked for: {record}",
         asked.elapsed().as_secs_f64()
     );
@@ -82,10 +82,11 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
 
     let outcome = writer::finish(child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    eprintln!(
+    bulwark_e2e::figure!(
         "switchover write pause: longest gap between acknowledged writes {:.2}s (writer tries \
          every 0.2s), {} attempts refused",
-        outcome.longest_gap, outcome.refused
+        outcome.longest_gap,
+        outcome.refused
     );
     let stored = outcome.assert_none_lost(n, "tide-1", &password, "tide-primary");
 
@@ -236,7 +237,7 @@ fn a_requested_switchover_fences_the_old_primary_and_loses_no_acknowledged_row()
                 .ok_or(message)
         },
     );
-    eprintln!("Ready: {message}");
+    bulwark_e2e::figure!("Ready: {message}");
     let events = kubectl_ok(&[
         "get",
         "events",
