@@ -336,6 +336,27 @@ pub fn plan(i: &Inputs) -> Plan {
     }
 }
 
+/// How often a pass looks again while the primary is lost and no event may announce a change.
+pub const LOST_POLL: Duration = Duration::from_secs(5);
+
+/// When the next pass should run while the primary has been lost since `since`: just after
+/// the takeover time is up, so a failover is not late by up to a [`LOST_POLL`], and every
+/// [`LOST_POLL`] until then and after it (reports may still change the decision).
+pub fn recheck_lost(
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    failover_after: Duration,
+) -> Duration {
+    let lost_for = (now - since).to_std().unwrap_or_default();
+    match failover_after.checked_sub(lost_for) {
+        Some(left) if !failover_after.is_zero() && !left.is_zero() => {
+            // Past the deadline by a little: a pass exactly at it would find it not yet up.
+            (left + Duration::from_millis(100)).min(LOST_POLL)
+        }
+        _ => LOST_POLL,
+    }
+}
+
 /// The switchover the status records as running.
 fn running(status: &MySQLClusterStatus) -> Option<SwitchoverRecord> {
     status

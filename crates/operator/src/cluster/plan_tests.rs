@@ -618,3 +618,25 @@ fn a_held_pass_keeps_the_primary_and_records_how_long_it_has_been_lost() {
     );
     assert_eq!(completed.switching(), None);
 }
+
+#[test]
+fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
+    let since = now();
+    let at = |secs: i64| since + chrono::Duration::seconds(secs);
+    let after = Duration::from_secs(10);
+    let cases = [
+        ("just lost: every poll", at(0), after, LOST_POLL),
+        (
+            "3 s left: just after them",
+            at(7),
+            after,
+            Duration::from_millis(3100),
+        ),
+        ("time up: every poll", at(10), after, LOST_POLL),
+        ("long past: every poll", at(60), after, LOST_POLL),
+        ("failover off: every poll", at(3), Duration::ZERO, LOST_POLL),
+    ];
+    for (name, now, after, want) in cases {
+        assert_eq!(recheck_lost(since, now, after), want, "{name}");
+    }
+}
