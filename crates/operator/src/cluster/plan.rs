@@ -199,9 +199,7 @@ pub fn plan(i: &Inputs) -> Plan {
     if had_primary && i.members > 1 {
         lost_since = failover::primary_lost(&primary, i.views)
             .map(|_| status.primary_lost_since.clone().unwrap_or(Time(i.now)));
-        let lost_for = lost_since
-            .as_ref()
-            .map(|t| (i.now - t.0).to_std().unwrap_or_default());
+        let lost_for = lost_since.as_ref().map(|t| lost_for(t.0, i.now));
         let rules = failover::Rules {
             engine: i.engine,
             semi_sync: i.semi_sync,
@@ -336,6 +334,16 @@ pub fn plan(i: &Inputs) -> Plan {
     }
 }
 
+/// How long the primary has been lost at `now`, counted from `since` as the status records it:
+/// to whole seconds, cut down, so up to a second late. Counting one second less keeps a
+/// failover from coming before `failoverAfterSeconds`; it may come up to a second after.
+pub fn lost_for(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (now - since)
+        .to_std()
+        .unwrap_or_default()
+        .saturating_sub(Duration::from_secs(1))
+}
+
 /// How often a pass looks again while the primary is lost and no event may announce a change.
 pub const LOST_POLL: Duration = Duration::from_secs(5);
 
@@ -347,8 +355,7 @@ pub fn recheck_lost(
     now: DateTime<Utc>,
     failover_after: Duration,
 ) -> Duration {
-    let lost_for = (now - since).to_std().unwrap_or_default();
-    match failover_after.checked_sub(lost_for) {
+    match failover_after.checked_sub(lost_for(since, now)) {
         Some(left) if !failover_after.is_zero() && !left.is_zero() => {
             // Past the deadline by a little: a pass exactly at it would find it not yet up.
             (left + Duration::from_millis(100)).min(LOST_POLL)

@@ -624,18 +624,29 @@ fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
     let since = now();
     let at = |secs: i64| since + chrono::Duration::seconds(secs);
     let after = Duration::from_secs(10);
+    // The status keeps whole seconds: a second is allowed for the cut.
     let cases = [
         ("just lost: every poll", at(0), after, LOST_POLL),
         (
             "3 s left: just after them",
-            at(7),
+            at(8),
             after,
             Duration::from_millis(3100),
         ),
-        ("time up: every poll", at(10), after, LOST_POLL),
+        ("time up: every poll", at(11), after, LOST_POLL),
         ("long past: every poll", at(60), after, LOST_POLL),
         ("failover off: every poll", at(3), Duration::ZERO, LOST_POLL),
     ];
+    assert_eq!(
+        super::lost_for(since, at(10)),
+        Duration::from_secs(9),
+        "a second allowed"
+    );
+    assert_eq!(
+        super::lost_for(since, at(0)),
+        Duration::ZERO,
+        "never negative"
+    );
     for (name, now, after, want) in cases {
         assert_eq!(recheck_lost(since, now, after), want, "{name}");
     }
