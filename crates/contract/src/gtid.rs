@@ -125,67 +125,39 @@ pub fn seeded_history(position: &str, donor_history: &str) -> Option<String> {
 
 /// What a server holds once it applies what it received: its own `logged` transactions and
 /// `received` ones (MariaDB: positions, the later GTID of each domain; MySQL: the union of
-/// the sets). An empty side adds nothing; `None` when either does not parse.
+/// the sets). The parsers already keep a domain's highest GTID and merge a set's intervals, so
+/// both lists are read as one. `None` when either does not parse.
 pub fn with_received(engine: Engine, logged: &str, received: &str) -> Option<String> {
-    if received.trim().is_empty() {
-        return Some(logged.trim().to_owned());
-    }
-    if logged.trim().is_empty() {
-        return Some(received.trim().to_owned());
-    }
-    match engine {
-        Engine::MariaDb => {
-            let mut out = mariadb_position(logged)?;
-            for (domain, (server, seq)) in mariadb_position(received)? {
-                let e = out.entry(domain).or_insert((server, seq));
-                if seq > e.1 {
-                    *e = (server, seq);
-                }
-            }
-            Some(
-                out.iter()
-                    .map(|(domain, (server, seq))| format!("{domain}-{server}-{seq}"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
-        }
-        Engine::MySql => {
-            let mut out = mysql_set(logged)?;
-            for (key, intervals) in mysql_set(received)? {
-                out.entry(key).or_default().extend(intervals);
-            }
-            let entries: Vec<String> = out
+    let both = format!("{logged},{received}");
+    Some(match engine {
+        Engine::MariaDb => mariadb_text(
+            mariadb_position(&both)?
                 .into_iter()
-                .map(|((uuid, tag), mut intervals)| {
-                    intervals.sort_unstable();
-                    let mut merged: Vec<(u64, u64)> = Vec::new();
-                    for (a, b) in intervals {
-                        match merged.last_mut() {
-                            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
-                            _ => merged.push((a, b)),
+                .map(|(domain, (server, seq))| ((domain, server), seq)),
+        ),
+        Engine::MySql => mysql_set(&both)?
+            .into_iter()
+            .map(|((uuid, tag), intervals)| {
+                let tag = if tag.is_empty() {
+                    tag
+                } else {
+                    format!(":{tag}")
+                };
+                let ranges: Vec<String> = intervals
+                    .iter()
+                    .map(|(a, b)| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}-{b}")
                         }
-                    }
-                    let tag = if tag.is_empty() {
-                        tag
-                    } else {
-                        format!(":{tag}")
-                    };
-                    let ranges: Vec<String> = merged
-                        .iter()
-                        .map(|(a, b)| {
-                            if a == b {
-                                format!("{a}")
-                            } else {
-                                format!("{a}-{b}")
-                            }
-                        })
-                        .collect();
-                    format!("{uuid}{tag}:{}", ranges.join(":"))
-                })
-                .collect();
-            Some(entries.join(","))
-        }
-    }
+                    })
+                    .collect();
+                format!("{uuid}{tag}:{}", ranges.join(":"))
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    })
 }
 
 /// A MariaDB `history` (`gtid_binlog_state`) with the GTIDs of a `received` position added:
@@ -195,17 +167,18 @@ pub fn history_with_received(engine: Engine, history: &str, received: &str) -> O
     if engine == Engine::MySql || history.trim().is_empty() {
         return Some(String::new());
     }
-    let mut out = mariadb_history(history)?;
-    for (domain, server, seq) in mariadb_gtids(received)? {
-        let last = out.entry((domain, server)).or_insert(seq);
-        *last = (*last).max(seq);
-    }
-    Some(
-        out.iter()
-            .map(|((domain, server), seq)| format!("{domain}-{server}-{seq}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    )
+    Some(mariadb_text(mariadb_history(&format!(
+        "{history},{received}"
+    ))?))
+}
+
+/// MariaDB GTID list text from `(domain, server_id) → seq_no` entries.
+fn mariadb_text(entries: impl IntoIterator<Item = ((u32, u32), u64)>) -> String {
+    entries
+        .into_iter()
+        .map(|((domain, server), seq)| format!("{domain}-{server}-{seq}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `(domain, server_id) → last seq_no` of a MariaDB `gtid_binlog_state`.
