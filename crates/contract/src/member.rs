@@ -124,18 +124,6 @@ impl MemberStatus {
         ))
     }
 
-    /// Whether this member, once it has applied what it received, has every transaction
-    /// `other` will have once it has applied what it received (false when either does not
-    /// parse).
-    pub fn will_have_all_of(&self, engine: Engine, other: &MemberStatus) -> bool {
-        let (Some((position, history)), Some((theirs, _))) =
-            (self.holding(engine), other.holding(engine))
-        else {
-            return false;
-        };
-        gtid::within_history(engine, &theirs, &position, &history)
-    }
-
     /// One line of JSON.
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use bulwark_contract::gtid;
 use bulwark_contract::member::{IoState, MemberStatus};
 use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
@@ -203,42 +204,42 @@ pub fn decide(
             "{why}; waiting for {pod} to apply what it received before choosing the new primary"
         ));
     }
-    if let Some((pod, r)) = replicas.iter().find(|(_, r)| r.holding(engine).is_none()) {
-        return Failover::Waiting(format!(
-            "{why}; what {pod} reports it holds does not parse ({}): none is promoted",
-            shown(&r.gtid_executed)
-        ));
+    // What each will hold once applied, read once.
+    let mut holdings = Vec::with_capacity(replicas.len());
+    for (pod, r) in &replicas {
+        let Some((position, history)) = r.holding(engine) else {
+            return Failover::Waiting(format!(
+                "{why}; what {pod} reports it holds does not parse ({}): none is promoted",
+                shown(&r.gtid_executed)
+            ));
+        };
+        holdings.push((*pod, *r, position, history));
     }
-    let holding = |r: &MemberStatus| {
-        r.holding(engine)
-            .map(|(position, _)| position)
-            .unwrap_or_default()
-    };
     let applier_failed =
         |r: &MemberStatus| r.replication.as_ref().is_some_and(|rep| rep.sql_errno != 0);
-    let complete: Vec<_> = replicas
+    let complete: Vec<_> = holdings
         .iter()
-        .filter(|(pod, _)| forced.as_ref().is_none_or(|(_, to, _)| to == pod))
-        .filter(|(_, candidate)| {
-            replicas
+        .filter(|(pod, ..)| forced.as_ref().is_none_or(|(_, to, _)| to == pod))
+        .filter(|(_, _, position, history)| {
+            holdings
                 .iter()
-                .all(|(_, other)| candidate.will_have_all_of(engine, other))
+                .all(|(_, _, theirs, _)| gtid::within_history(engine, theirs, position, history))
         })
         .collect();
-    let best = complete.iter().find(|(_, r)| !applier_failed(r));
+    let best = complete.iter().find(|(_, r, ..)| !applier_failed(r));
     match best {
-        Some((pod, r)) => Failover::Promote {
+        Some((pod, _, position, _)) => Failover::Promote {
             to: (*pod).to_owned(),
             reason: match &forced {
                 None => format!(
                     "{why} for {}s; {pod} has every transaction the replicas received ({})",
                     lost_for.as_secs(),
-                    shown(&holding(r))
+                    shown(position)
                 ),
                 Some((value, _, short)) => format!(
                     "forced by {FORCE_FAILOVER_ANNOTATION}={value}: {short}; {pod} has every \
                      transaction the reporting replicas received ({})",
-                    shown(&holding(r))
+                    shown(position)
                 ),
             },
             request: rules.forced.map(|(value, _)| value.to_owned()),
@@ -248,13 +249,13 @@ pub fn decide(
              none is promoted until it applies again",
             complete
                 .iter()
-                .map(|(pod, _)| *pod)
+                .map(|(pod, ..)| *pod)
                 .collect::<Vec<_>>()
                 .join(", "),
             if complete.len() == 1 { "its" } else { "their" },
             complete
                 .iter()
-                .filter_map(|(_, r)| r.replication.as_ref().map(|rep| rep.sql_errno))
+                .filter_map(|(_, r, ..)| r.replication.as_ref().map(|rep| rep.sql_errno))
                 .map(|e| e.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
@@ -264,14 +265,14 @@ pub fn decide(
              reporting replica has: it is not promoted",
             forced.as_ref().map_or("", |(_, pod, _)| *pod)
         )),
-        None if replicas.is_empty() => {
+        None if holdings.is_empty() => {
             Failover::Waiting(format!("{why}; no replica reports to take over"))
         }
         None => Failover::Waiting(format!(
             "{why}; the replicas' transactions diverge ({}): none is promoted",
-            replicas
+            holdings
                 .iter()
-                .map(|(pod, r)| format!("{pod}: {}", holding(r)))
+                .map(|(pod, _, position, _)| format!("{pod}: {position}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
@@ -279,534 +280,5 @@ pub fn decide(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bulwark_contract::member::MemberReplication;
-
-    fn replica(pod: &str, gtid: &str, io: IoState, applied: bool) -> MemberView {
-        let mut report = super::super::roles::sample_report(gtid);
-        report.role = Some(Role::Replica);
-        report.replication = Some(MemberReplication {
-            source_host: "db-primary".into(),
-            source_port: 3306,
-            io,
-            sql_running: true,
-            relay_applied: applied,
-            sql_caught_up: applied,
-            io_errno: 0,
-            sql_errno: 0,
-            lag_seconds: None,
-            received: String::new(),
-        });
-        MemberView {
-            pod: pod.into(),
-            labelled: Some(Role::Replica),
-            labelled_epoch: Some(0),
-            report: Ok(report),
-        }
-    }
-
-    fn with_history(mut member: MemberView, history: &str) -> MemberView {
-        if let Ok(r) = &mut member.report {
-            r.gtid_history = history.into();
-        }
-        member
-    }
-
-    /// `member` having received up to `position`, its applier failed with `sql_errno` (0: not).
-    fn received(mut member: MemberView, position: &str, sql_errno: u32) -> MemberView {
-        if let Ok(r) = &mut member.report {
-            let rep = r.replication.as_mut().expect("a replica");
-            rep.received = position.into();
-            rep.sql_errno = sql_errno;
-            rep.sql_running = sql_errno == 0;
-        }
-        member
-    }
-
-    fn gone(pod: &str) -> MemberView {
-        MemberView {
-            pod: pod.into(),
-            labelled: Some(Role::Primary),
-            labelled_epoch: Some(0),
-            report: Err("connection refused".into()),
-        }
-    }
-
-    const AFTER: Duration = Duration::from_secs(30);
-
-    fn lost(secs: u64) -> Option<Duration> {
-        Some(Duration::from_secs(secs))
-    }
-
-    /// What a case expects.
-    #[derive(Debug)]
-    enum Expect {
-        Healthy,
-        /// Waiting, with a reason that contains this.
-        Waiting(&'static str),
-        /// This pod is promoted.
-        Promote(&'static str),
-    }
-    use Expect::*;
-
-    /// Name, members, how long the primary has been lost, the time before a takeover, and the
-    /// expected decision.
-    type Case = (
-        &'static str,
-        Vec<MemberView>,
-        Option<Duration>,
-        Duration,
-        Expect,
-    );
-
-    #[test]
-    fn decisions() {
-        let cases: Vec<Case> = vec![
-            (
-                "a primary that reports is healthy",
-                vec![
-                    MemberView {
-                        report: replica("db-0", "0-100-9", IoState::Stopped, true).report,
-                        ..gone("db-0")
-                    },
-                    replica("db-1", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(300),
-                AFTER,
-                Healthy,
-            ),
-            (
-                "not lost while a replica still receives",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-9", IoState::Running, true),
-                ],
-                lost(300),
-                AFTER,
-                Healthy,
-            ),
-            (
-                "lost, within the grace",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(10),
-                AFTER,
-                Waiting("a replica takes over once it has been lost for 30s"),
-            ),
-            (
-                "failover off",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(300),
-                Duration::ZERO,
-                Waiting("automatic failover is off"),
-            ),
-            (
-                "the most advanced replica is promoted",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-7", IoState::Connecting, true),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(31),
-                AFTER,
-                Promote("db-2"),
-            ),
-            (
-                "the replica that received the most is chosen, though another applied more",
-                vec![
-                    gone("db-0"),
-                    received(
-                        replica("db-1", "0-100-7", IoState::Connecting, false),
-                        "0-100-12",
-                        0,
-                    ),
-                    received(
-                        replica("db-2", "0-100-9", IoState::Connecting, true),
-                        "0-100-9",
-                        0,
-                    ),
-                ],
-                lost(31),
-                AFTER,
-                Promote("db-1"),
-            ),
-            (
-                "a replica whose applier failed does not block a choice that has its transactions",
-                vec![
-                    gone("db-0"),
-                    received(
-                        replica("db-1", "0-100-7", IoState::Connecting, false),
-                        "0-100-9",
-                        1062,
-                    ),
-                    received(
-                        replica("db-2", "0-100-9", IoState::Connecting, true),
-                        "0-100-9",
-                        0,
-                    ),
-                ],
-                lost(31),
-                AFTER,
-                Promote("db-2"),
-            ),
-            (
-                "the only replica that received everything cannot apply it: nobody",
-                vec![
-                    gone("db-0"),
-                    received(
-                        replica("db-1", "0-100-7", IoState::Connecting, false),
-                        "0-100-12",
-                        1062,
-                    ),
-                    received(
-                        replica("db-2", "0-100-9", IoState::Connecting, true),
-                        "0-100-9",
-                        0,
-                    ),
-                ],
-                lost(31),
-                AFTER,
-                Waiting(
-                    "only db-1 received every transaction, and its applier failed (error 1062)",
-                ),
-            ),
-            (
-                "a replica that says nothing of what it received and whose applier failed with \
-                 its relay log unapplied makes the choice wait (its relay log may hold the only \
-                 copy)",
-                vec![
-                    gone("db-0"),
-                    received(
-                        replica("db-1", "0-100-7", IoState::Connecting, false),
-                        "",
-                        1062,
-                    ),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(31),
-                AFTER,
-                Waiting("waiting for db-1 to apply"),
-            ),
-            (
-                "a received position that does not parse makes the choice wait",
-                vec![
-                    gone("db-0"),
-                    received(
-                        replica("db-1", "0-100-7", IoState::Connecting, false),
-                        "0-100-x",
-                        0,
-                    ),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(31),
-                AFTER,
-                Waiting("what db-1 reports it holds does not parse"),
-            ),
-            (
-                "a replica still applying that says nothing of what it received makes the choice \
-                 wait",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-7", IoState::Stopped, false),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(31),
-                AFTER,
-                Waiting("waiting for db-1 to apply"),
-            ),
-            (
-                "diverging replicas: nobody",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-7,1-101-3", IoState::Connecting, true),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                lost(31),
-                AFTER,
-                Waiting("diverge"),
-            ),
-            (
-                "a rejoined old primary's unacknowledged commit, behind the position of a \
-                 replica that never had it: nobody",
-                vec![
-                    gone("db-0"),
-                    with_history(
-                        replica("db-1", "0-101-200", IoState::Connecting, true),
-                        "0-100-39,0-101-200",
-                    ),
-                    with_history(
-                        replica("db-2", "0-100-40", IoState::Connecting, true),
-                        "0-100-40",
-                    ),
-                ],
-                lost(31),
-                AFTER,
-                Waiting("diverge"),
-            ),
-            (
-                "histories that agree: the most advanced",
-                vec![
-                    gone("db-0"),
-                    with_history(
-                        replica("db-1", "0-101-200", IoState::Connecting, true),
-                        "0-100-39,0-101-200",
-                    ),
-                    with_history(
-                        replica("db-2", "0-101-150", IoState::Connecting, true),
-                        "0-100-39,0-101-150",
-                    ),
-                ],
-                lost(31),
-                AFTER,
-                Promote("db-1"),
-            ),
-            (
-                "a deleted primary pod counts as lost",
-                vec![replica("db-1", "0-100-9", IoState::Connecting, true)],
-                lost(31),
-                AFTER,
-                Promote("db-1"),
-            ),
-            (
-                "nothing known of the replicas: no takeover",
-                vec![
-                    gone("db-0"),
-                    MemberView {
-                        labelled: Some(Role::Replica),
-                        labelled_epoch: Some(0),
-                        ..gone("db-1")
-                    },
-                ],
-                lost(300),
-                AFTER,
-                Healthy,
-            ),
-            (
-                "not yet seen lost",
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-9", IoState::Connecting, true),
-                ],
-                None,
-                AFTER,
-                Healthy,
-            ),
-        ];
-        for (name, members, lost_for, after, want) in cases {
-            // Every replica of these clusters is in the views, one acknowledgement each.
-            let replicas = members.iter().filter(|m| m.pod != "db-0").count();
-            let rules = Rules {
-                after,
-                ..rules(replicas, 1, None)
-            };
-            check(name, &decide(&rules, "db-0", &members, lost_for), &want);
-        }
-    }
-
-    fn rules(
-        replicas: usize,
-        acks: u32,
-        forced: Option<(&'static str, &'static str)>,
-    ) -> Rules<'static> {
-        Rules {
-            engine: Engine::MariaDb,
-            semi_sync: SemiSync {
-                acks,
-                timeout: None,
-                members: replicas as u32 + 1,
-            },
-            after: AFTER,
-            forced,
-        }
-    }
-
-    fn check(name: &str, got: &Failover, want: &Expect) {
-        match (want, got) {
-            (Healthy, Failover::Healthy) => {}
-            (Waiting(needle), Failover::Waiting(reason)) if reason.contains(needle) => {}
-            (Promote(pod), Failover::Promote { to, .. }) if to == pod => {}
-            _ => panic!("{name}: expected {want:?}, got {got:?}"),
-        }
-    }
-
-    /// A member of the primary's side of a cut: no report reaches the operator.
-    fn silent(pod: &str) -> MemberView {
-        MemberView {
-            labelled: Some(Role::Replica),
-            ..gone(pod)
-        }
-    }
-
-    #[test]
-    fn a_choice_waits_until_no_silent_replica_can_hold_an_acknowledged_commit() {
-        // Name, replicas in the spec, acknowledgements, a force request, the members, the
-        // expected decision.
-        type QuorumCase = (
-            &'static str,
-            usize,
-            u32,
-            Option<(&'static str, &'static str)>,
-            Vec<MemberView>,
-            Expect,
-        );
-        let cases: Vec<QuorumCase> = vec![
-            (
-                "{primary, db-1} cut from {operator, db-2}: db-1 may hold acknowledged commits",
-                2,
-                1,
-                None,
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-129", IoState::Connecting, true),
-                ],
-                Waiting("1 of 2 replicas report (db-1 silent or missing)"),
-            ),
-            (
-                "a replica whose pod is gone counts as silent",
-                2,
-                1,
-                None,
-                vec![
-                    gone("db-0"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                Waiting("1 of 2 replicas report (the others silent or missing)"),
-            ),
-            (
-                "every replica reports: the most advanced",
-                2,
-                1,
-                None,
-                vec![
-                    gone("db-0"),
-                    replica("db-1", "0-100-485", IoState::Connecting, true),
-                    replica("db-2", "0-100-129", IoState::Connecting, true),
-                ],
-                Promote("db-1"),
-            ),
-            (
-                "four replicas, two acknowledgements: three reporting suffice",
-                4,
-                2,
-                None,
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                    replica("db-3", "0-100-7", IoState::Connecting, true),
-                    replica("db-4", "0-100-8", IoState::Connecting, true),
-                ],
-                Promote("db-2"),
-            ),
-            (
-                "four replicas, two acknowledgements: two reporting do not",
-                4,
-                2,
-                None,
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    silent("db-2"),
-                    replica("db-3", "0-100-9", IoState::Connecting, true),
-                    replica("db-4", "0-100-8", IoState::Connecting, true),
-                ],
-                Waiting("no replica is promoted until 3 report"),
-            ),
-            (
-                "asynchronous replication: the reporting replicas decide (writes may be lost)",
-                2,
-                0,
-                None,
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                Promote("db-2"),
-            ),
-            (
-                "forced: the named reporting replica, recorded",
-                2,
-                1,
-                Some(("db-2", "db-2")),
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                Promote("db-2"),
-            ),
-            (
-                "forced to a silent replica: nothing",
-                2,
-                1,
-                Some(("db-1", "db-1")),
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                ],
-                Waiting("until 2 report; mysql.bulwark.dev/force-failover names db-1, which is not a reporting replica"),
-            ),
-            (
-                "forced to a replica that lacks what another reporting one has: nothing",
-                3,
-                1,
-                Some(("db-3@2", "db-3")),
-                vec![
-                    gone("db-0"),
-                    silent("db-1"),
-                    replica("db-2", "0-100-9", IoState::Connecting, true),
-                    replica("db-3", "0-100-7", IoState::Connecting, true),
-                ],
-                Waiting("names db-3, which lacks transactions"),
-            ),
-        ];
-        for (name, replicas, acks, forced, members, want) in cases {
-            let got = decide(&rules(replicas, acks, forced), "db-0", &members, lost(31));
-            check(name, &got, &want);
-            if let (
-                Some((value, _)),
-                Failover::Promote {
-                    request, reason, ..
-                },
-            ) = (forced, &got)
-            {
-                assert_eq!(request.as_deref(), Some(value), "{name}");
-                assert!(reason.starts_with("forced by"), "{name}: {reason}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_force_request_is_taken_once() {
-        assert_eq!(forced_request(Some("db-2"), None), Some(("db-2", "db-2")));
-        assert_eq!(
-            forced_request(Some("db-2@2"), Some("db-2")),
-            Some(("db-2@2", "db-2"))
-        );
-        assert_eq!(forced_request(Some("db-2"), Some("db-2")), None);
-        assert_eq!(forced_request(Some(" "), None), None);
-        assert_eq!(forced_request(None, None), None);
-    }
-
-    #[test]
-    fn lost_is_judged_from_the_reports() {
-        assert!(
-            primary_lost("db-0", &[gone("db-0")]).is_none(),
-            "no replica reports"
-        );
-        assert!(primary_lost(
-            "db-0",
-            &[gone("db-0"), replica("db-1", "", IoState::Connecting, true)]
-        )
-        .is_some_and(|w| w.contains("db-0 does not report")));
-    }
-}
+#[path = "failover_tests.rs"]
+mod tests;
