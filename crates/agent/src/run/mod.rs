@@ -15,6 +15,7 @@ mod error;
 pub mod exporter;
 pub mod fence;
 pub mod files;
+mod handover;
 pub mod http;
 pub mod init;
 mod observe;

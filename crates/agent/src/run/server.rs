@@ -11,6 +11,7 @@ use bulwark_contract::Role;
 
 use super::config::AgentConfig;
 use super::error::AgentError;
+use super::handover::HandoverMark;
 use super::http::{self, Readiness};
 use super::observe::{self, STATEMENT_TIMEOUT};
 use super::orders::Orders;
@@ -75,7 +76,6 @@ pub async fn run(
             .socket
             .with_file_name(bulwark_contract::paths::HANDOVER_FILE),
     );
-    let mut last_pending = None;
     let mut agent = Agent::new(config, orders);
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -101,15 +101,11 @@ pub async fn run(
             .fence
             .as_ref()
             .is_some_and(|f| f.remaining().is_some());
-        let now = Instant::now();
-        if agent.last.observed.as_ref().is_some_and(|o| {
+        let needed = agent.last.observed.as_ref().is_some_and(|o| {
             let primary = role.as_ref().is_some_and(|r| r.role == Role::Primary);
             handover::pending(primary, o.read_only, o.replicas_attached, held)
-        }) {
-            last_pending = Some(now);
-        }
-        let shown = handover::shown(last_pending, now);
-        mark.show(shown);
+        });
+        let shown = mark.update(needed, Instant::now());
         let member = agent
             .last
             .observed
@@ -140,47 +136,8 @@ pub async fn run(
         copies.abort();
     }
     agent.disconnect_gracefully().await;
-    mark.show(false);
+    mark.clear();
     Ok(())
-}
-
-/// The [`HANDOVER_FILE`](bulwark_contract::paths::HANDOVER_FILE) the pod's preStop hooks wait
-/// on, written only when what it says changes. A stale one (an agent killed while its server
-/// was primary) is removed at start: the hooks would otherwise wait their whole bound.
-struct HandoverMark {
-    path: std::path::PathBuf,
-    shown: Option<bool>,
-}
-
-impl HandoverMark {
-    fn new(path: std::path::PathBuf) -> HandoverMark {
-        let mut mark = HandoverMark { path, shown: None };
-        mark.show(false);
-        mark
-    }
-
-    fn show(&mut self, pending: bool) {
-        if self.shown == Some(pending) {
-            return;
-        }
-        let done = if pending {
-            std::fs::write(&self.path, b"")
-        } else {
-            match std::fs::remove_file(&self.path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        };
-        match done {
-            Ok(()) => {
-                tracing::info!(pending, "hand-over mark for the pod's preStop hooks");
-                self.shown = Some(pending);
-            }
-            Err(e) => {
-                tracing::warn!(path = %self.path.display(), error = %e, "cannot write the hand-over mark")
-            }
-        }
-    }
 }
 
 /// The endpoints' handlers over the state the passes publish.
