@@ -100,9 +100,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // No pod event announces that a member's data can now be compared, that a lost
         // primary has been gone long enough, that a restarted replica has caught up, or that a
         // member whose agent is not ready (its pod's condition may not say so yet) is again.
-        let after = Duration::from_secs(
-            u64::try_from(cluster.spec.replication.failover_after_seconds).unwrap_or(0),
-        );
+        let after = primary::seconds(cluster.spec.replication.failover_after_seconds);
         return Ok(Action::requeue(
             plan.lost_since.as_ref().map_or(plan::LOST_POLL, |since| {
                 plan::recheck_lost(since.0, Utc::now(), after)

@@ -223,7 +223,8 @@ pub(super) async fn announce(ctx: &Context, cluster: &MySQLCluster, ns: &str, pl
     }
 }
 
-fn seconds(s: i64) -> Duration {
+/// A spec's seconds as a duration (a negative number reads as zero).
+pub(super) fn seconds(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
 }
 
