@@ -81,6 +81,17 @@ if [[ -s "$figures" ]]; then
   sort -s -t: -k1,1 "$figures"
 fi
 
+# What failed, again at the end: the harness prints it next to its binary's output, which a
+# long log's tail (all a CI record may keep) does not reach.
+if grep -q -E '^test .* \.\.\. FAILED$' "$log"; then
+  echo "failed tests:"
+  grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^test /  /; s/ \.\.\. FAILED$//'
+  echo "their first lines of output:"
+  awk '/^---- .* stdout ----$/ { on = 1; n = 0; print; next }
+       /^failures:$/ || /^test result:/ { on = 0 }
+       on && n < 25 { print "  " $0; n++ }' "$log"
+fi
+
 awk -v np="$node_passed" -v nf="$node_failed" \
   '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
    END { p += np; f += nf; printf "summary: %d passed, %d failed\n", p, f; if (p == 0) exit 1 }' "$log" || status=1
