@@ -196,7 +196,7 @@ fn agents_replicate_switch_over_and_answer_probes() {
         "replica: replicating from 127.0.0.1:",
     );
     assert!(body.contains(&b_port), "{body}");
-    assert_eq!(scalar(&a_db, "SELECT @@read_only"), "1");
+    assert_eq!(read_only(&a_db), "1");
     b_labels.set(Some("primary"));
     wait_status(&b, &[&a], "/readyz", 200, "primary: writable");
     assert_eq!(scalar(&b_db, "SELECT @@read_only"), "0");

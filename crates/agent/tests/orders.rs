@@ -190,7 +190,7 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
     drop(a);
     let a = start("a-again", "quay-0", &a_db, &a_labels, &b_port, &a_orders);
     wait_status(&a, &[&b], "/readyz", 200, "replica: replicating");
-    assert_eq!(scalar(&a_db, "SELECT @@read_only"), "1");
+    assert_eq!(read_only(&a_db), "1");
     assert_eq!(scalar(&b_db, "SELECT @@read_only"), "0");
     let status = a.get("/status").1;
     assert!(status.contains("\"epoch\":1"), "{status}");
@@ -223,7 +223,7 @@ fn a_switchover_by_orders_fences_the_old_primary_before_the_new_one_writes() {
         let status = b.get("/status").1;
         (status.contains("\"epoch\":3") && status.contains("\"role\":\"replica\"")).then_some(())
     });
-    assert_eq!(scalar(&b_db, "SELECT @@read_only"), "1");
+    assert_eq!(read_only(&b_db), "1");
 }
 
 /// A demoted primary's pod is deleted while its writes are held (a rollout restarting it right
@@ -386,7 +386,7 @@ fn an_old_primarys_commit_nobody_received_shows_in_the_new_primarys_history() {
     );
     // A member with what the new primary has is within it.
     assert!(new.has_all_of(Engine::MariaDb, &new));
-    assert_eq!(scalar(&a_db, "SELECT @@read_only"), "1");
+    assert_eq!(read_only(&a_db), "1");
     assert_eq!(
         scalar(&b_db, "SELECT COUNT(*) FROM harbor.ships WHERE id = 1000"),
         "0"

@@ -193,7 +193,7 @@ fn a_primary_with_a_commit_waiting_for_an_acknowledgement_is_demoted() {
     // The primary is demoted.
     a_labels.set(Some("replica"));
     wait_for("the demoted primary to turn read-only", &[&a], || {
-        (scalar(&a_db, "SELECT @@read_only") == "1").then_some(())
+        (read_only(&a_db) == "1").then_some(())
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     let exit = loop {

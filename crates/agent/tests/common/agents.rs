@@ -249,7 +249,7 @@ pub fn instance_server(work: &Path, pod: &str) -> MariaDb {
     db
 }
 
-/// Runs SQL over TCP as `user` with `password` (the accounts are `user@'%'`).
+/// Runs SQL over TCP from 127.0.0.1 as `user` with `password`.
 pub fn sql_tcp(db: &MariaDb, user: &str, password: &str, sql: &str) -> Result<String, String> {
     let out = Command::new("mariadb")
         .args([
@@ -271,6 +271,75 @@ pub fn sql_tcp(db: &MariaDb, user: &str, password: &str, sql: &str) -> Result<St
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
+}
+
+/// Whether `user` with `password` can log in over TCP from the loopback address `from` (the
+/// whole of 127.0.0.0/8 reaches the server; the client cannot choose its address, so one
+/// connection is relayed from `from`): `Err` with the client's message otherwise.
+pub fn login_from(db: &MariaDb, from: &str, user: &str, password: &str) -> Result<(), String> {
+    let relay = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_port = relay.local_addr().unwrap().port();
+    let server = SocketAddr::from(([127, 0, 0, 1], db.port()));
+    let from: std::net::IpAddr = from.parse().unwrap();
+    relay.set_nonblocking(true).unwrap();
+    let relaying = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            match relay.accept() {
+                Ok((client, _)) => break client,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "the client never connected");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        client.set_nonblocking(true).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut client = tokio::net::TcpStream::from_std(client).unwrap();
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(from, 0)).unwrap();
+            let mut upstream = socket.connect(server).await.unwrap();
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        });
+    });
+    let out = Command::new("mariadb")
+        .args([
+            "--no-defaults",
+            "-N",
+            "-B",
+            "--protocol=TCP",
+            "-h",
+            "127.0.0.1",
+        ])
+        .arg(format!("--port={relay_port}"))
+        .arg(format!("--user={user}"))
+        .args(["-e", "SELECT 1"])
+        .env("MYSQL_PWD", password)
+        .output()
+        .unwrap();
+    relaying.join().unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// `@@read_only` read as the metrics account: a demoted primary's hold on writes ends client
+/// sessions (root's included) for a few seconds, but spares the operator's accounts.
+pub fn read_only(db: &MariaDb) -> String {
+    sql_tcp(
+        db,
+        "bulwark_exporter",
+        "m3trics-secret",
+        "SELECT @@read_only",
+    )
+    .unwrap_or_else(|e| panic!("read_only: {e}"))
 }
 
 pub fn scalar(db: &MariaDb, sql: &str) -> String {
