@@ -240,13 +240,15 @@ async fn apply_children(
         agent: ctx.config.backup_images.for_cluster(cluster).to_owned(),
         exporter: ctx.config.exporter_image.clone(),
     };
-    let images = Images::pinned(existing_set.as_ref(), &defaults);
     // A running cluster keeps the source it was created with, whatever the spec says now.
     let restore = match &existing_set {
         Some(set) => RestoreSource::recorded(set),
         None => RestoreSource::from_spec(cluster, refs),
     };
-    let mut set = build::stateful_set(cluster, validated, &cm_name, &images, restore.as_ref());
+    let build = |images: &Images| {
+        build::stateful_set(cluster, validated, &cm_name, images, restore.as_ref())
+    };
+    let mut set = build::keeping_running_images(existing_set.as_ref(), &defaults, build);
     // Neither the primary nor the one a running switchover replaces (it must confirm it is
     // read-only) is removed by a scale-down.
     let primary = plan::current_primary(&name, &cluster.status.clone().unwrap_or_default());

@@ -1,5 +1,6 @@
 //! The desired children of a MySQLCluster, built from the validated spec alone (plus the images
-//! already in use, so that an operator upgrade never changes a running pod template). Pure.
+//! already in use, so that an operator upgrade that lays the pod out as before leaves a
+//! running pod template alone). Pure.
 
 pub mod archiver;
 mod pod;
@@ -33,10 +34,60 @@ pub struct Images {
     pub exporter: String,
 }
 
+/// The StatefulSet `build` makes, with the images of the running one (`existing`) when its
+/// containers' commands and the server's image stay as they are: an operator upgrade then
+/// restarts no server. When an operator lays the pod out differently (flags an older agent
+/// would refuse, as when the agent began to serve the exporter's metrics), or the spec changes
+/// a command or the server's image (another series needs its own backup tool), the pods
+/// restart anyway and run the operator's `defaults`, the images made for them. Commands and
+/// images are compared rather than whole templates, which the API server fills with defaults;
+/// a layout change must therefore show in a command line.
+pub fn keeping_running_images(
+    existing: Option<&StatefulSet>,
+    defaults: &Images,
+    build: impl Fn(&Images) -> StatefulSet,
+) -> StatefulSet {
+    let running = Images::pinned(existing, defaults);
+    let kept = build(&running);
+    if running == *defaults || existing.is_some_and(|e| commands(e) == commands(&kept)) {
+        kept
+    } else {
+        build(defaults)
+    }
+}
+
+/// A container's name, image, command and arguments.
+type ContainerCommand = (
+    String,
+    Option<String>,
+    Option<Vec<String>>,
+    Option<Vec<String>>,
+);
+
+/// Each container's image and command, init containers included (the kept build has the
+/// running images of the operator's own containers, so only the server's can differ).
+fn commands(set: &StatefulSet) -> Vec<ContainerCommand> {
+    let Some(pod) = set.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else {
+        return Vec::new();
+    };
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers)
+        .map(|c| {
+            (
+                c.name.clone(),
+                c.image.clone(),
+                c.command.clone(),
+                c.args.clone(),
+            )
+        })
+        .collect()
+}
+
 impl Images {
-    /// The images to use: those of the existing StatefulSet's template where it has the
-    /// container, else the operator's defaults. Keeping them is what makes an operator upgrade
-    /// leave running pods alone; new images reach a cluster when its template changes anyway.
+    /// The images of the existing StatefulSet's template where it has the container, else
+    /// the operator's defaults.
     pub fn pinned(existing: Option<&StatefulSet>, defaults: &Images) -> Images {
         let find = |name: &str| -> Option<String> {
             let pod = existing?.spec.as_ref()?.template.spec.as_ref()?;
@@ -254,6 +305,70 @@ mod tests {
         );
         // A new cluster gets the new defaults.
         assert_eq!(Images::pinned(None, &new), new);
+    }
+
+    #[test]
+    fn a_template_that_changes_anyway_gets_the_operators_images() {
+        let c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let old = Images {
+            agent: "bulwark/mysql-backup:0.1.0".into(),
+            exporter: "exporter:1".into(),
+        };
+        let new = Images {
+            agent: "bulwark/mysql-backup:0.2.0".into(),
+            exporter: "exporter:2".into(),
+        };
+        let build = |images: &Images| stateful_set(&c, &v, "ledger-config-x", images, None);
+        let running = build(&old);
+        let template_images = |s: &StatefulSet| {
+            Images::pinned(
+                Some(s),
+                &Images {
+                    agent: String::new(),
+                    exporter: String::new(),
+                },
+            )
+        };
+        // Unchanged: the running images stay, nothing restarts.
+        assert_eq!(keeping_running_images(Some(&running), &new, build), running);
+        // A new configuration leaves the commands: the pods restart with the images they run.
+        let reconfigured = |images: &Images| stateful_set(&c, &v, "ledger-config-y", images, None);
+        let rebuilt = keeping_running_images(Some(&running), &new, reconfigured);
+        assert_eq!(template_images(&rebuilt), old);
+        // An older operator laid the pod out differently (here: no agent flags at all): the new
+        // layout is not run with the old agent, which would refuse flags it does not know.
+        let mut older_layout = running.clone();
+        if let Some(pod) = older_layout
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.spec.as_mut())
+        {
+            for container in pod.containers.iter_mut().filter(|c| c.name == "agent") {
+                container.args = Some(Vec::new());
+            }
+        }
+        let upgraded = keeping_running_images(Some(&older_layout), &new, build);
+        assert_eq!(template_images(&upgraded), new);
+        // The server's image changes (another version): the backup tool in the agent's image
+        // must match it, so the operator's image for the series is taken.
+        let mut older_server = running.clone();
+        if let Some(pod) = older_server
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.spec.as_mut())
+        {
+            for container in pod.containers.iter_mut().filter(|c| c.name == "mysqld") {
+                container.image = Some("mysql:8.0".into());
+            }
+        }
+        let moved = keeping_running_images(Some(&older_server), &new, build);
+        assert_eq!(template_images(&moved), new);
+        // A new cluster is built with the defaults.
+        assert_eq!(
+            template_images(&keeping_running_images(None, &new, build)),
+            new
+        );
     }
 
     #[test]
