@@ -1,11 +1,14 @@
 //! The small HTTP endpoints of the operator (`/metrics`, `/healthz`, `/readyz`) and of the
 //! in-pod agent (`/healthz`, `/readyz`): axum routes answering GET only (another method on a
 //! route is answered 405, another path 404) in one plain-text line, served on hyper with one
-//! request per connection and connections bounded in number and time, so a slow or silent
-//! client cannot hold the endpoint.
+//! request per connection and connections bounded in number, in time and per client address,
+//! so a slow or silent client cannot hold the endpoint, and one that opens many connections
+//! holds no more than its share (the kubelet's probes come from another address).
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -29,6 +32,57 @@ pub struct Limits {
     pub connection: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections served at once from one client address; more are closed when accepted.
+    pub max_per_peer: usize,
+}
+
+/// Connections being served, per client address, each address up to a share (also used by
+/// the agent's copy port, which is not HTTP).
+pub struct PeerShares {
+    most: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in its address' share, given back when dropped.
+pub struct PeerSlot {
+    shares: Arc<PeerShares>,
+    ip: IpAddr,
+}
+
+impl PeerShares {
+    /// Shares of `most` connections per address.
+    pub fn new(most: usize) -> Arc<PeerShares> {
+        Arc::new(PeerShares {
+            most,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A place for one more connection from `ip`; `None` while `ip` holds its share.
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(ip).or_insert(0);
+        if *n >= self.most {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            shares: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self.shares.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// A plain-text answer of one line (line breaks in `line` become spaces), never cached.
@@ -74,6 +128,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let peers = PeerShares::new(limits.max_per_peer);
+    let mut refused_logged: Option<std::time::Instant> = None;
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -83,14 +139,22 @@ pub async fn serve(
             } => a,
             _ = &mut shutdown => return,
         };
-        let (slot, stream) = match accepted {
-            (slot, Ok((stream, _))) => (slot, stream),
+        let (slot, stream, peer) = match accepted {
+            (slot, Ok((stream, peer))) => (slot, stream, peer),
             (_, Err(e)) => {
                 // Out of file descriptors, usually: pause rather than spin.
                 tracing::warn!(error = %e, "failed to accept a connection");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
+        };
+        let Some(share) = peers.take(peer.ip()) else {
+            // Over its address' share: closed at once, the slot free for others at once.
+            if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                tracing::warn!(peer = %peer.ip(), most = limits.max_per_peer, "a client holds its share of connections; closing its others");
+                refused_logged = Some(std::time::Instant::now());
+            }
+            continue;
         };
         let service = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
@@ -103,6 +167,7 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service);
             // Errors are the client's (reset, malformed, too slow): nothing to do about them.
             let _ = tokio::time::timeout(limits.connection, connection).await;
+            drop(share);
             drop(slot);
         });
     }
@@ -118,11 +183,16 @@ mod tests {
     const LIMITS: Limits = Limits {
         header: Duration::from_secs(1),
         connection: Duration::from_secs(5),
-        max_connections: 4,
+        max_connections: 8,
+        max_per_peer: 3,
     };
 
     /// A server with one route; stopped when the sender is dropped or used.
     async fn start() -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        start_with(LIMITS).await
+    }
+
+    async fn start_with(limits: Limits) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -133,7 +203,7 @@ mod tests {
             ),
             "nothing here",
         );
-        tokio::spawn(serve(listener, app, LIMITS, async {
+        tokio::spawn(serve(listener, app, limits, async {
             let _ = stopped.await;
         }));
         (addr, stop)
@@ -181,6 +251,62 @@ mod tests {
             .await
             .expect("the server hangs up on an unfinished request")
             .ok();
+    }
+
+    #[tokio::test]
+    async fn a_client_holding_its_share_does_not_starve_others() {
+        // Silent connections are held for long enough to see.
+        let (addr, _stop) = start_with(Limits {
+            header: Duration::from_secs(30),
+            ..LIMITS
+        })
+        .await;
+        // LIMITS.max_per_peer silent connections from 127.0.0.1 hold its whole share...
+        let mut silent = Vec::new();
+        for _ in 0..LIMITS.max_per_peer {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /hello HTTP/1.1\r\n").await.unwrap();
+            silent.push(s);
+        }
+        // (the server has taken them all up)
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // ...so its next one is closed unanswered...
+        let mut more = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = more
+            .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await;
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), more.read_to_end(&mut out))
+            .await
+            .expect("closed at once, not after the 30 s header timeout")
+            .ok();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        // ...while another address is answered at once.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut other = socket.connect(addr).await.unwrap();
+        other
+            .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), other.read_to_string(&mut answer))
+            .await
+            .expect("answered without waiting for the silent ones")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        // Once the silent ones are gone, the address has its share back (as soon as the
+        // server has seen them close).
+        drop(silent);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let back = exchange(addr, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n").await;
+            if back.starts_with("HTTP/1.1 200 OK\r\n") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{back:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     #[tokio::test]

@@ -26,6 +26,7 @@ const LIMITS: Limits = Limits {
     header: Duration::from_secs(5),
     connection: Duration::from_secs(30),
     max_connections: 32,
+    max_per_peer: 8,
 };
 
 /// What `/readyz` asks: `Ok` when ready, else the reason in one line.

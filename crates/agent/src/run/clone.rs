@@ -28,6 +28,12 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(120);
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes read from the backup tool per frame.
 const READ_BYTES: usize = 256 << 10;
+/// Connections handled at once (a request is read within [`REQUEST_TIMEOUT`]; one copy runs
+/// at a time), and from one address: a pod that opens connections and stays silent holds
+/// no more than its share, never the agent's file descriptors.
+const MAX_CONNECTIONS: usize = 8;
+/// Connections handled at once from one address (a new member asks one donor at a time).
+const MAX_PER_PEER: usize = 2;
 
 /// What a donor needs.
 #[derive(Debug, Clone)]
@@ -43,7 +49,14 @@ pub struct Donor {
 /// Serves copies, one at a time, until the listener fails or the task is dropped.
 pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
     let busy = Arc::new(tokio::sync::Semaphore::new(1));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let shares = bulwark_http::PeerShares::new(MAX_PER_PEER);
     loop {
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -52,12 +65,20 @@ pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
                 continue;
             }
         };
+        let Some(share) = shares.take(peer.ip()) else {
+            tracing::debug!(peer = %peer, "a client holds its share of copy connections");
+            // Said without waiting: a client that does not read gets the connection closed.
+            let _ = stream.try_write(b"refused: too many connections from your address\n");
+            continue;
+        };
         let donor = donor.clone();
         let busy = busy.clone();
         tokio::spawn(async move {
             if let Err(reason) = answer(stream, peer, &donor, &busy).await {
                 tracing::warn!(peer = %peer, reason = %reason, "copy for a new member not served");
             }
+            drop(share);
+            drop(slot);
         });
     }
 }

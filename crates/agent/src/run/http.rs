@@ -92,7 +92,11 @@ pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once (more wait in the backlog). `/healthz` checks are coalesced
 /// ([`Coalesced`]), so the server sees at most one check connection whatever this is.
-const MAX_CONNECTIONS: usize = 16;
+const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once from one address: the operator asks for a report and sends an
+/// order at most a few at a time, the kubelet probes twice; a pod that opens connections and
+/// stays silent holds this many, never the kubelet's or the operator's.
+const MAX_PER_PEER: usize = 6;
 
 /// An answer: status code and one line of text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +131,7 @@ pub fn limits(handler_time: Duration) -> Limits {
         header: HEADER_TIMEOUT,
         connection: HEADER_TIMEOUT + handler_time + Duration::from_secs(5),
         max_connections: MAX_CONNECTIONS,
+        max_per_peer: MAX_PER_PEER,
     }
 }
 

@@ -263,6 +263,7 @@ pub async fn serve(
         header: Duration::from_secs(5),
         connection: Duration::from_secs(10),
         max_connections: 8,
+        max_per_peer: 4,
     };
     bulwark_http::serve(listener, app, limits, shutdown).await;
 }
