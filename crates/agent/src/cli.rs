@@ -23,6 +23,7 @@ use crate::decide::sql::Source;
 use crate::run::bootstrap::{self, DatadirState};
 use crate::run::exporter::ExporterConfig;
 use crate::run::init::{self, InitRequest};
+use crate::run::metrics::MetricsConfig;
 use crate::run::pending::PendingRestoreConfig;
 use crate::run::{self, AgentConfig};
 
@@ -231,6 +232,21 @@ pub struct AgentArgs {
     /// The server's data directory as this container sees it (copies are taken from it).
     #[arg(long, env = "BULWARK_AGENT_DATADIR")]
     pub datadir: Option<PathBuf>,
+    /// Address to serve the exporter's `/metrics` on (and nothing else of the exporter's;
+    /// needs --metrics-upstream).
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_METRICS_LISTEN",
+        requires = "metrics_upstream"
+    )]
+    pub metrics_listen: Option<SocketAddr>,
+    /// The exporter's own address, on loopback.
+    #[arg(
+        long,
+        env = "BULWARK_AGENT_METRICS_UPSTREAM",
+        requires = "metrics_listen"
+    )]
+    pub metrics_upstream: Option<SocketAddr>,
     /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]
     pub repo: Option<String>,
@@ -301,6 +317,10 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
         gtid_file: a.gtid_file.as_deref().map(absolute).transpose()?,
         clone: match (a.clone_listen, &a.datadir) {
             (Some(addr), Some(datadir)) => Some((addr, absolute(datadir)?)),
+            _ => None,
+        },
+        metrics: match (a.metrics_listen, a.metrics_upstream) {
+            (Some(listen), Some(upstream)) => Some(MetricsConfig { listen, upstream }),
             _ => None,
         },
     };
@@ -633,7 +653,8 @@ mod tests {
 
     #[test]
     fn the_operators_agent_command_parses() {
-        let AgentCommand::Run(a) = parse(command::Agent::for_pod("quay-primary", 1, None).argv())
+        let AgentCommand::Run(a) =
+            parse(command::Agent::for_pod("quay-primary", 1, None, false).argv())
         else {
             panic!("not run")
         };
@@ -655,12 +676,25 @@ mod tests {
             Some(bulwark_contract::ports::CLONE)
         );
         assert_eq!(a.datadir.as_deref().map(path), Some(paths::DATADIR));
+        assert_eq!((a.metrics_listen, a.metrics_upstream), (None, None));
 
-        let bootstrapped = command::Agent::for_pod("quay-primary", 1, Some(repository()));
+        let bootstrapped = command::Agent::for_pod("quay-primary", 1, Some(repository()), true);
         let AgentCommand::Run(a) = parse(bootstrapped.argv()) else {
             panic!("not run")
         };
         assert_eq!(a.repo.as_deref(), Some("s3://bucket/prefix"));
+        // Metrics on: served on the public port, read from the exporter on loopback.
+        assert_eq!(
+            a.metrics_listen.map(|l| l.to_string()),
+            Some(format!("0.0.0.0:{}", bulwark_contract::ports::EXPORTER))
+        );
+        assert_eq!(
+            a.metrics_upstream.map(|l| l.to_string()),
+            Some(format!(
+                "127.0.0.1:{}",
+                bulwark_contract::ports::EXPORTER_LOOPBACK
+            ))
+        );
         assert_eq!(a.s3.s3_endpoint.as_deref(), Some("http://minio:9000"));
         assert!(a.s3.s3_path_style);
         assert_eq!(

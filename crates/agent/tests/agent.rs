@@ -115,8 +115,23 @@ fn agents_replicate_switch_over_and_answer_probes() {
                 "SELECT GROUP_CONCAT(CONCAT(user, '@', host, ':', max_user_connections) ORDER BY user) \
                  FROM mysql.user WHERE user LIKE 'bulwark%'"
             ),
-            "bulwark_backup@%:0,bulwark_exporter@%:3,bulwark_replication@%:0"
+            "bulwark_backup@%:0,bulwark_exporter@127.0.0.1:3,bulwark_replication@%:0"
         );
+        // The exporter's account logs in from its pod's loopback address only, and reads no
+        // table: a password the exporter is tricked into sending elsewhere opens nothing.
+        login_from(db, "127.0.0.1", "bulwark_exporter", "m3trics-secret").unwrap();
+        let elsewhere = login_from(db, "127.0.0.2", "bulwark_exporter", "m3trics-secret")
+            .expect_err("the exporter's account logs in from another address");
+        assert!(elsewhere.contains("Access denied"), "{elsewhere}");
+        login_from(db, "127.0.0.2", "bulwark_backup", "b4ckup-secret").unwrap();
+        let data = sql_tcp(
+            db,
+            "bulwark_exporter",
+            "m3trics-secret",
+            "SELECT COUNT(*) FROM mysql.global_priv",
+        )
+        .expect_err("the exporter's account reads a table");
+        assert!(data.contains("denied"), "{data}");
         assert_eq!(
             sql_tcp(db, "bulwark_exporter", "m3trics-secret", "SELECT 1").unwrap(),
             "1"
@@ -674,6 +689,15 @@ fn a_logical_bootstrap_reaches_the_replicas_through_the_binary_log() {
         assert!(
             sql_tcp(db, "bulwark_backup", "the-source-clusters", "SELECT 1").is_err(),
             "{member} still takes the source's backup password"
+        );
+        // The source's exporter account (from anywhere, reading every table) went too.
+        assert_eq!(
+            scalar(
+                db,
+                "SELECT GROUP_CONCAT(host) FROM mysql.user WHERE user = 'bulwark_exporter'"
+            ),
+            "127.0.0.1",
+            "{member}"
         );
     }
 

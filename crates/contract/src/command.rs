@@ -343,11 +343,26 @@ pub struct Agent {
     /// The data directory as the agent sees it (copies are taken from it).
     pub datadir: String,
     pub restore: Option<AgentRestore>,
+    /// Serve the exporter's `/metrics` (when the cluster has metrics on).
+    pub metrics: Option<AgentMetrics>,
+}
+
+/// Where the agent serves `/metrics`, and the exporter it reads them from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentMetrics {
+    pub listen: String,
+    /// The exporter's loopback address.
+    pub upstream: String,
 }
 
 impl Agent {
     /// The command of the server pods' `agent` container.
-    pub fn for_pod(primary_host: &str, semi_sync_acks: u32, restore: Option<Repository>) -> Agent {
+    pub fn for_pod(
+        primary_host: &str,
+        semi_sync_acks: u32,
+        restore: Option<Repository>,
+        metrics: bool,
+    ) -> Agent {
         Agent {
             pod_name: "$(POD_NAME)".to_owned(),
             order_file: paths::ROLE_ORDER.to_owned(),
@@ -364,6 +379,10 @@ impl Agent {
             restore: restore.map(|repository| AgentRestore {
                 repository,
                 pending_logical_restore: paths::PENDING_LOGICAL_RESTORE.to_owned(),
+            }),
+            metrics: metrics.then(|| AgentMetrics {
+                listen: format!("0.0.0.0:{}", crate::ports::EXPORTER),
+                upstream: format!("127.0.0.1:{}", crate::ports::EXPORTER_LOOPBACK),
             }),
         }
     }
@@ -387,6 +406,10 @@ impl Agent {
         if let Some(r) = &self.restore {
             r.repository.push(&mut a);
             a.flag("pending-logical-restore", &r.pending_logical_restore);
+        }
+        if let Some(m) = &self.metrics {
+            a.flag("metrics-listen", &m.listen)
+                .flag("metrics-upstream", &m.upstream);
         }
         a
     }

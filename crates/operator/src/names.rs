@@ -44,7 +44,7 @@ pub const MYSQL_PORT: i32 = ports::MYSQL as i32;
 pub const AGENT_PORT: i32 = ports::AGENT as i32;
 /// The agent's port for copies of a member's data (`seed`).
 pub const CLONE_PORT: i32 = ports::CLONE as i32;
-/// Port of the metrics exporter sidecar.
+/// The server pods' metrics port: the agent answers `/metrics` there with the exporter's.
 pub const EXPORTER_PORT: i32 = ports::EXPORTER as i32;
 
 /// Component values.

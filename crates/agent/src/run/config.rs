@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::metrics::MetricsConfig;
 use super::pending::PendingRestoreConfig;
 use crate::decide::sql::Source;
 
@@ -39,4 +40,6 @@ pub struct AgentConfig {
     /// Where copies of this member's data are served to new members, and the server's data
     /// directory they are taken from (`None`: no copies served).
     pub clone: Option<(SocketAddr, PathBuf)>,
+    /// Where the exporter's `/metrics` are served (`None`: the cluster has no metrics).
+    pub metrics: Option<MetricsConfig>,
 }

@@ -1,7 +1,7 @@
 //! The agent sidecar's life: it binds the endpoints (`/healthz`, `/readyz`, `/status`, the
-//! operator's `/order`) and the copy server, then runs passes (on the interval, when an order
-//! wakes it, back to back while each acts) and publishes each pass's readiness and report
-//! until shutdown.
+//! operator's `/order`), the copy server and the metrics, then runs passes (on the interval,
+//! when an order wakes it, back to back while each acts) and publishes each pass's readiness
+//! and report until shutdown.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -46,6 +46,7 @@ pub async fn run(
     println!("listening on {local}");
 
     let (clone_port, copies) = serve_copies(&config).await;
+    let metrics = serve_metrics(&config).await;
     let readiness = Arc::new(Mutex::new(Readiness {
         ready: false,
         reason: "starting".into(),
@@ -130,6 +131,9 @@ pub async fn run(
     }
     let _ = stop_http.send(());
     let _ = endpoints.await;
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     if let Some(copies) = copies {
         // No new copies; one in progress ends with the process (its receiver fails and tries
         // again).
@@ -214,6 +218,27 @@ async fn serve_copies(config: &AgentConfig) -> (u16, Option<tokio::task::JoinHan
         Err(e) => {
             tracing::error!(listen = %addr, error = %e, "failed to listen for copies of this member's data");
             (0, None)
+        }
+    }
+}
+
+/// Serves the exporter's `/metrics`, when configured. A listener that cannot be bound is no
+/// reason to stop serving the server's role and probes: the scrapes fail, and say so.
+async fn serve_metrics(config: &AgentConfig) -> Option<tokio::task::JoinHandle<()>> {
+    let m = config.metrics?;
+    match tokio::net::TcpListener::bind(m.listen).await {
+        Ok(l) => {
+            tracing::info!(listen = %m.listen, upstream = %m.upstream, "serving the exporter's metrics");
+            Some(tokio::spawn(http::serve(
+                l,
+                super::metrics::routes(m.upstream),
+                super::metrics::limits(),
+                std::future::pending(),
+            )))
+        }
+        Err(e) => {
+            tracing::error!(listen = %m.listen, error = %e, "failed to listen for metrics scrapes");
+            None
         }
     }
 }

@@ -14,6 +14,15 @@ pub const BACKUP_USER: &str = Account::Backup.user();
 /// Metrics exporter account.
 pub const EXPORTER_USER: &str = Account::Metrics.user();
 
+/// Where each account may connect from. Replication and backups come from other pods; the
+/// exporter only from its own pod's loopback, so its password is worth nothing elsewhere.
+pub fn account_host(user: &str) -> &'static str {
+    match user {
+        EXPORTER_USER => "127.0.0.1",
+        _ => "%",
+    }
+}
+
 /// Connection cap of the exporter account.
 pub const EXPORTER_MAX_CONNECTIONS: u32 = 3;
 
@@ -40,9 +49,11 @@ pub fn grants(engine: Engine, user: &str) -> &'static str {
             "RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, BACKUP_ADMIN, \
              SELECT, SHOW VIEW, EVENT, TRIGGER, EXECUTE, SHOW DATABASES"
         }
-        // MariaDB 10.5.9+ wants SLAVE MONITOR for SHOW SLAVE STATUS (replication metrics).
-        (Engine::MariaDb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR, SELECT",
-        (Engine::MySql, _) => "PROCESS, REPLICATION CLIENT, SELECT",
+        // The exporter's default collectors read status, variables, replication and
+        // information_schema's InnoDB tables: no table data, so no SELECT. MariaDB 10.5.9+
+        // wants SLAVE MONITOR for SHOW SLAVE STATUS (replication metrics).
+        (Engine::MariaDb, _) => "PROCESS, REPLICATION CLIENT, SLAVE MONITOR",
+        (Engine::MySql, _) => "PROCESS, REPLICATION CLIENT",
     }
 }
 
@@ -75,8 +86,13 @@ fn account_statements(engine: Engine, passwords: &AccountPasswords<'_>) -> Vec<S
         (BACKUP_USER, passwords.backup, ""),
         (EXPORTER_USER, passwords.exporter, exporter_limits.as_str()),
     ];
+    // Earlier releases let the exporter's account connect from anywhere and read every table.
+    out.push(Statement::plain(format!(
+        "DROP USER IF EXISTS {}@'%'",
+        quote(EXPORTER_USER)
+    )));
     for (user, password, limits) in accounts {
-        let account = format!("{}@'%'", quote(user));
+        let account = format!("{}@'{}'", quote(user), account_host(user));
         out.push(Statement::with_secret(
             &format!("CREATE USER IF NOT EXISTS {account} IDENTIFIED BY {{secret}}{limits}"),
             password,
@@ -136,10 +152,14 @@ mod tests {
         let text = sql(&st);
         assert_eq!(text[1], "SET SESSION sql_log_bin = 1");
         assert_eq!(text.last().unwrap(), "SET SESSION sql_log_bin = 0");
-        for user in [REPLICATION_USER, BACKUP_USER, EXPORTER_USER] {
+        for (user, host) in [
+            (REPLICATION_USER, "%"),
+            (BACKUP_USER, "%"),
+            (EXPORTER_USER, "127.0.0.1"),
+        ] {
             assert!(
                 text.iter()
-                    .any(|t| t.starts_with(&format!("ALTER USER '{user}'@'%'"))),
+                    .any(|t| t.starts_with(&format!("ALTER USER '{user}'@'{host}'"))),
                 "{user}: {text:?}"
             );
         }
@@ -169,7 +189,12 @@ mod tests {
             &"CREATE USER IF NOT EXISTS 'bulwark_replication'@'%' IDENTIFIED BY 'r-pw'".to_string()
         ));
         assert!(text.contains(
-            &"ALTER USER 'bulwark_exporter'@'%' IDENTIFIED BY 'e-pw' WITH MAX_USER_CONNECTIONS 3"
+            &"ALTER USER 'bulwark_exporter'@'127.0.0.1' IDENTIFIED BY 'e-pw' WITH MAX_USER_CONNECTIONS 3"
+                .to_string()
+        ));
+        assert!(text.contains(&"DROP USER IF EXISTS 'bulwark_exporter'@'%'".to_string()));
+        assert!(text.contains(
+            &"GRANT PROCESS, REPLICATION CLIENT, SLAVE MONITOR ON *.* TO 'bulwark_exporter'@'127.0.0.1'"
                 .to_string()
         ));
         assert!(text
@@ -194,7 +219,7 @@ mod tests {
         let writable = sql(&ensure_accounts(Engine::MySql, &pw, false));
         assert!(!writable.iter().any(|s| s.contains("super_read_only")));
         assert!(writable.contains(
-            &"GRANT PROCESS, REPLICATION CLIENT, SELECT ON *.* TO 'bulwark_exporter'@'%'"
+            &"GRANT PROCESS, REPLICATION CLIENT ON *.* TO 'bulwark_exporter'@'127.0.0.1'"
                 .to_string()
         ));
     }

@@ -6,7 +6,8 @@
 //! `bootstrap.fromBackup` a `restore` container (`bulwark-agent restore`) restores the backup
 //! into a data volume still empty (a new cluster); `mysqld` runs the server with
 //! probes answered by the `agent` sidecar (`bulwark-agent run`), which also manages accounts
-//! and replication from the role label; `exporter` serves metrics when enabled.
+//! and replication from the role label and serves the metrics of `exporter` (when enabled),
+//! which listens on loopback only.
 
 use std::collections::BTreeMap;
 
@@ -325,8 +326,14 @@ fn agent_container(
 ) -> Container {
     let primary = names::primary_service(cluster_name(cluster));
     let acks = crate::cluster::config::semi_sync(&cluster.spec).agent_acks();
-    let argv =
-        command::Agent::for_pod(&primary, acks, restore.map(|a| a.repository.clone())).argv();
+    let metrics = cluster.spec.metrics.enabled;
+    let argv = command::Agent::for_pod(
+        &primary,
+        acks,
+        restore.map(|a| a.repository.clone()),
+        metrics,
+    )
+    .argv();
     let mut mounts = vec![
         mount("run", paths::RUN_DIR, false),
         mount("credentials", paths::CREDENTIALS_DIR, true),
@@ -344,10 +351,16 @@ fn agent_container(
     }
     let quantity = |q: &str| Quantity(q.to_owned());
     Container {
-        ports: Some(vec![
-            port("agent", names::AGENT_PORT),
-            port("clone", names::CLONE_PORT),
-        ]),
+        ports: Some(
+            [
+                Some(port("agent", names::AGENT_PORT)),
+                Some(port("clone", names::CLONE_PORT)),
+                metrics.then(|| port("metrics", names::EXPORTER_PORT)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        ),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_owned(), quantity("10m")),
@@ -389,6 +402,9 @@ fn wait_for_handover() -> Lifecycle {
 /// mysqld_exporter, reading the server over loopback with the metrics account, whose password
 /// comes from the option file `init` wrote (both the 0.14 and the 0.15+ exporters read
 /// `--config.my-cnf`; the address and user flags are the 0.15+ defaults the file overrides).
+/// It listens on loopback only: 0.15+ also serves `/probe?target=`, which logs in with that
+/// account to any server named, so any pod able to reach it could collect the password from a
+/// server of its own. The agent serves its `/metrics`, and nothing else, on the `metrics` port.
 fn exporter_container(images: &Images) -> Container {
     Container {
         name: "exporter".to_owned(),
@@ -397,8 +413,11 @@ fn exporter_container(images: &Images) -> Container {
             format!("--config.my-cnf={}", paths::EXPORTER_CONFIG),
             format!("--mysqld.address=127.0.0.1:{}", names::MYSQL_PORT),
             format!("--mysqld.username={}", Account::Metrics.user()),
+            format!(
+                "--web.listen-address=127.0.0.1:{}",
+                bulwark_contract::ports::EXPORTER_LOOPBACK
+            ),
         ]),
-        ports: Some(vec![port("metrics", names::EXPORTER_PORT)]),
         volume_mounts: Some(vec![
             mount("tmp", podspec::TMP_DIR, false),
             mount("exporter-config", paths::EXPORTER_CONFIG_DIR, true),
