@@ -1,7 +1,8 @@
 //! `bulwark-agent seed` against real MariaDB servers and their agents: a member added after
 //! the primary purged the binary logs that hold the cluster's start is seeded with a copy of a
 //! replica's data and replicates only what followed; a datadir that holds a server is left
-//! alone; a forged request is refused; with nobody to copy from, nothing is written.
+//! alone; a forged request is refused; with nobody to copy from, nothing is written; a pod
+//! that is no member (it lacks the order key) is never copied from.
 
 mod common;
 
@@ -198,4 +199,58 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
     let out = ok(seed(w, &["127.0.0.1:1".to_owned()], &lonely));
     assert!(out.contains("no member's agent answered"), "{out}");
     assert_eq!(std::fs::read_dir(&lonely).unwrap().count(), 0);
+
+    // A pod that only carries the cluster's labels stands behind its headless Service: it
+    // reports like the primary with data and streams a datadir of its own. Without the order
+    // key it cannot prove it is a member: the copy is refused before anything is taken from
+    // it, and the datadir stays empty.
+    let impostor_copy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut forged = a_report.clone();
+    forged.clone_port = impostor_copy.local_addr().unwrap().port();
+    let forged = forged.to_line();
+    let impostor_agent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let impostor = impostor_agent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in impostor_agent.incoming().flatten() {
+            let mut head = String::new();
+            let mut reader = BufReader::new(&stream);
+            while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
+            let _ = write!(
+                &stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{forged}",
+                forged.len()
+            );
+        }
+    });
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    std::thread::spawn(move || {
+        for stream in impostor_copy.incoming().flatten() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut request = String::new();
+            let _ = BufReader::new(&stream).read_line(&mut request);
+            // "streaming", then one frame of a planted file and the end.
+            let _ = (&stream).write_all(b"streaming\n\0\0\0\x04XBST\0\0\0\0complete\n");
+        }
+    });
+    let planted = volume.join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    fails(
+        seed(w, &[impostor], &planted),
+        &[
+            "is no donor to copy from",
+            "did not prove it holds the cluster's order key",
+        ],
+    );
+    assert!(
+        asked.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the impostor was never asked"
+    );
+    // Only the marker of an unfinished copy, which the next run clears.
+    let left: Vec<String> = std::fs::read_dir(&planted)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != bulwark_agent::run::bootstrap::MARKER_NAME)
+        .collect();
+    assert!(left.is_empty(), "written from the impostor: {left:?}");
 }

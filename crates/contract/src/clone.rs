@@ -3,7 +3,8 @@
 //!
 //! The request is one line of JSON signed with the cluster's order key (only pods that mount
 //! it, the cluster's own, can read a member's data) and dated, so that a captured request
-//! cannot be replayed for long. The answer is a line (`streaming`, or `refused: <reason>`),
+//! cannot be replayed for long. The answer is a line (`streaming <proof>`, the proof an HMAC of
+//! the request under the same key, so that only a member can answer; or `refused: <reason>`),
 //! then frames (a 4-byte big-endian length and that many bytes of xbstream), a frame of length
 //! 0, and a last line: `complete`, or `failed: <reason>`.
 
@@ -17,7 +18,7 @@ pub const MAX_REQUEST_BYTES: usize = 1024;
 pub const REQUEST_VALIDITY_SECONDS: i64 = 300;
 /// Largest frame a donor sends (a receiver refuses larger ones as corrupt).
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
-/// The donor's first line when it streams.
+/// The donor's first line when it streams starts with this word; the donor's proof follows.
 pub const STREAMING: &str = "streaming";
 /// The donor's last line when the copy is whole.
 pub const COMPLETE: &str = "complete";
@@ -54,6 +55,11 @@ pub enum CloneRequestError {
     Stale { issued_at: i64, skew: i64 },
     #[error("the clone request is for {wanted}, not this donor ({actual})")]
     OtherDonor { wanted: String, actual: String },
+    #[error(
+        "the donor did not prove it holds the cluster's order key (a pod that only carries the \
+         cluster's labels?)"
+    )]
+    DonorUnproven,
 }
 
 impl CloneRequest {
@@ -62,6 +68,32 @@ impl CloneRequest {
             "bulwark-clone-request\n{}\n{}\n{}",
             self.member, self.donor, self.issued_at
         )
+    }
+
+    /// The donor's first line when it streams for this request: [`STREAMING`] and an HMAC
+    /// under the order key of the request itself. Any pod given the cluster's labels stands
+    /// behind its headless Service and can be asked for a copy; only a member, which mounts
+    /// the key, can answer so, and the answer fits this request only.
+    pub fn streaming_line(&self, key: &[u8]) -> String {
+        format!("{STREAMING} {}", self.proof(key))
+    }
+
+    /// Whether the donor's first line `line` is [`Self::streaming_line`]'s under `key`.
+    pub fn check_streaming(&self, line: &str, key: &[u8]) -> Result<(), CloneRequestError> {
+        let proof = line
+            .strip_prefix(STREAMING)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .ok_or(CloneRequestError::DonorUnproven)?;
+        if constant_time_eq(self.proof(key).as_bytes(), proof.trim().as_bytes()) {
+            Ok(())
+        } else {
+            Err(CloneRequestError::DonorUnproven)
+        }
+    }
+
+    fn proof(&self, key: &[u8]) -> String {
+        let text = format!("bulwark-clone-donor\n{}", self.signed_text());
+        hex(&hmac_sha256(key, text.as_bytes()))
     }
 
     /// The request as one line of JSON, signed with `key`.
@@ -115,6 +147,46 @@ impl CloneRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_donor_holding_the_key_can_answer_a_request() {
+        let request = CloneRequest {
+            member: "quay-2".into(),
+            donor: "10.0.0.5:9082".into(),
+            issued_at: 1_800_000_000,
+        };
+        let line = request.streaming_line(b"order-key");
+        assert!(
+            line.starts_with("streaming ") && !line.contains('\n'),
+            "{line}"
+        );
+        assert_eq!(request.check_streaming(&line, b"order-key"), Ok(()));
+        let later = CloneRequest {
+            issued_at: 1_800_000_001,
+            ..request.clone()
+        };
+        for (name, answer, key) in [
+            ("no proof", "streaming".to_owned(), &b"order-key"[..]),
+            ("an empty proof", "streaming ".to_owned(), b"order-key"),
+            (
+                "another key's",
+                request.streaming_line(b"other-key"),
+                b"order-key",
+            ),
+            (
+                "another request's",
+                later.streaming_line(b"order-key"),
+                b"order-key",
+            ),
+            ("a refusal", "refused: busy".to_owned(), b"order-key"),
+        ] {
+            assert_eq!(
+                request.check_streaming(&answer, key),
+                Err(CloneRequestError::DonorUnproven),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn requests_are_signed_dated_bound_to_a_donor_and_checked() {

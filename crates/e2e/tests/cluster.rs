@@ -1,7 +1,8 @@
 //! The operator on a real node: installed from the Helm chart with the images built here, it
 //! becomes ready, and a three-member MariaDB cluster it builds comes up, takes writes through
 //! its primary Service and serves them through its replicas Service; its exporters answer
-//! scrapes over the pod network.
+//! scrapes over the pod network (and nothing else of the exporter's does), and a neighbour
+//! holding idle connections to the primary's ports does not make it unready.
 
 use std::time::{Duration, Instant};
 
@@ -159,4 +160,130 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
             }
         }
     }
+    // Nothing else of the exporter's is reachable from the pod network: its `/probe`, which
+    // logs in with its account to any server a caller names, is not served on the metrics
+    // port, and the exporter itself listens on the pod's loopback only.
+    let ip = kubectl_ok(&[
+        "get",
+        "pod",
+        "-n",
+        n,
+        "harbor-1",
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    let ip = ip.trim();
+    let probe = http_get(&format!("{ip}:9104"), "/probe?target=127.0.0.1:3306")
+        .expect_err("the metrics port serves /probe");
+    assert!(probe.contains("404"), "{probe}");
+    let direct = http_get(&format!("{ip}:9105"), "/metrics")
+        .expect_err("the exporter answers on the pod network");
+    assert!(direct.contains("refused"), "{direct}");
+
+    // A neighbour that keeps opening connections to the primary's agent and copy ports and
+    // stays silent holds its share of them only: the kubelet's probes and the operator's
+    // reads still get through, so the primary stays ready and nothing is restarted.
+    let primary_ip = kubectl_ok(&[
+        "get",
+        "pod",
+        "-n",
+        n,
+        "harbor-0",
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    let restarts = || {
+        kubectl_ok(&[
+            "get",
+            "pod",
+            "-n",
+            n,
+            "harbor-0",
+            "-o",
+            "jsonpath={.status.containerStatuses[*].restartCount}",
+        ])
+    };
+    let restarts_before = restarts();
+    // Twenty new connections a second, each left open (silent) for about 12 s: more than the
+    // agent's header timeout, so it always holds as many as it lets one address hold.
+    let flood = format!(
+        "end=$((SECONDS+40)); fd=10; while [ $SECONDS -lt $end ]; do \
+           for k in $(seq 1 20); do \
+             fd=$((fd >= 250 ? 10 : fd + 1)); eval \"exec $fd>&-\"; \
+             port=9081; [ $((fd % 5)) -eq 0 ] && port=9082; \
+             eval \"exec $fd<>/dev/tcp/{ip}/$port\" 2>/dev/null; \
+           done; sleep 1; \
+         done",
+        ip = primary_ip.trim()
+    );
+    let mut neighbour = bulwark_e2e::kubectl(&[
+        "exec", "-n", n, "harbor-2", "-c", "mysqld", "--", "bash", "-c", &flood,
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("kubectl exec");
+    std::thread::sleep(Duration::from_secs(5));
+    let mut unready = Vec::new();
+    for sample in 0..15 {
+        let pod = get_json(n, "pod/harbor-0").unwrap_or_default();
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        if !ready {
+            unready.push(sample);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let _ = neighbour.kill();
+    let _ = neighbour.wait();
+    bulwark_e2e::figure!(
+        "a neighbour holding idle connections to the primary's ports: {} of 15 samples unready",
+        unready.len()
+    );
+    assert!(
+        unready.is_empty(),
+        "the primary was unready in samples {unready:?}"
+    );
+    assert_eq!(
+        restarts(),
+        restarts_before,
+        "a container of the primary restarted"
+    );
+    sql(n, "harbor-0", &password, "harbor-primary", "SELECT 1")
+        .unwrap_or_else(|e| panic!("the primary Service after the flood: {e}"));
+
+    // A pod that someone else created with the cluster's labels is no member: the cluster
+    // says so, and stays Ready with its three.
+    apply(
+        n,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: harbor-impostor\n  labels: \
+             {{app.kubernetes.io/name: mysql, app.kubernetes.io/instance: harbor, \
+             app.kubernetes.io/component: database}}\nspec:\n  \
+             securityContext: {{runAsNonRoot: true, runAsUser: 999, seccompProfile: {{type: RuntimeDefault}}}}\n  \
+             containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: Never\n    \
+             command: [sleep, infinity]\n    \
+             securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}\n",
+            image = bulwark_e2e::node::MARIADB_IMAGE,
+        ),
+    );
+    let named = wait_for(
+        n,
+        "the cluster to name the pod that is no member",
+        Duration::from_secs(90),
+        || {
+            let c = get_json(n, "mysqlcluster/harbor").unwrap_or_default();
+            let ready = bulwark_e2e::condition(&c["status"], "Ready");
+            let message = ready["message"].as_str().unwrap_or_default().to_owned();
+            (ready["status"] == "True"
+                && message.contains("pods harbor-impostor carry the cluster's labels"))
+            .then_some(message.clone())
+            .ok_or(message)
+        },
+    );
+    assert!(named.starts_with("3 of 3 instances ready"), "{named}");
+    kubectl_ok(&["delete", "pod", "-n", n, "harbor-impostor", "--wait=false"]);
 }

@@ -147,6 +147,8 @@ pub enum Reason {
     RollingRestart,
     /// The binlog archive has a new gap (binary logs purged before they were archived).
     BinlogArchiveGap,
+    /// Pods carry the cluster's labels without being its StatefulSet's; they are ignored.
+    ForeignPods,
 }
 
 impl Reason {
@@ -164,6 +166,7 @@ impl Reason {
             Reason::ReplicationBroken => "ReplicationBroken",
             Reason::RollingRestart => "RollingRestart",
             Reason::BinlogArchiveGap => "BinlogArchiveGap",
+            Reason::ForeignPods => "ForeignPods",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
             Reason::BackupsUnhealthy => "BackupsUnhealthy",
@@ -193,7 +196,8 @@ impl Reason {
             | Reason::PrimaryLost
             | Reason::SwitchoverRefused
             | Reason::SwitchoverAborted
-            | Reason::ReplicationBroken => EventType::Warning,
+            | Reason::ReplicationBroken
+            | Reason::ForeignPods => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -201,7 +205,10 @@ impl Reason {
     fn action(self) -> &'static str {
         match self {
             Reason::InvalidSpec | Reason::SpecValid | Reason::ReconcileFailed => "Reconcile",
-            Reason::ClusterReady | Reason::ClusterNotReady | Reason::ReplicationBroken => "Observe",
+            Reason::ClusterReady
+            | Reason::ClusterNotReady
+            | Reason::ReplicationBroken
+            | Reason::ForeignPods => "Observe",
             Reason::BackupsHealthy | Reason::BackupsUnhealthy => "Backup",
             Reason::BackupStarted | Reason::BackupSucceeded | Reason::BackupFailed => "Backup",
             Reason::BackupScheduled | Reason::ScheduleSkipped => "Schedule",

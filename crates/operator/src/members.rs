@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use bulwark_contract::labels::{Role, ROLE};
 use bulwark_contract::member::{MemberStatus, FRESH_QUERY, STATUS_PATH};
 use bulwark_contract::order::{epoch_from_label, EPOCH_LABEL, ORDER_PATH};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -80,6 +81,26 @@ impl Members for AgentMembers {
     ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>> {
         Box::pin(send_order(pod, signed))
     }
+}
+
+/// The pods `set` controls (its controller reference, by uid), and the names of the others
+/// that are not being deleted (an earlier StatefulSet's, on their way out): a pod that only
+/// carries the cluster's labels (anyone who may create pods in the namespace can give it them)
+/// is no member. Its report is never read, so it cannot steer a failover; it
+/// gets no order, and it is never chosen as the primary or a backup's source.
+pub fn controlled_by(set: &StatefulSet, pods: Vec<Pod>) -> (Vec<Pod>, Vec<String>) {
+    let uid = set.metadata.uid.as_deref();
+    let (members, others): (Vec<Pod>, Vec<Pod>) = pods.into_iter().partition(|p| {
+        p.metadata.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true) && o.kind == "StatefulSet" && uid == Some(o.uid.as_str())
+        })
+    });
+    let others = others
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(ResourceExt::name_any)
+        .collect();
+    (members, others)
 }
 
 /// The members' views, read concurrently.
@@ -166,6 +187,55 @@ fn parse(raw: &str) -> Option<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_pods_the_statefulset_controls_are_members() {
+        let set: StatefulSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "quay", "uid": "set-uid"}
+        }))
+        .unwrap();
+        let pod = |name: &str, owner: Option<(&str, &str, bool)>| -> Pod {
+            let refs: Vec<serde_json::Value> = owner
+                .into_iter()
+                .map(|(kind, uid, controller)| {
+                    serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "name": "quay",
+                        "uid": uid, "controller": controller})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "ownerReferences": refs}
+            }))
+            .unwrap()
+        };
+        let (members, others) = controlled_by(
+            &set,
+            vec![
+                pod("quay-0", Some(("StatefulSet", "set-uid", true))),
+                pod("quay-1", Some(("StatefulSet", "set-uid", true))),
+                // Only the labels: made by someone else.
+                pod("quay-2", None),
+                // Another StatefulSet of the same name, an earlier incarnation's.
+                pod("quay-3", Some(("StatefulSet", "old-uid", true))),
+                // Owned, but not as its controller.
+                pod("quay-4", Some(("StatefulSet", "set-uid", false))),
+                // An earlier incarnation's, being deleted: no member, and not news.
+                {
+                    let mut p = pod("quay-6", Some(("StatefulSet", "old-uid", true)));
+                    p.metadata.deletion_timestamp = Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(chrono::Utc::now()),
+                    );
+                    p
+                },
+                pod("quay-5", Some(("ReplicaSet", "set-uid", true))),
+            ],
+        );
+        let names: Vec<String> = members.iter().map(ResourceExt::name_any).collect();
+        assert_eq!(names, ["quay-0", "quay-1"]);
+        assert_eq!(others, ["quay-2", "quay-3", "quay-4", "quay-5"]);
+        // A StatefulSet not read back from the API server (no uid) controls nothing.
+        let (none, _) = controlled_by(&StatefulSet::default(), vec![pod("quay-0", None)]);
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn answers_are_parsed() {

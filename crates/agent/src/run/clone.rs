@@ -1,7 +1,8 @@
 //! Copies of a member's data for new members (`bulwark_contract::clone`): the donor side, which
 //! the agent serves, runs the physical backup tool against its own server and streams what it
-//! writes in frames; the receiving side, which `bulwark-agent seed` runs, extracts the frames
-//! into a staging directory and insists on the donor's `complete` line.
+//! writes in frames; the receiving side, which `bulwark-agent seed` runs, takes nothing from a
+//! donor that did not prove it holds the order key, extracts the frames into a staging
+//! directory and insists on the donor's `complete` line.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -9,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulwark_contract::clone::{
-    CloneRequest, COMPLETE, MAX_FRAME_BYTES, MAX_REQUEST_BYTES, STREAMING,
-};
+use bulwark_contract::clone::{CloneRequest, COMPLETE, MAX_FRAME_BYTES, MAX_REQUEST_BYTES};
 use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::Account;
 use bulwark_engine::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
@@ -119,7 +118,7 @@ async fn answer(
     tracing::info!(member = %request.member, peer = %peer, "copying this member's data for a new member");
     let started = Instant::now();
     stream
-        .write_all(format!("{STREAMING}\n").as_bytes())
+        .write_all(format!("{}\n", request.streaming_line(&key)).as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let outcome = stream_backup(&mut stream, donor).await;
@@ -249,6 +248,8 @@ pub enum ReceiveError {
     },
     #[error("the donor {addr} refused the copy: {reason}")]
     Refused { addr: SocketAddr, reason: String },
+    #[error("{addr} is no donor to copy from: {reason}")]
+    Unproven { addr: SocketAddr, reason: String },
     #[error("the copy from {addr} broke off: {reason}")]
     Broken { addr: SocketAddr, reason: String },
     #[error("the donor {addr} failed to copy its data: {reason}")]
@@ -262,9 +263,14 @@ pub struct Received {
     pub files: u64,
 }
 
-/// Asks the donor at `addr` for a copy with the signed `request` line and extracts it into
-/// `staging` (an existing, empty directory). Blocking.
-pub fn receive(addr: SocketAddr, request: &str, staging: &Path) -> Result<Received, ReceiveError> {
+/// Asks the donor at `addr` for a copy with `request`, signed with `key`, and extracts it into
+/// `staging` (an existing, empty directory) once the donor proved it holds the key. Blocking.
+pub fn receive(
+    addr: SocketAddr,
+    request: &CloneRequest,
+    key: &[u8],
+    staging: &Path,
+) -> Result<Received, ReceiveError> {
     let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
         .map_err(|source| ReceiveError::Connect { addr, source })?;
     let broken = |reason: String| ReceiveError::Broken { addr, reason };
@@ -273,14 +279,22 @@ pub fn receive(addr: SocketAddr, request: &str, staging: &Path) -> Result<Receiv
         .and_then(|()| stream.set_write_timeout(Some(REQUEST_TIMEOUT)))
         .map_err(|e| broken(e.to_string()))?;
     (&stream)
-        .write_all(format!("{}\n", request.trim()).as_bytes())
+        .write_all(format!("{}\n", request.sign(key)).as_bytes())
         .map_err(|e| broken(format!("failed to send the request: {e}")))?;
     let mut reader = BufReader::new(stream);
     let first = read_line(&mut reader).map_err(&broken)?;
-    if first != STREAMING {
-        let reason = first.strip_prefix("refused: ").unwrap_or(&first).to_owned();
-        return Err(ReceiveError::Refused { addr, reason });
+    if let Some(reason) = first.strip_prefix("refused: ") {
+        return Err(ReceiveError::Refused {
+            addr,
+            reason: reason.to_owned(),
+        });
     }
+    request
+        .check_streaming(&first, key)
+        .map_err(|e| ReceiveError::Unproven {
+            addr,
+            reason: e.to_string(),
+        })?;
     let mut frames = Frames {
         inner: &mut reader,
         left: 0,

@@ -189,14 +189,14 @@ async fn copy(
         path: staging.display().to_string(),
         source,
     })?;
-    let line = CloneRequest {
+    let request = CloneRequest {
         member: cfg.pod_name.clone(),
         donor: addr.to_string(),
         issued_at: clone::unix_now(),
-    }
-    .sign(key);
+    };
     let into = staging.clone();
-    let received = tokio::task::spawn_blocking(move || clone::receive(addr, &line, &into))
+    let key = key.to_vec();
+    let received = tokio::task::spawn_blocking(move || clone::receive(addr, &request, &key, &into))
         .await
         .map_err(SeedError::ReceiverTask)??;
     tracing::info!(donor = %addr, bytes = received.bytes, files = received.files, "copy received; preparing");

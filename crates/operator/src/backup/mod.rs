@@ -12,6 +12,7 @@ use bulwark_api::{
     BackupMethod, BackupPhase, DeletionPolicy, MySQLBackup, MySQLBackupStatus, MySQLCluster,
 };
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -248,11 +249,17 @@ async fn start(
 
     let credentials = credential_sources(cluster);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let list = apply::list(
+    let labelled = apply::list(
         &pods,
         &names::selector_string(&names::selector_labels(&cluster_name)),
     )
     .await?;
+    // Only the cluster's own pods are read from, not any pod given its labels.
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    let list = match apply::get_opt(&sets, &cluster_name).await? {
+        Some(set) => crate::members::controlled_by(&set, labelled).0,
+        None => Vec::new(),
+    };
     let Some(source) = job::pick_source(&cluster_name, &list) else {
         return pending(
             backup,

@@ -40,6 +40,8 @@ pub struct Settled {
     pub withheld: Option<String>,
     /// Members whose replication stopped on an error, one line each (`roles::broken_members`).
     pub broken: Vec<String>,
+    /// Pods with the cluster's labels that its StatefulSet does not control (ignored).
+    pub foreign: Vec<String>,
     /// Members whose agent reported not ready in this pass (after any order it was sent), with
     /// the reason it gave.
     pub unready: Vec<(String, String)>,
@@ -56,11 +58,16 @@ pub async fn settle(
 ) -> Result<Settled> {
     let name = cluster.name_any();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let pods = apply::list(
+    let labelled = apply::list(
         &api,
         &names::selector_string(&names::selector_labels(&name)),
     )
     .await?;
+    let (pods, foreign) = crate::members::controlled_by(set, labelled);
+    if !foreign.is_empty() {
+        // The Ready condition and an event say so; every pass would repeat it here.
+        tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
+    }
     let mut views = crate::members::views(ctx.members.as_ref(), &pods).await;
     let status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
@@ -97,6 +104,7 @@ pub async fn settle(
         pods,
         withheld: None,
         broken: Vec::new(),
+        foreign,
         unready: Vec::new(),
     };
     if settled.plan.changed() {

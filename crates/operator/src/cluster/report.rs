@@ -73,6 +73,21 @@ pub fn of_pass(
         }
         desired[0].message = format!("{}; {broken}", desired[0].message);
     }
+    if !settled.foreign.is_empty() {
+        let foreign = format!(
+            "pods {} carry the cluster's labels but its StatefulSet did not create them: they \
+             are no members (never read, ordered, promoted or copied from); check and delete \
+             them",
+            settled.foreign.join(", ")
+        );
+        let known = previous
+            .iter()
+            .any(|c| c.type_ == condition::READY && c.message.contains(&foreign));
+        if !known {
+            events.push((Reason::ForeignPods, foreign.clone()));
+        }
+        desired[0].message = format!("{}; {foreign}", desired[0].message);
+    }
     let ready_cond = desired[0].clone();
     // The first observation of a new cluster is not news.
     if conditions::flipped(&ready_cond, &previous)
@@ -391,6 +406,7 @@ mod tests {
                 .collect(),
             withheld: None,
             broken: broken.iter().map(|b| (*b).to_owned()).collect(),
+            foreign: Vec::new(),
             unready: Vec::new(),
         }
     }
@@ -437,6 +453,24 @@ mod tests {
         );
         assert_eq!(r.conditions[0].reason, "PrimaryNotReady");
         assert_eq!(reasons(&r), []);
+    }
+
+    #[test]
+    fn foreign_pods_are_an_event_once_and_stay_in_ready() {
+        let before = cluster(&[("Ready", "True", "3 of 3 instances ready")], false);
+        let mut with_foreign = settled([true; 3], Hold::default(), &[]);
+        with_foreign.foreign = vec!["quay-7".into()];
+        let r = of_pass(&before, &set(3), &with_foreign, None);
+        assert_eq!(reasons(&r), [Reason::ForeignPods]);
+        assert_eq!(r.conditions[0].status, Status::True);
+        assert_eq!(
+            r.conditions[0].message,
+            "3 of 3 instances ready; primary quay-0; pods quay-7 carry the cluster's labels but \
+             its StatefulSet did not create them: they are no members (never read, ordered, \
+             promoted or copied from); check and delete them"
+        );
+        let known = cluster(&[("Ready", "True", &r.conditions[0].message)], false);
+        assert_eq!(reasons(&of_pass(&known, &set(3), &with_foreign, None)), []);
     }
 
     #[test]
