@@ -15,6 +15,7 @@ pub mod images;
 pub mod members;
 pub mod metrics;
 pub mod names;
+pub mod ownership;
 pub mod podspec;
 pub mod rbac;
 pub mod run;

@@ -89,12 +89,9 @@ impl Members for AgentMembers {
 /// is no member. Its report is never read, so it cannot steer a failover; it
 /// gets no order, and it is never chosen as the primary or a backup's source.
 pub fn controlled_by(set: &StatefulSet, pods: Vec<Pod>) -> (Vec<Pod>, Vec<String>) {
-    let uid = set.metadata.uid.as_deref();
-    let (members, others): (Vec<Pod>, Vec<Pod>) = pods.into_iter().partition(|p| {
-        p.metadata.owner_references.iter().flatten().any(|o| {
-            o.controller == Some(true) && o.kind == "StatefulSet" && uid == Some(o.uid.as_str())
-        })
-    });
+    let (members, others): (Vec<Pod>, Vec<Pod>) = pods
+        .into_iter()
+        .partition(|p| crate::ownership::controls(set, p));
     let others = others
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())

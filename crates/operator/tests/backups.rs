@@ -72,6 +72,15 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
     .await;
     assert!(jobs.get_opt("adhoc-dump-backup").await.unwrap().is_none());
 
+    // A pod that only carries the Job's label, newer than the Job's own, reports a backup
+    // that was never taken: it is not read.
+    impersonate_job_pod(
+        &client,
+        n,
+        "before-upgrade-backup",
+        &result_json("20261122T031500Z-dead"),
+    )
+    .await;
     end_job_pod(
         &client,
         n,

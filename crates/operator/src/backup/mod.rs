@@ -394,8 +394,11 @@ async fn observe(
 ) -> Result<Action> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let job_pods = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
+    // The Job's own pods only: another pod given its label could report a backup it never
+    // took (its termination message is the result).
     let pod = job_pods
         .iter()
+        .filter(|p| crate::ownership::controls(job, p))
         .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
     let location_base = access.location.clone();
     let outcome = outcome::backup_outcome(job, pod);

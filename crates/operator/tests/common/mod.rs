@@ -361,9 +361,16 @@ pub async fn end_job_pod(
                 .list(&ListParams::default().labels(&format!("job-name={job}")))
                 .await
                 .map_err(|e| e.to_string())?;
+            // The Job's own pod, not one that only carries its label.
             l.items
                 .into_iter()
-                .next()
+                .find(|p| {
+                    p.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.kind == "Job" && o.controller == Some(true))
+                })
                 .ok_or_else(|| "no pod yet".to_owned())
         }
     })
@@ -387,6 +394,52 @@ pub async fn end_job_pod(
     )
     .await
     .expect("end job pod");
+}
+
+/// A pod that is not `job`'s but carries its label, created (a second after the Job's own, so
+/// it is the newest) and ended as if it had committed the backup `message` reports.
+pub async fn impersonate_job_pod(client: &Client, ns: &str, job: &str, message: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = format!("job-name={job}");
+    wait_for(&format!("pod of job {job}"), WAIT, || {
+        let pods = pods.clone();
+        let selector = selector.clone();
+        async move {
+            let l = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            (!l.items.is_empty())
+                .then_some(())
+                .ok_or_else(|| "no pod yet".to_owned())
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let name = format!("{job}-forged");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"job-name": job}},
+        "spec": {"containers": [{"name": "backup", "image": BACKUP_IMAGE}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("forged pod");
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{
+                "name": "backup", "image": BACKUP_IMAGE, "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}
+            }]
+        }})),
+    )
+    .await
+    .expect("forged pod status");
 }
 
 /// The result line `mysql-backup` writes for a committed backup, built with the producer's type.
