@@ -2,7 +2,8 @@
 //! the primary purged the binary logs that hold the cluster's start is seeded with a copy of a
 //! replica's data and replicates only what followed; a datadir that holds a server is left
 //! alone; a forged request is refused; with nobody to copy from, nothing is written; a pod
-//! that is no member (it lacks the order key) is never copied from.
+//! that is no member (it lacks the order key) is never copied from, and the copy comes from a
+//! member instead.
 
 mod common;
 
@@ -201,14 +202,14 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
     assert_eq!(std::fs::read_dir(&lonely).unwrap().count(), 0);
 
     // A pod that only carries the cluster's labels stands behind its headless Service: it
-    // reports like the primary with data and streams a datadir of its own. Without the order
-    // key it cannot prove it is a member: the copy is refused before anything is taken from
-    // it, and the datadir stays empty.
-    let impostor_copy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut forged = a_report.clone();
+    // reports like the replica every new member prefers and streams a datadir of its own.
+    // Without the order key it cannot prove it is a member: nothing is taken from it, and the
+    // copy comes from a member.
+    let impostor_copy = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let mut forged = b_report.clone();
     forged.clone_port = impostor_copy.local_addr().unwrap().port();
     let forged = forged.to_line();
-    let impostor_agent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let impostor_agent = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
     let impostor = impostor_agent.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         for stream in impostor_agent.incoming().flatten() {
@@ -233,24 +234,36 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
             let _ = (&stream).write_all(b"streaming\n\0\0\0\x04XBST\0\0\0\0complete\n");
         }
     });
-    let planted = volume.join("planted");
-    std::fs::create_dir_all(&planted).unwrap();
-    fails(
-        seed(w, &[impostor], &planted),
-        &[
-            "is no donor to copy from",
-            "did not prove it holds the cluster's order key",
-        ],
+    // With nobody else to copy from, the seed waits: what the impostor reports might be the
+    // cluster's data, and an empty server must never start in a cluster that has data.
+    let waiting = volume.join("waiting");
+    std::fs::create_dir_all(&waiting).unwrap();
+    let mut alone = seed(w, std::slice::from_ref(&impostor), &waiting)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    let still = alone.try_wait().unwrap();
+    let _ = alone.kill();
+    let _ = alone.wait();
+    assert!(
+        still.is_none(),
+        "the seed ended ({still:?}) instead of waiting"
     );
     assert!(
         asked.load(std::sync::atomic::Ordering::SeqCst) >= 1,
         "the impostor was never asked"
     );
-    // Only the marker of an unfinished copy, which the next run clears.
-    let left: Vec<String> = std::fs::read_dir(&planted)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != bulwark_agent::run::bootstrap::MARKER_NAME)
-        .collect();
-    assert!(left.is_empty(), "written from the impostor: {left:?}");
+    let planted = volume.join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    let out = ok(seed(w, &[impostor, a.addr.to_string()], &planted));
+    assert!(
+        asked.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the impostor was never asked: {out}"
+    );
+    assert!(out.contains(&format!("from {a_clone} ")), "{out}");
+    let gtid: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(w.join("gtid-quay-2")).unwrap()).unwrap();
+    assert_eq!(gtid["gtidSet"].as_str(), Some(now.as_str()), "{gtid}");
 }

@@ -8,8 +8,11 @@
 //! A datadir that holds a server is never touched. When no member answers with data (a new
 //! cluster, whose members all start empty) nothing is copied. When members have data but none
 //! can give a copy (none ready, or none the primary agrees with), it waits: an empty server in
-//! a cluster that has data would replicate from nothing. A copy in progress is marked like a
-//! restore, so an interrupted one is cleared and redone, never taken for a server.
+//! a cluster that has data would replicate from nothing. A donor that cannot prove it holds
+//! the order key (a pod that only carries the cluster's labels, or a member whose agent
+//! predates the proof) is passed over, but its data still counts: with only such donors it
+//! waits too. A copy in progress is marked like a restore, so an interrupted one is cleared and
+//! redone, never taken for a server.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -88,7 +91,7 @@ pub enum SeedError {
 /// Seeds the datadir when it is empty and a member has data.
 pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
     let datadir = &cfg.datadir;
-    let interrupted = match bootstrap::inspect(datadir, &[&cfg.gtid_file, &cfg.pending_file])? {
+    let mut interrupted = match bootstrap::inspect(datadir, &[&cfg.gtid_file, &cfg.pending_file])? {
         DatadirState::Initialized(evidence) => return Ok(SeedOutcome::Skipped(evidence)),
         DatadirState::Unexpected(entries) => {
             return Err(BootstrapError::AcceptDatadir {
@@ -101,65 +104,84 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
         DatadirState::Empty => false,
     };
     let mut logged: Option<std::time::Instant> = None;
-    let (members, donor) = loop {
-        let members = reports(&cfg.peers).await;
-        if let Some(donor) = choose_donor(&members) {
-            break (members, donor);
-        }
-        let with_data = members
-            .iter()
-            .filter(|(_, r)| !r.gtid_executed.is_empty())
-            .count();
-        if with_data > 0 {
-            if logged.is_none_or(|t| t.elapsed() >= WAIT_LOG_INTERVAL) {
-                tracing::warn!(members = members.len(), with_data, "the cluster has data but no member can give a copy (none ready, or none the primary agrees with); waiting");
-                logged = Some(std::time::Instant::now());
+    // Agents whose copy port did not prove it holds the order key: pods that only carry the
+    // cluster's labels (or members with an older agent). No copy is asked of them again in
+    // this run; what they report still counts as data, which makes the seed wait, never start
+    // an empty server.
+    let mut unproven: Vec<std::net::IpAddr> = Vec::new();
+    let (report, addr, bytes, files, position) = 'attempt: loop {
+        let (members, donor) = loop {
+            let answered = reports(&cfg.peers).await;
+            let members: Vec<_> = answered
+                .iter()
+                .filter(|(at, _)| !unproven.contains(&at.ip()))
+                .cloned()
+                .collect();
+            if let Some(donor) = choose_donor(&members) {
+                break (members, donor);
             }
-            tokio::time::sleep(DONOR_RETRY).await;
-            continue;
-        }
-        if interrupted {
-            // An earlier copy's remains, and nobody to copy from now: an empty datadir, not a
-            // marker that would have the next run clear whatever the server writes meanwhile,
-            // nor a GTID file that would have the empty server claim the copy's history.
-            bootstrap::clear(datadir)?;
-            bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
-            bootstrap::finish_marked(datadir)?;
-        }
-        let reason = if members.is_empty() {
-            "no member's agent answered".to_owned()
-        } else {
-            format!("none of {} members that answered has data", members.len())
+            let with_data = answered
+                .iter()
+                .filter(|(_, r)| !r.gtid_executed.is_empty())
+                .count();
+            if with_data > 0 {
+                if logged.is_none_or(|t| t.elapsed() >= WAIT_LOG_INTERVAL) {
+                    tracing::warn!(members = answered.len(), with_data, unproven = ?unproven, "the cluster has data but no member can give a copy (none ready, none the primary agrees with, or only addresses that could not prove they are members); waiting");
+                    logged = Some(std::time::Instant::now());
+                }
+                tokio::time::sleep(DONOR_RETRY).await;
+                continue;
+            }
+            if interrupted {
+                // An earlier copy's remains, and nobody to copy from now: an empty datadir, not a
+                // marker that would have the next run clear whatever the server writes meanwhile,
+                // nor a GTID file that would have the empty server claim the copy's history.
+                bootstrap::clear(datadir)?;
+                bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
+                bootstrap::finish_marked(datadir)?;
+            }
+            let reason = if answered.is_empty() {
+                "no member's agent answered".to_owned()
+            } else {
+                format!("none of {} members that answered has data", answered.len())
+            };
+            return Ok(SeedOutcome::NoDonor(reason));
         };
-        return Ok(SeedOutcome::NoDonor(reason));
-    };
-    let (at, report) = &members[donor];
-    let addr = SocketAddr::new(at.ip(), report.clone_port);
-    let key_path = cfg.credentials_dir.join(ORDER_KEY);
-    let key = clone::read_key(&key_path).map_err(|source| SeedError::ReadKey {
-        path: key_path.display().to_string(),
-        source,
-    })?;
-    let engine = report.engine;
-    tracing::info!(donor = %addr, donor_gtid = %report.gtid_executed, "copying a member's data into the empty datadir");
-    bootstrap::mark(datadir, &format!("copying the data of {addr}"))?;
-    bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
-    bootstrap::clear(datadir)?;
-    let copied = copy(cfg, addr, &key, engine).await;
-    let copied = match copied {
-        Ok(done) => bootstrap::binlog_info_gtid(datadir)
-            .map_err(SeedError::from)
-            .and_then(|g| g.ok_or(SeedError::NoPosition))
-            .map(|position| (done, position)),
-        Err(e) => Err(e),
-    };
-    let ((bytes, files), position) = match copied {
-        Ok(done) => done,
-        Err(e) => {
-            if let Err(c) = bootstrap::clear(datadir) {
-                tracing::warn!(error = %bulwark_engine::error::chain(&c), "failed to clear the datadir after a failed copy");
+        let (at, report) = &members[donor];
+        let addr = SocketAddr::new(at.ip(), report.clone_port);
+        let key_path = cfg.credentials_dir.join(ORDER_KEY);
+        let key = clone::read_key(&key_path).map_err(|source| SeedError::ReadKey {
+            path: key_path.display().to_string(),
+            source,
+        })?;
+        let engine = report.engine;
+        tracing::info!(donor = %addr, donor_gtid = %report.gtid_executed, "copying a member's data into the empty datadir");
+        bootstrap::mark(datadir, &format!("copying the data of {addr}"))?;
+        bootstrap::remove_restored_gtid(&cfg.gtid_file)?;
+        bootstrap::clear(datadir)?;
+        let copied = copy(cfg, addr, &key, engine).await;
+        let copied = match copied {
+            Ok(done) => bootstrap::binlog_info_gtid(datadir)
+                .map_err(SeedError::from)
+                .and_then(|g| g.ok_or(SeedError::NoPosition))
+                .map(|position| (done, position)),
+            Err(e) => Err(e),
+        };
+        match copied {
+            Ok(((bytes, files), position)) => break (report.clone(), addr, bytes, files, position),
+            Err(e) => {
+                if let Err(c) = bootstrap::clear(datadir) {
+                    tracing::warn!(error = %bulwark_engine::error::chain(&c), "failed to clear the datadir after a failed copy");
+                }
+                if let SeedError::Receive(ReceiveError::Unproven { addr, reason }) = &e {
+                    tracing::warn!(donor = %addr, reason = %reason, "not a member: choosing another donor");
+                    unproven.push(at.ip());
+                    // The marker stays: cleared below should nobody else have data.
+                    interrupted = true;
+                    continue 'attempt;
+                }
+                return Err(e);
             }
-            return Err(e);
         }
     };
     let gtid = RestoredGtid {
