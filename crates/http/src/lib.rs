@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 /// Largest request head read (hyper's minimum buffer is 8 KiB).
 const MAX_HEAD: usize = 16 << 10;
@@ -36,22 +36,21 @@ pub struct Limits {
     pub max_per_peer: usize,
 }
 
-/// Connections being served, per client address, each address up to a share (also used by
-/// the agent's copy port, which is not HTTP).
-pub struct PeerShares {
+/// Connections being served, per client address, each address up to a share.
+struct PeerShares {
     most: usize,
     held: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One connection's place in its address' share, given back when dropped.
-pub struct PeerSlot {
+struct PeerSlot {
     shares: Arc<PeerShares>,
     ip: IpAddr,
 }
 
 impl PeerShares {
     /// Shares of `most` connections per address.
-    pub fn new(most: usize) -> Arc<PeerShares> {
+    fn new(most: usize) -> Arc<PeerShares> {
         Arc::new(PeerShares {
             most,
             held: Mutex::new(HashMap::new()),
@@ -59,7 +58,7 @@ impl PeerShares {
     }
 
     /// A place for one more connection from `ip`; `None` while `ip` holds its share.
-    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(ip).or_insert(0);
         if *n >= self.most {
@@ -120,6 +119,60 @@ async fn only_get(request: Request, next: Next) -> Response {
     response
 }
 
+/// The connections a listener serves at once, in all and per client address (the HTTP
+/// endpoints here, and the agent's copy port, which is not HTTP).
+pub struct Admission {
+    slots: Arc<tokio::sync::Semaphore>,
+    shares: Arc<PeerShares>,
+}
+
+/// An admitted connection's place, given back when dropped.
+pub struct Admitted {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _share: PeerSlot,
+}
+
+/// What [`Admission::accept`] took in.
+pub enum Accepted {
+    /// Served: keep the place as long as the connection.
+    Admitted(TcpStream, SocketAddr, Admitted),
+    /// Its address holds its share already: the caller closes it (saying why, if it likes).
+    OverShare(TcpStream, SocketAddr),
+}
+
+impl Admission {
+    /// `max_connections` in all, `max_per_peer` from one address.
+    pub fn new(max_connections: usize, max_per_peer: usize) -> Admission {
+        Admission {
+            slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
+            shares: PeerShares::new(max_per_peer),
+        }
+    }
+
+    /// Waits for a free place (more clients wait in the listen backlog), then takes the next
+    /// connection.
+    pub async fn accept(&self, listener: &TcpListener) -> std::io::Result<Accepted> {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (stream, peer) = listener.accept().await?;
+        Ok(match self.shares.take(peer.ip()) {
+            Some(share) => Accepted::Admitted(
+                stream,
+                peer,
+                Admitted {
+                    _slot: slot,
+                    _share: share,
+                },
+            ),
+            None => Accepted::OverShare(stream, peer),
+        })
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
@@ -127,34 +180,30 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let peers = PeerShares::new(limits.max_per_peer);
+    let admission = Admission::new(limits.max_connections, limits.max_per_peer);
     let mut refused_logged: Option<std::time::Instant> = None;
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
-            a = async {
-                let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-                (slot, listener.accept().await)
-            } => a,
+            a = admission.accept(&listener) => a,
             _ = &mut shutdown => return,
         };
-        let (slot, stream, peer) = match accepted {
-            (slot, Ok((stream, peer))) => (slot, stream, peer),
-            (_, Err(e)) => {
+        let (stream, place) = match accepted {
+            Ok(Accepted::Admitted(stream, _, place)) => (stream, place),
+            Ok(Accepted::OverShare(_, peer)) => {
+                // Closed at once, the slot free for others at once.
+                if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(peer = %peer.ip(), most = limits.max_per_peer, "a client holds its share of connections; closing its others");
+                    refused_logged = Some(std::time::Instant::now());
+                }
+                continue;
+            }
+            Err(e) => {
                 // Out of file descriptors, usually: pause rather than spin.
                 tracing::warn!(error = %e, "failed to accept a connection");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-        };
-        let Some(share) = peers.take(peer.ip()) else {
-            // Over its address' share: closed at once, the slot free for others at once.
-            if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                tracing::warn!(peer = %peer.ip(), most = limits.max_per_peer, "a client holds its share of connections; closing its others");
-                refused_logged = Some(std::time::Instant::now());
-            }
-            continue;
         };
         let service = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
@@ -167,8 +216,7 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service);
             // Errors are the client's (reset, malformed, too slow): nothing to do about them.
             let _ = tokio::time::timeout(limits.connection, connection).await;
-            drop(share);
-            drop(slot);
+            drop(place);
         });
     }
 }

@@ -14,6 +14,7 @@ use bulwark_contract::clone::{CloneRequest, COMPLETE, MAX_FRAME_BYTES, MAX_REQUE
 use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::Account;
 use bulwark_engine::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
+use bulwark_http::Accepted;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -48,27 +49,21 @@ pub struct Donor {
 /// Serves copies, one at a time, until the listener fails or the task is dropped.
 pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
     let busy = Arc::new(tokio::sync::Semaphore::new(1));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let shares = bulwark_http::PeerShares::new(MAX_PER_PEER);
+    let admission = bulwark_http::Admission::new(MAX_CONNECTIONS, MAX_PER_PEER);
     loop {
-        let slot = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
+        let (stream, peer, place) = match admission.accept(&listener).await {
+            Ok(Accepted::Admitted(stream, peer, place)) => (stream, peer, place),
+            Ok(Accepted::OverShare(stream, peer)) => {
+                tracing::debug!(peer = %peer, "a client holds its share of copy connections");
+                // Said without waiting: a client that does not read gets the connection closed.
+                let _ = stream.try_write(b"refused: too many connections from your address\n");
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "clone listener failed to accept");
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
-        };
-        let Some(share) = shares.take(peer.ip()) else {
-            tracing::debug!(peer = %peer, "a client holds its share of copy connections");
-            // Said without waiting: a client that does not read gets the connection closed.
-            let _ = stream.try_write(b"refused: too many connections from your address\n");
-            continue;
         };
         let donor = donor.clone();
         let busy = busy.clone();
@@ -76,8 +71,7 @@ pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
             if let Err(reason) = answer(stream, peer, &donor, &busy).await {
                 tracing::warn!(peer = %peer, reason = %reason, "copy for a new member not served");
             }
-            drop(share);
-            drop(slot);
+            drop(place);
         });
     }
 }
