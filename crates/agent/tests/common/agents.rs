@@ -251,6 +251,11 @@ pub fn instance_server(work: &Path, pod: &str) -> MariaDb {
 
 /// Runs SQL over TCP from 127.0.0.1 as `user` with `password`.
 pub fn sql_tcp(db: &MariaDb, user: &str, password: &str, sql: &str) -> Result<String, String> {
+    sql_at_port(db.port(), user, password, sql)
+}
+
+/// Runs SQL with the `mariadb` client over TCP to 127.0.0.1:`port`.
+fn sql_at_port(port: u16, user: &str, password: &str, sql: &str) -> Result<String, String> {
     let out = Command::new("mariadb")
         .args([
             "--no-defaults",
@@ -260,7 +265,7 @@ pub fn sql_tcp(db: &MariaDb, user: &str, password: &str, sql: &str) -> Result<St
             "-h",
             "127.0.0.1",
         ])
-        .arg(format!("--port={}", db.port()))
+        .arg(format!("--port={port}"))
         .arg(format!("--user={user}"))
         .args(["-e", sql])
         .env("MYSQL_PWD", password)
@@ -307,27 +312,9 @@ pub fn login_from(db: &MariaDb, from: &str, user: &str, password: &str) -> Resul
             let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
         });
     });
-    let out = Command::new("mariadb")
-        .args([
-            "--no-defaults",
-            "-N",
-            "-B",
-            "--protocol=TCP",
-            "-h",
-            "127.0.0.1",
-        ])
-        .arg(format!("--port={relay_port}"))
-        .arg(format!("--user={user}"))
-        .args(["-e", "SELECT 1"])
-        .env("MYSQL_PWD", password)
-        .output()
-        .unwrap();
+    let login = sql_at_port(relay_port, user, password, "SELECT 1");
     relaying.join().unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+    login.map(drop)
 }
 
 /// `@@read_only` read as the metrics account: a demoted primary's hold on writes ends client
