@@ -283,18 +283,35 @@ mod tests {
         c
     }
 
+    /// The operator's images at an agent version and an exporter version.
+    fn images(agent: &str, exporter: &str) -> Images {
+        Images {
+            agent: format!("bulwark/mysql-backup:{agent}"),
+            exporter: format!("exporter:{exporter}"),
+        }
+    }
+
+    /// `set` with `change` made to its container `name`.
+    fn with_container(
+        set: &StatefulSet,
+        name: &str,
+        change: impl Fn(&mut k8s_openapi::api::core::v1::Container),
+    ) -> StatefulSet {
+        let mut changed = set.clone();
+        let pod = changed.spec.as_mut().and_then(|s| s.template.spec.as_mut());
+        for container in pod.into_iter().flat_map(|p| p.containers.iter_mut()) {
+            if container.name == name {
+                change(container);
+            }
+        }
+        changed
+    }
+
     #[test]
     fn an_operator_upgrade_keeps_the_pod_template_of_a_running_cluster() {
         let c = cluster();
         let v = validate(&c, &Refs::default()).unwrap();
-        let old = Images {
-            agent: "bulwark/mysql-backup:0.1.0".into(),
-            exporter: "exporter:1".into(),
-        };
-        let new = Images {
-            agent: "bulwark/mysql-backup:0.2.0".into(),
-            exporter: "exporter:2".into(),
-        };
+        let (old, new) = (images("0.1.0", "1"), images("0.2.0", "2"));
         let running = stateful_set(&c, &v, "ledger-config-x", &old, None);
         // The upgraded operator, with new defaults, rebuilds the same template.
         let pinned = Images::pinned(Some(&running), &new);
@@ -311,25 +328,10 @@ mod tests {
     fn a_template_that_changes_anyway_gets_the_operators_images() {
         let c = cluster();
         let v = validate(&c, &Refs::default()).unwrap();
-        let old = Images {
-            agent: "bulwark/mysql-backup:0.1.0".into(),
-            exporter: "exporter:1".into(),
-        };
-        let new = Images {
-            agent: "bulwark/mysql-backup:0.2.0".into(),
-            exporter: "exporter:2".into(),
-        };
+        let (old, new) = (images("0.1.0", "1"), images("0.2.0", "2"));
         let build = |images: &Images| stateful_set(&c, &v, "ledger-config-x", images, None);
         let running = build(&old);
-        let template_images = |s: &StatefulSet| {
-            Images::pinned(
-                Some(s),
-                &Images {
-                    agent: String::new(),
-                    exporter: String::new(),
-                },
-            )
-        };
+        let template_images = |s: &StatefulSet| Images::pinned(Some(s), &images("", ""));
         // Unchanged: the running images stay, nothing restarts.
         assert_eq!(keeping_running_images(Some(&running), &new, build), running);
         // A new configuration leaves the commands: the pods restart with the images they run.
@@ -338,30 +340,13 @@ mod tests {
         assert_eq!(template_images(&rebuilt), old);
         // An older operator laid the pod out differently (here: no agent flags at all): the new
         // layout is not run with the old agent, which would refuse flags it does not know.
-        let mut older_layout = running.clone();
-        if let Some(pod) = older_layout
-            .spec
-            .as_mut()
-            .and_then(|s| s.template.spec.as_mut())
-        {
-            for container in pod.containers.iter_mut().filter(|c| c.name == "agent") {
-                container.args = Some(Vec::new());
-            }
-        }
+        let older_layout = with_container(&running, "agent", |c| c.args = Some(Vec::new()));
         let upgraded = keeping_running_images(Some(&older_layout), &new, build);
         assert_eq!(template_images(&upgraded), new);
         // The server's image changes (another version): the backup tool in the agent's image
         // must match it, so the operator's image for the series is taken.
-        let mut older_server = running.clone();
-        if let Some(pod) = older_server
-            .spec
-            .as_mut()
-            .and_then(|s| s.template.spec.as_mut())
-        {
-            for container in pod.containers.iter_mut().filter(|c| c.name == "mysqld") {
-                container.image = Some("mysql:8.0".into());
-            }
-        }
+        let older_server =
+            with_container(&running, "mysqld", |c| c.image = Some("mysql:8.0".into()));
         let moved = keeping_running_images(Some(&older_server), &new, build);
         assert_eq!(template_images(&moved), new);
         // A new cluster is built with the defaults.
