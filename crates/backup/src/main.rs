@@ -134,6 +134,7 @@ mod tests {
             server_id: command::ARCHIVER_SERVER_ID,
             status_listen: "0.0.0.0:9083".into(),
             prune_unneeded: true,
+            branch_on_divergence: true,
         };
         let cli = parse(built.argv());
         let Command::Archive(a) = cli.command else {
@@ -159,6 +160,7 @@ mod tests {
         assert_eq!(a.server_id, command::ARCHIVER_SERVER_ID);
         assert_eq!(a.status_listen, Some("0.0.0.0:9083".parse().unwrap()));
         assert!(a.prune_unneeded);
+        assert!(a.branch_on_divergence);
     }
 
     /// What the operator's backup Job runs is what this binary parses.

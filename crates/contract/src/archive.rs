@@ -47,4 +47,19 @@ pub struct ArchiveStatus {
     /// backup's window reaches it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recoverable_to: Option<String>,
+    /// The timeline the archive follows now: a new one each time another server answers or a
+    /// failover left archived transactions behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
+    /// Where that timeline began (GTID position).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_began_at: Option<String>,
+    /// The timeline it branched from, when that one went on past where this one began: its
+    /// transactions after that point are not in the history restored now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branched_from: Option<u32>,
+    /// How far the branch left behind reaches (GTID position): its transactions stay
+    /// archived, restorable by their GTIDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_behind_through: Option<String>,
 }

@@ -160,6 +160,9 @@ pub struct Archive {
     pub status_listen: String,
     /// Delete the segments no backup can use (they follow the backups' retention).
     pub prune_unneeded: bool,
+    /// Start a new timeline when the primary lacks archived transactions (after a failover)
+    /// instead of stopping.
+    pub branch_on_divergence: bool,
 }
 
 /// The archiver's server id: above any member's (members take small ids from their ordinal).
@@ -180,6 +183,9 @@ impl Archive {
             .flag("status-listen", &self.status_listen);
         if self.prune_unneeded {
             a.arg("--prune-unneeded");
+        }
+        if self.branch_on_divergence {
+            a.arg("--branch-on-divergence");
         }
         a
     }

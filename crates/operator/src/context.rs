@@ -147,6 +147,8 @@ pub enum Reason {
     RollingRestart,
     /// The binlog archive has a new gap (binary logs purged before they were archived).
     BinlogArchiveGap,
+    /// The binlog archive follows a new timeline that leaves archived transactions behind.
+    BinlogArchiveBranched,
     /// Pods carry the cluster's labels without being its StatefulSet's; they are ignored.
     ForeignPods,
 }
@@ -166,6 +168,7 @@ impl Reason {
             Reason::ReplicationBroken => "ReplicationBroken",
             Reason::RollingRestart => "RollingRestart",
             Reason::BinlogArchiveGap => "BinlogArchiveGap",
+            Reason::BinlogArchiveBranched => "BinlogArchiveBranched",
             Reason::ForeignPods => "ForeignPods",
             Reason::SpecValid => "SpecValid",
             Reason::BackupsHealthy => "BackupsHealthy",
@@ -192,6 +195,7 @@ impl Reason {
             | Reason::BackupsUnhealthy
             | Reason::ReconcileFailed
             | Reason::BinlogArchiveGap
+            | Reason::BinlogArchiveBranched
             | Reason::Failover
             | Reason::PrimaryLost
             | Reason::SwitchoverRefused
@@ -219,7 +223,7 @@ impl Reason {
                 "Switchover"
             }
             Reason::RollingRestart => "Rollout",
-            Reason::BinlogArchiveGap => "Archive",
+            Reason::BinlogArchiveGap | Reason::BinlogArchiveBranched => "Archive",
         }
     }
 }

@@ -27,6 +27,15 @@ pub enum Error {
     ArchiveUnsupported(String),
     #[error("archived binlog segment {id} is damaged: {reason}")]
     DamagedSegment { id: String, reason: String },
+    #[error("server {server} lacks archived transactions up to {archived} (it is at {server_at}): its history is not the archive's; archive it as a new timeline from {branch_at} with --branch-on-divergence, or into another archive")]
+    Diverged {
+        server: String,
+        archived: String,
+        server_at: String,
+        branch_at: String,
+    },
+    #[error("archived binlog segment {id} is on another branch of history than the one being restored: {reason}")]
+    OtherBranch { id: String, reason: String },
     #[error("failed to restore to a point in time: {0}")]
     PointInTime(String),
 }

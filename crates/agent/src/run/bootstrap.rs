@@ -412,7 +412,7 @@ pub async fn stage_logical(
     }
     let window = match until {
         Some(target) => {
-            let window = recover::window(repo, backup).await?;
+            let window = recover::window(repo, backup, target).await?;
             window
                 .check(target)
                 .map_err(bulwark_pitr::Error::PointInTime)?;

@@ -183,7 +183,7 @@ pub async fn load(
     let backup = repo.resolve(id).await?;
     if let Some(target) = &target {
         // Refused before anything is dropped or loaded when the archive cannot reach it.
-        recover::window(&repo, &backup)
+        recover::window(&repo, &backup, target)
             .await?
             .check(target)
             .map_err(bulwark_pitr::Error::PointInTime)?;

@@ -132,6 +132,21 @@ pub struct BinlogArchiveStatus {
     /// window, which the schedules' retention never deletes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_base_backup: Option<String>,
+    /// The timeline the archive follows: a new one each time another member becomes primary
+    /// or a failover leaves archived transactions behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<i64>,
+    /// Where that timeline began (GTID position).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_began_at: Option<String>,
+    /// The timeline it branched from when that one went on past where it began: transactions
+    /// archived there that the primary lacks (lost by a failover); not in the history that
+    /// `latest` or a time restores, but still archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branched_from: Option<i64>,
+    /// How far the branch left behind reaches: restoring to this GTID position recovers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_behind_through: Option<String>,
 }
 
 /// A successful backup, as recorded in a cluster's status.

@@ -16,7 +16,7 @@ use bulwark_pitr::archive::compact::CompactRules;
 pub use bulwark_pitr::archive::recover::ReplayInto;
 use bulwark_pitr::archive::replay::{self, ReplayOutcome};
 use bulwark_pitr::archive::status::{self, ArchiverRecord};
-use bulwark_pitr::archive::{manifest, recover, segments, window, RecoveryTarget, Window};
+use bulwark_pitr::archive::{history, manifest, recover, segments, window, RecoveryTarget, Window};
 use bulwark_pitr::binlog::GtidPos;
 use bulwark_pitr::Error;
 use clap::Args;
@@ -68,6 +68,13 @@ pub struct ArchiveArgs {
     /// them) before they are deleted.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration, env = "MYSQL_BACKUP_ARCHIVE_COMPACT_GRACE")]
     pub compact_grace: std::time::Duration,
+    /// When the server lacks archived transactions (a new primary after a failover that lost
+    /// the old one's last ones), archive its history as a new timeline from the newest
+    /// archived position it has; without it the archiver stops with the reason. The lost
+    /// transactions stay archived on their own branch: a restore to one of their GTIDs
+    /// recovers them.
+    #[arg(long, env = "MYSQL_BACKUP_ARCHIVE_BRANCH_ON_DIVERGENCE")]
+    pub branch_on_divergence: bool,
     /// Heartbeat the server sends while idle; three missed ones mean reconnect.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub heartbeat: std::time::Duration,
@@ -153,6 +160,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
     let opts = ArchiveOptions {
         archive: a.archive,
         prune_unneeded: a.prune_unneeded,
+        branch_on_divergence: a.branch_on_divergence,
         flush_every: a.flush_every,
         segment_bytes: a.segment_size as usize,
         server_id: a.server_id,
@@ -273,6 +281,7 @@ pub async fn archive_view(
     for (name, listing) in &all {
         let segments = &listing.segments;
         let gaps = window::gaps(segments);
+        let timelines = history::timelines(segments);
         let newest = segments
             .iter()
             .max_by_key(|s| (s.received_at, s.id.clone()));
@@ -287,6 +296,17 @@ pub async fn archive_view(
             "lastReceived": newest.map(|s| s.received_at),
             "superseded": listing.superseded.len(),
             "incomplete": listing.incomplete.iter().map(|i| serde_json::json!({"id": i.id, "reason": i.reason, "damaged": i.damaged})).collect::<Vec<_>>(),
+            "timelines": timelines.iter().map(|t| serde_json::json!({
+                "timeline": t.timeline,
+                "beganAt": t.began_at.to_string(),
+                "parent": t.parent,
+                "leftBehindThrough": t.left_behind.as_ref().map(ToString::to_string),
+                "through": t.through.to_string(),
+                "segments": t.segments,
+                "serverIds": t.server_ids,
+                "firstReceived": t.first_received,
+                "lastReceived": t.last_received,
+            })).collect::<Vec<_>>(),
             "gaps": gaps.iter().map(|g| serde_json::json!({
                 "after": g.after.as_ref().map(ToString::to_string),
                 "resumedAt": g.resumed_at.to_string(),
@@ -303,6 +323,30 @@ pub async fn archive_view(
                 n.last_commit.format("%Y-%m-%d %H:%M:%S"),
                 n.received_at.format("%Y-%m-%d %H:%M:%S"),
             ));
+        }
+        if timelines.len() > 1 {
+            for t in &timelines {
+                lines.push(format!(
+                    "binlog archive {name} timeline {}: {} .. {}{}, {} segments from server {}",
+                    t.timeline,
+                    t.began_at,
+                    t.through,
+                    match (t.parent, &t.left_behind) {
+                        (Some(p), Some(left)) => format!(
+                            " (branched from timeline {p}, which goes on to {left}: \
+                             transactions this server lacks)"
+                        ),
+                        (Some(p), None) => format!(" (continues timeline {p})"),
+                        _ => String::new(),
+                    },
+                    t.segments,
+                    t.server_ids
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ));
+            }
         }
         for g in &gaps {
             lines.push(format!(

@@ -144,7 +144,7 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     let (repo, backup, key) = a.backup.open().await?;
     if let Some(until) = &until {
         // Refuse a target outside the window before anything is loaded.
-        bulwark_pitr::archive::recover::window(&repo, &backup)
+        bulwark_pitr::archive::recover::window(&repo, &backup, until)
             .await?
             .check(until)
             .map_err(bulwark_pitr::Error::PointInTime)?;

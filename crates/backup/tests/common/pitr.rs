@@ -140,6 +140,22 @@ impl Archiver {
         log
     }
 
+    /// Waits for the archiver to exit on its own; its status and log.
+    pub fn wait_exit(mut self, within: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the archiver still runs after {within:?}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -25,17 +25,22 @@ pub struct Observed {
     pub status: Option<BinlogArchiveStatus>,
     /// A gap appeared since the last status: the event's message.
     pub new_gap: Option<String>,
+    /// The archive took a branch that leaves archived transactions behind since the last
+    /// status: the event's message.
+    pub new_branch: Option<String>,
     /// Seconds the archive may be behind, for the metric.
     pub lag_seconds: Option<f64>,
 }
 
 /// Decides the archive's part of the status from the report (or why there is none), the flush
-/// interval and the gaps the last status recorded.
+/// interval and what the last status recorded of the archive.
 pub fn observe(
     report: Result<&ArchiveStatus, &str>,
     flush_every: i32,
-    previous_gaps: u32,
+    previous: Option<&BinlogArchiveStatus>,
 ) -> Observed {
+    let previous_gaps = previous.map_or(0, |a| a.gaps);
+    let previous_timeline = previous.and_then(|a| a.timeline);
     let report = match report {
         Ok(r) => r,
         Err(why) => {
@@ -48,6 +53,7 @@ pub fn observe(
                 ),
                 status: None,
                 new_gap: None,
+                new_branch: None,
                 lag_seconds: None,
             }
         }
@@ -104,6 +110,14 @@ pub fn observe(
             report.last_gap_resumed_at.as_deref().unwrap_or("?")
         )
     });
+    let timeline = report.timeline.map(i64::from);
+    let new_branch = match (timeline, report.branched_from, &report.left_behind_through) {
+        (Some(t), Some(parent), Some(left)) if previous_timeline != Some(t) => Some(format!(
+            "the binlog archive follows timeline {t} from {}: timeline {parent}, archived up to {left}, holds transactions the primary lacks (lost by a failover); latest and time restores leave them out, and they stay archived, restorable by their GTIDs",
+            report.timeline_began_at.as_deref().unwrap_or("?")
+        )),
+        _ => None,
+    };
     Observed {
         condition,
         status: Some(BinlogArchiveStatus {
@@ -117,8 +131,13 @@ pub fn observe(
             recoverable_from_backup: report.recoverable_from_backup.clone(),
             recoverable_to: report.recoverable_to.clone(),
             window_base_backup: report.window_base_backup.clone(),
+            timeline,
+            timeline_began_at: report.timeline_began_at.clone(),
+            branched_from: report.branched_from.map(i64::from),
+            left_behind_through: report.left_behind_through.clone(),
         }),
         new_gap,
+        new_branch,
         lag_seconds: Some(lag),
     }
 }
@@ -175,6 +194,19 @@ mod tests {
             recoverable_from_backup: window.then(|| "20261124T000000Z-0a0b0c".into()),
             recoverable_to: window.then(|| "2026-11-25T03:00:00Z".into()),
             window_base_backup: window.then(|| "20261125T000000Z-0d0e0f".into()),
+            timeline: Some(1),
+            timeline_began_at: Some("0-101-1".into()),
+            branched_from: None,
+            left_behind_through: None,
+        }
+    }
+
+    /// What the last status recorded: `gaps` gaps, on `timeline`.
+    fn previous(gaps: u32, timeline: i64) -> BinlogArchiveStatus {
+        BinlogArchiveStatus {
+            gaps,
+            timeline: Some(timeline),
+            ..Default::default()
         }
     }
 
@@ -190,7 +222,7 @@ mod tests {
             (report(true, 50.0, 0, true), 0, Status::False, "Lagging", "50s behind the primary (tolerated 45s)"),
         ];
         for (r, previous_gaps, status, reason, message) in cases {
-            let o = observe(Ok(&r), 5, previous_gaps);
+            let o = observe(Ok(&r), 5, Some(&previous(previous_gaps, 1)));
             assert_eq!(
                 (o.condition.status, o.condition.reason),
                 (status, reason),
@@ -208,7 +240,7 @@ mod tests {
                 "the retention's protection is carried"
             );
         }
-        let o = observe(Err("no archiver pod is running"), 5, 0);
+        let o = observe(Err("no archiver pod is running"), 5, None);
         assert_eq!(o.condition.reason, "ArchiverUnreachable");
         assert!(o.status.is_none() && o.lag_seconds.is_none());
     }
@@ -216,7 +248,43 @@ mod tests {
     #[test]
     fn a_new_gap_is_announced_once() {
         let r = report(true, 1.0, 2, true);
-        assert!(observe(Ok(&r), 5, 1).new_gap.unwrap().contains("0-101-400"));
-        assert!(observe(Ok(&r), 5, 2).new_gap.is_none());
+        assert!(observe(Ok(&r), 5, Some(&previous(1, 1)))
+            .new_gap
+            .unwrap()
+            .contains("0-101-400"));
+        assert!(observe(Ok(&r), 5, Some(&previous(2, 1))).new_gap.is_none());
+    }
+
+    #[test]
+    fn a_branch_that_leaves_transactions_behind_is_announced_once() {
+        let mut r = report(true, 1.0, 0, true);
+        r.timeline = Some(3);
+        r.timeline_began_at = Some("0-101-450".into());
+        // A switchover: a new timeline, nothing left behind, no event.
+        assert!(observe(Ok(&r), 5, Some(&previous(0, 2)))
+            .new_branch
+            .is_none());
+        r.branched_from = Some(2);
+        r.left_behind_through = Some("0-101-460".into());
+        let o = observe(Ok(&r), 5, Some(&previous(0, 2)));
+        let message = o.new_branch.expect("announced");
+        assert!(
+            message.contains(
+                "follows timeline 3 from 0-101-450: timeline 2, archived up to 0-101-460"
+            ),
+            "{message}"
+        );
+        let shown = o.status.unwrap();
+        assert_eq!(
+            (
+                shown.timeline,
+                shown.branched_from,
+                shown.left_behind_through.as_deref()
+            ),
+            (Some(3), Some(2), Some("0-101-460"))
+        );
+        assert!(observe(Ok(&r), 5, Some(&previous(0, 3)))
+            .new_branch
+            .is_none());
     }
 }

@@ -392,12 +392,14 @@ async fn report(
         let name = cluster.name_any();
         let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
         let read = archive::read(&pods_api, &name).await;
-        let previous_gaps = st.binlog_archive.as_ref().map_or(0, |a| a.gaps);
         let flush = spec
             .flush_every_seconds
             .unwrap_or(build::archiver::DEFAULT_FLUSH_EVERY_SECONDS);
-        let observed =
-            archive::observe(read.as_ref().map_err(String::as_str), flush, previous_gaps);
+        let observed = archive::observe(
+            read.as_ref().map_err(String::as_str),
+            flush,
+            st.binlog_archive.as_ref(),
+        );
         if let Some(lag) = observed.lag_seconds {
             ctx.metrics.archive_lag(ns, &name, lag);
         }

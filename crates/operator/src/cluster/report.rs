@@ -118,6 +118,9 @@ pub fn of_pass(
         if let Some(gap) = &observed.new_gap {
             events.push((Reason::BinlogArchiveGap, gap.clone()));
         }
+        if let Some(branch) = &observed.new_branch {
+            events.push((Reason::BinlogArchiveBranched, branch.clone()));
+        }
         desired.push(observed.condition.clone());
     }
     let primary_ready = not_primary.is_none()

@@ -19,6 +19,7 @@ use mysql_async::BinlogStreamRequest;
 use super::connect::connect;
 use super::follow;
 use super::gathering::{Added, Gathering};
+use super::history::FIRST_TIMELINE;
 use super::housekeeping::{self, Housekeeping};
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 pub use super::options::ArchiveOptions;
@@ -51,8 +52,8 @@ pub struct ArchiveReport {
 enum SessionEnd {
     /// Stop asked for.
     Shutdown,
-    /// Reconnect from the given position (a step back or a gap), after logging why.
-    Restart(GtidPos),
+    /// Reconnect from the given position (a new branch or a gap), after logging why.
+    Restart(follow::Resume),
     /// Reconnect from where the archive is.
     Retry(String),
 }
@@ -104,6 +105,15 @@ pub async fn run(
         record,
         housekeeping: Housekeeping::new(repo, key, opts, listing.superseded),
     };
+    // Resuming continues the newest segment's timeline.
+    if let Some(newest) = archive
+        .segments
+        .iter()
+        .max_by_key(|s| (s.received_at, s.id.clone()))
+    {
+        archive.gathering.timeline = newest.timeline;
+        archive.gathering.source = Some(newest.source.clone());
+    }
     // Also shows the archive found at start (windows, gaps) in the record.
     archive.housekeep().await;
     let mut backoff = Duration::from_millis(500);
@@ -111,17 +121,26 @@ pub async fn run(
         archive.record.turned();
         match archive.session(conn, &mut shutdown).await {
             Ok(SessionEnd::Shutdown) => break,
-            Ok(SessionEnd::Restart(at)) => {
+            Ok(SessionEnd::Restart(resume)) => {
                 archive.flush_until_done().await;
+                let timeline = archive.gathering.timeline;
+                let (at, timeline) = match resume {
+                    follow::Resume::Gap(at) => (at, timeline),
+                    follow::Resume::Branch { at, .. } => (at, archive.next_timeline()),
+                };
                 archive.gathering = Gathering::new(at);
+                archive.gathering.timeline = timeline;
                 backoff = Duration::from_millis(500);
             }
             Ok(SessionEnd::Retry(why)) => {
                 tracing::warn!(reason = %why, through = %archive.gathering.through, "binlog stream ended; reconnecting");
                 archive.record.stream(Some(why));
             }
-            // Not a MariaDB server: no retry makes it one.
-            Err(e @ Error::ArchiveUnsupported(_)) => return Err(e),
+            // Not a MariaDB server, or not the archive's history: no retry changes that.
+            Err(e @ (Error::ArchiveUnsupported(_) | Error::Diverged { .. })) => {
+                archive.flush_until_done().await;
+                return Err(e);
+            }
             Err(e) => {
                 let cause = crate::error::chain(&e);
                 tracing::warn!(error = %cause, through = %archive.gathering.through, retry_in = ?backoff, "binlog archiving interrupted; reconnecting");
@@ -174,6 +193,18 @@ async fn resume_point(
 }
 
 impl Archive<'_> {
+    /// A timeline number no segment has yet: the one being gathered when nothing was
+    /// committed on it (a new server that turned out to lack archived transactions starts one
+    /// timeline, not two).
+    fn next_timeline(&self) -> u32 {
+        let used = self.segments.iter().map(|s| s.timeline).max().unwrap_or(0);
+        if self.gathering.timeline > used {
+            self.gathering.timeline
+        } else {
+            used.max(FIRST_TIMELINE) + 1
+        }
+    }
+
     async fn housekeep(&mut self) {
         let opened = self.gathering.opened();
         self.housekeeping
@@ -223,6 +254,13 @@ impl Archive<'_> {
         if self.gathering.source.as_ref() != Some(&source) && !self.gathering.is_empty() {
             // One segment, one source: what came from the previous server is committed first.
             self.flush().await?;
+        }
+        let previous = self.gathering.source.as_ref().map(|s| s.server_id);
+        if previous.is_some_and(|id| id != server_id) {
+            // Another server (a switchover or a failover): its history starts a new timeline,
+            // so `list` shows where each server took over.
+            self.gathering.timeline = self.next_timeline();
+            tracing::info!(timeline = self.gathering.timeline, from = %self.gathering.through, server_id, "another server answers: a new timeline starts");
         }
         self.gathering.source = Some(source.clone());
         let from = self.gathering.through.to_string();
@@ -287,9 +325,20 @@ impl Archive<'_> {
                 {
                     tracing::warn!(server = %source.host, error = %e.message, "the server cannot continue the archive from its position");
                     drop(stream);
-                    return Ok(SessionEnd::Restart(
-                        follow::step_back(conn, &self.segments, &self.gathering.through).await?,
-                    ));
+                    let resume =
+                        follow::step_back(conn, &self.segments, &self.gathering.through).await?;
+                    if let follow::Resume::Branch { at, server_at } = &resume {
+                        if !opts.branch_on_divergence {
+                            return Err(Error::Diverged {
+                                server: source.host.clone(),
+                                archived: self.gathering.through.to_string(),
+                                server_at: server_at.clone(),
+                                branch_at: at.to_string(),
+                            });
+                        }
+                        tracing::warn!(from = %self.gathering.through, to = %at, server_position = %server_at, timeline = self.next_timeline(), "the server lacks archived transactions: a new timeline starts from the newest archived position it has; the lost ones stay archived on their own branch");
+                    }
+                    return Ok(SessionEnd::Restart(resume));
                 }
                 Ok(Some(Err(source))) => {
                     return Err(Error::StreamBinlog {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 
+use super::history::{self, GtidRun};
 use super::manifest::{self, SegmentManifest};
 use super::segments::{self, Superseded};
 use crate::binlog::event::{self, BINLOG_MAGIC};
@@ -93,8 +94,12 @@ pub fn plan(
         };
         let t = &segments[*next];
         let one_end = by_through.get(&key).is_some_and(|v| v.len() == 1);
-        (eligible[*next] && one_end && t.source == s.source && bucket(t) == bucket(s))
-            .then_some(*next)
+        (eligible[*next]
+            && one_end
+            && t.source == s.source
+            && t.timeline == s.timeline
+            && bucket(t) == bucket(s))
+        .then_some(*next)
     };
     let links: Vec<Option<usize>> = (0..segments.len())
         .map(|i| if eligible[i] { successor(i) } else { None })
@@ -132,15 +137,25 @@ pub fn plan(
     groups
 }
 
+/// A merged segment's plaintext and the runs of GTIDs it holds.
+#[derive(Debug)]
+pub struct Merged {
+    pub plain: Vec<u8>,
+    /// Read from the transactions themselves, so they are exact even when the parts were
+    /// written before segments recorded runs.
+    pub runs: Vec<GtidRun>,
+}
+
 /// One binlog holding the transactions of `parts` (segment plaintexts in replay order): a
 /// format description only where it changes. Every event is checked again, and the result must
 /// hold exactly `expected` transactions.
-pub fn merge(parts: &[(&str, &[u8])], expected: u64) -> std::result::Result<Vec<u8>, String> {
+pub fn merge(parts: &[(&str, &[u8])], expected: u64) -> std::result::Result<Merged, String> {
     let total: usize = parts.iter().map(|(_, p)| p.len()).sum();
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&BINLOG_MAGIC);
     let mut format: Option<Vec<u8>> = None;
     let mut transactions = 0u64;
+    let mut runs = Vec::new();
     for (id, plain) in parts {
         let body = plain
             .strip_prefix(&BINLOG_MAGIC[..])
@@ -160,6 +175,7 @@ pub fn merge(parts: &[(&str, &[u8])], expected: u64) -> std::result::Result<Vec<
                 }
                 Step::Transaction(trx) => {
                     transactions += 1;
+                    history::record(&mut runs, trx.gtid);
                     out.extend_from_slice(&trx.events);
                 }
                 Step::Nothing | Step::Heartbeat => {}
@@ -174,12 +190,14 @@ pub fn merge(parts: &[(&str, &[u8])], expected: u64) -> std::result::Result<Vec<
             "the merged segments hold {transactions} transactions, their manifests say {expected}"
         ));
     }
-    Ok(out)
+    Ok(Merged { plain: out, runs })
 }
 
-/// The manifest of a segment holding `group` (in replay order), before it is stored.
+/// The manifest of a segment holding `group` (in replay order, one timeline), before it is
+/// stored; `runs` are the merged transactions'.
 pub fn draft(
     group: &[SegmentManifest],
+    runs: Vec<GtidRun>,
     id: String,
     now: DateTime<Utc>,
     write: &WriteOptions,
@@ -188,6 +206,7 @@ pub fn draft(
     let mut m = last.clone();
     m.id = id;
     m.after = first.after.clone();
+    m.runs = runs;
     m.first_gtid = first.first_gtid.clone();
     m.first_commit = first.first_commit;
     m.transactions = group.iter().map(|s| s.transactions).sum();
@@ -227,8 +246,8 @@ pub async fn compact_group(
         reason,
     })?;
     drop(plains);
-    let draft = draft(group, id, now, write);
-    segments::commit(store, Bytes::from(merged), key, write, draft).await
+    let draft = draft(group, merged.runs, id, now, write);
+    segments::commit(store, Bytes::from(merged.plain), key, write, draft).await
 }
 
 /// The replaced segments whose grace is over at `now`.

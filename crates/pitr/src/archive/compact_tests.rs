@@ -105,7 +105,7 @@ fn a_merge_keeps_every_chain_and_window() {
         segment_size: 1 << 30,
     };
     let group: Vec<SegmentManifest> = groups[0].iter().map(|i| segs[*i].clone()).collect();
-    let merged = draft(&group, "m".into(), at(2 * HOUR), &write);
+    let merged = draft(&group, Vec::new(), "m".into(), at(2 * HOUR), &write);
     assert_eq!(merged.replaces, vec!["a", "b", "c"]);
     assert_eq!(
         (merged.after.to_string(), merged.through.to_string()),
@@ -164,17 +164,33 @@ fn merged_plaintext_replays_like_its_parts() {
         &f1,
         &[trx(11, 5), trx(12, 6), trx(13, 7), f2.clone(), trx(14, 8)],
     );
-    assert_eq!(merged, want);
+    assert_eq!(merged.plain, want);
+    let runs: Vec<(u32, u64, u64)> = merged
+        .runs
+        .iter()
+        .map(|r| (r.server, r.first, r.last))
+        .collect();
+    assert_eq!(runs, vec![(1, 11, 14)]);
+    let starts = ["0-1-10", "0-1-12", "0-1-13"];
     for target in [RecoveryTarget::Latest, RecoveryTarget::Gtid(pos("0-1-13"))] {
-        let replay = |plains: &[(&str, &[u8])]| {
+        let replay = |plains: &[(&str, &str, &[u8])]| {
             let mut sel = Selector::new(pos("0-1-11"), target.clone());
             let mut out = Vec::new();
-            for (id, p) in plains {
-                sel.take(id, p, &mut out).unwrap();
+            for (id, after, p) in plains {
+                sel.take(id, &pos(after), p, &mut out).unwrap();
             }
             (out, sel.reached().to_string())
         };
-        assert_eq!(replay(&parts), replay(&[("m", &merged)]), "{target}");
+        let apart: Vec<(&str, &str, &[u8])> = parts
+            .iter()
+            .zip(starts)
+            .map(|((id, p), after)| (*id, after, *p))
+            .collect();
+        assert_eq!(
+            replay(&apart),
+            replay(&[("m", "0-1-10", &merged.plain)]),
+            "{target}"
+        );
     }
     let err = merge(&parts, 5).unwrap_err();
     assert!(

@@ -21,16 +21,30 @@ pub struct Feed<'a> {
     queue: VecDeque<SegmentManifest>,
     /// The position after the last segment read.
     at: GtidPos,
+    /// The GTID target the chain was chosen toward, if any.
+    toward: Option<GtidPos>,
+}
+
+/// One segment of the chain.
+#[derive(Debug)]
+pub struct Fed {
+    pub id: String,
+    /// Where its manifest says it starts.
+    pub after: GtidPos,
+    /// Its verified plaintext.
+    pub plain: Result<Vec<u8>>,
 }
 
 impl<'a> Feed<'a> {
-    /// A feed of `chain` (in replay order) of archive `archive`, which continues `from`.
+    /// A feed of `chain` (in replay order) of archive `archive`, which continues `from`
+    /// (toward GTID target `toward`, when the chain was chosen for one).
     pub fn new(
         store: &'a Arc<dyn Store>,
         key: Option<&'a MasterKey>,
         archive: &'a str,
         chain: Vec<SegmentManifest>,
         from: GtidPos,
+        toward: Option<GtidPos>,
     ) -> Self {
         Feed {
             store,
@@ -38,11 +52,12 @@ impl<'a> Feed<'a> {
             archive,
             queue: chain.into(),
             at: from,
+            toward,
         }
     }
 
-    /// The next segment's id and verified plaintext; `None` at the end of the chain.
-    pub async fn next(&mut self) -> Option<(String, Result<Vec<u8>>)> {
+    /// The next segment; `None` at the end of the chain.
+    pub async fn next(&mut self) -> Option<Fed> {
         let seg = self.queue.pop_front()?;
         let plain = match segments::read(self.store, &seg, self.key).await {
             Ok(plain) => plain,
@@ -52,28 +67,28 @@ impl<'a> Feed<'a> {
                     let plain = segments::read(self.store, &replacement, self.key).await;
                     return Some(self.advance(replacement, plain));
                 }
-                None => return Some((seg.id, Err(e))),
+                None => return Some(self.advance(seg, Err(e))),
             },
         };
         Some(self.advance(seg, Ok(plain)))
     }
 
-    fn advance(
-        &mut self,
-        seg: SegmentManifest,
-        plain: Result<Vec<u8>>,
-    ) -> (String, Result<Vec<u8>>) {
+    fn advance(&mut self, seg: SegmentManifest, plain: Result<Vec<u8>>) -> Fed {
         if plain.is_ok() {
             self.at = seg.through.clone();
         }
-        (seg.id, plain)
+        Fed {
+            id: seg.id,
+            after: seg.after,
+            plain,
+        }
     }
 
     /// Lists the archive again; when the chain from the current position now starts with
     /// another segment than `failed`, the queue becomes that chain and its first is returned.
     async fn relist(&mut self, failed: &str) -> Option<SegmentManifest> {
         let listing = segments::list(self.store, self.archive).await.ok()?;
-        let chain = window::chain_from(&listing.segments, &self.at);
+        let chain = window::chain_toward(&listing.segments, &self.at, self.toward.as_ref());
         let mut again: VecDeque<SegmentManifest> = chain
             .segments
             .iter()
@@ -140,11 +155,13 @@ mod tests {
                 .unwrap();
             chain.push(committed);
         }
-        let mut feed = Feed::new(&store, Some(&key), "t", chain.clone(), pos("0-1-11"));
+        let mut feed = Feed::new(&store, Some(&key), "t", chain.clone(), pos("0-1-11"), None);
         let mut selector = Selector::new(pos("0-1-11"), RecoveryTarget::Latest);
         let mut out = Vec::new();
-        let (id, plain) = feed.next().await.unwrap();
-        selector.take(&id, &plain.unwrap(), &mut out).unwrap();
+        let fed = feed.next().await.unwrap();
+        selector
+            .take(&fed.id, &fed.after, &fed.plain.unwrap(), &mut out)
+            .unwrap();
         assert_eq!(selector.reached().to_string(), "0-1-12");
 
         // All three are merged, and the two not yet read are deleted.
@@ -154,18 +171,27 @@ mod tests {
         for s in &chain[1..] {
             segments::delete(&store, &s.id).await.unwrap();
         }
-        let (id, plain) = feed.next().await.unwrap();
-        assert_eq!(id, merged.id);
-        selector.take(&id, &plain.unwrap(), &mut out).unwrap();
+        let fed = feed.next().await.unwrap();
+        assert_eq!(fed.id, merged.id);
+        selector
+            .take(&fed.id, &fed.after, &fed.plain.unwrap(), &mut out)
+            .unwrap();
         assert!(feed.next().await.is_none());
         assert_eq!(selector.reached().to_string(), "0-1-15");
         assert_eq!(selector.transactions, 4, "0-1-12 is not given twice");
 
         // A segment that is simply gone, with nothing replacing it, fails the replay.
-        let mut feed = Feed::new(&store, Some(&key), "t", chain[1..].to_vec(), pos("0-1-12"));
+        let mut feed = Feed::new(
+            &store,
+            Some(&key),
+            "t",
+            chain[1..].to_vec(),
+            pos("0-1-12"),
+            None,
+        );
         segments::delete(&store, &merged.id).await.unwrap();
-        let (id, plain) = feed.next().await.unwrap();
-        assert_eq!(id, chain[1].id);
-        assert!(plain.is_err());
+        let fed = feed.next().await.unwrap();
+        assert_eq!(fed.id, chain[1].id);
+        assert!(fed.plain.is_err());
     }
 }

@@ -44,17 +44,29 @@ pub(super) fn exact_bytes(
     Ok(RawEvent::checked(bytes)?)
 }
 
+/// Where the archive continues when the server cannot stream from its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Resume {
+    /// The server lacks archived transactions (a primary that took over without the old one's
+    /// last ones): a new branch of history starts at this archived position, the newest the
+    /// server has. `server_at` is the server's own position.
+    Branch { at: GtidPos, server_at: String },
+    /// The server has the archive's history but purged the binary logs after it: the archive
+    /// continues here, past a gap.
+    Gap(GtidPos),
+}
+
 /// Where to continue when the server cannot stream from `through`. When the server has every
 /// transaction up to `through` (by its binlog history), its binary logs were purged past it:
 /// the archive continues from the oldest binlog it still has, and the gap is recorded by the
 /// segments' positions. Otherwise the archive ran ahead of this server (a primary that took
-/// over without the old one's last transactions): continue from the newest archived position
-/// the server has, so the segments received next supersede the lost ones.
+/// over without the old one's last transactions): the newest archived segment boundary the
+/// server has is where a new branch of history can start.
 pub(super) async fn step_back(
     conn: &Connection,
     segments: &[SegmentManifest],
     through: &GtidPos,
-) -> Result<GtidPos> {
+) -> Result<Resume> {
     let mut c = connect(conn).await?;
     let q = |e| EngineError::QueryServer(Box::new(e));
     let row: Option<(String, String)> = c
@@ -78,10 +90,9 @@ pub(super) async fn step_back(
             .flat_map(|s| [&s.through, &s.after])
             .find(|p| has(p))
             .cloned();
-        if let Some(back) = back {
-            tracing::warn!(from = %through, to = %back, server_position = %pos, "the server lacks archived transactions; continuing from the newest archived position it has");
+        if let Some(at) = back {
             let _ = c.disconnect().await;
-            return Ok(back);
+            return Ok(Resume::Branch { at, server_at: pos });
         }
     }
     let logs: Vec<(String, u64)> = c.query("SHOW BINARY LOGS").await.map_err(q)?;
@@ -106,5 +117,5 @@ pub(super) async fn step_back(
         .unwrap_or_default();
     let oldest = GtidPos::parse(&oldest).map_err(EngineError::InvalidArgument)?;
     tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
-    Ok(oldest)
+    Ok(Resume::Gap(oldest))
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
+use super::history::{self, GtidRun, FIRST_TIMELINE};
 use super::manifest::{ArchiveSource, SegmentManifest, ARCHIVE_FORMAT_NAME};
 use crate::binlog::event::BINLOG_MAGIC;
 use crate::binlog::{GtidPos, Transaction};
@@ -25,6 +26,7 @@ pub struct Gathering {
     /// The plaintext handed to a commit, kept until the commit succeeds (a failed one is
     /// retried with it, or more transactions are appended to it).
     sealed: Option<Bytes>,
+    runs: Vec<GtidRun>,
     first_gtid: Option<String>,
     last_gtid: String,
     transactions: u64,
@@ -34,6 +36,8 @@ pub struct Gathering {
     opened: Option<Instant>,
     /// The server the transactions come from.
     pub source: Option<ArchiveSource>,
+    /// The timeline the transactions belong to.
+    pub timeline: u32,
 }
 
 /// What adding a transaction did.
@@ -54,6 +58,7 @@ impl Gathering {
             format: None,
             events: Vec::new(),
             sealed: None,
+            runs: Vec::new(),
             first_gtid: None,
             last_gtid: String::new(),
             transactions: 0,
@@ -62,6 +67,7 @@ impl Gathering {
             received_at: None,
             opened: None,
             source: None,
+            timeline: FIRST_TIMELINE,
         }
     }
 
@@ -111,6 +117,7 @@ impl Gathering {
             self.first_commit = trx.committed;
             self.opened = Some(at);
         }
+        history::record(&mut self.runs, trx.gtid);
         self.last_gtid = trx.gtid.to_string();
         self.last_commit = trx.committed;
         self.through.advance(trx.gtid);
@@ -158,6 +165,8 @@ impl Gathering {
             source,
             after: self.after.clone(),
             through: self.through.clone(),
+            timeline: self.timeline,
+            runs: self.runs.clone(),
             first_gtid: self.first_gtid.clone().unwrap_or_default(),
             last_gtid: self.last_gtid.clone(),
             transactions: self.transactions,
@@ -188,6 +197,7 @@ impl Gathering {
         let mut next = Gathering::new(self.through.clone());
         next.format = self.format.clone();
         next.source = self.source.clone();
+        next.timeline = self.timeline;
         next
     }
 }
@@ -247,6 +257,10 @@ mod tests {
             ("0-1-5", "0-1-6")
         );
         assert_eq!(m.transactions, 2);
+        assert_eq!(
+            (m.timeline, m.runs.len(), m.runs[0].first, m.runs[0].last),
+            (FIRST_TIMELINE, 1, 5, 6)
+        );
         assert_eq!(m.last_commit.timestamp(), 103);
         let next = p.next();
         assert!(next.is_empty() && next.has_format());

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::binlog::GtidPos;
+use crate::binlog::{GtidPos, GtidRun};
 use bulwark_engine::format::{
     self, Chunking, EncryptionInfo, PlaintextInfo, SegmentInfo, StoredStream, FORMAT_VERSION,
 };
@@ -29,6 +29,15 @@ pub struct SegmentManifest {
     pub after: GtidPos,
     /// GTID position after the last transaction.
     pub through: GtidPos,
+    /// The branch of history the archiver was following: [`FIRST_TIMELINE`] at first, a new
+    /// number each time it stepped back to an earlier position (a new primary without the
+    /// archive's last transactions) or began streaming from another server.
+    #[serde(default = "first_timeline")]
+    pub timeline: u32,
+    /// The transactions held, as runs of consecutive GTIDs by one server: which GTIDs exactly,
+    /// servers included (empty in segments written before runs were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<GtidRun>,
     /// GTID of the first transaction.
     pub first_gtid: String,
     /// GTID of the last transaction.
@@ -58,6 +67,13 @@ pub struct SegmentManifest {
     /// When a compacted segment was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted_at: Option<DateTime<Utc>>,
+}
+
+/// The timeline of an archive's first segments, and of segments written before timelines.
+pub const FIRST_TIMELINE: u32 = 1;
+
+fn first_timeline() -> u32 {
+    FIRST_TIMELINE
 }
 
 /// Where the transactions came from.
@@ -143,7 +159,12 @@ pub fn parse(id: &str, raw: &[u8]) -> Result<SegmentManifest, String> {
     if m.id != id {
         return Err(format!("it names segment {}", m.id));
     }
-    if m.transactions == 0 || !m.through.covers(&m.after) || m.through == m.after {
+    // Every domain stays or moves forward, and one moves: no chain of segments can loop.
+    let advances = m
+        .through
+        .gtids()
+        .any(|g| m.after.get(g.domain).is_none_or(|a| g.seq > a.seq));
+    if m.transactions == 0 || !m.through.covers(&m.after) || !advances {
         return Err("its GTID range is empty or runs backwards".into());
     }
     Ok(m)

@@ -4,11 +4,13 @@
 //! ([`archiver`]) and the replay of a chain into a server ([`replay`]).
 
 pub mod archiver;
+pub mod chain;
 pub mod compact;
 mod connect;
 pub mod feed;
 mod follow;
 pub mod gathering;
+pub mod history;
 mod housekeeping;
 pub mod manifest;
 pub mod offline;
@@ -17,6 +19,7 @@ pub mod recover;
 pub mod replay;
 pub mod retain;
 pub mod segments;
+pub mod select;
 pub mod status;
 pub mod window;
 

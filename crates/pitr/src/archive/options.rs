@@ -30,4 +30,8 @@ pub struct ArchiveOptions {
     pub prune_unneeded: bool,
     /// Merge small segments once their span of time is over (`None`: never).
     pub compact: Option<CompactRules>,
+    /// When the server lacks archived transactions (a new primary that lost the old one's
+    /// last ones), start a new timeline from the newest archived position it has; otherwise
+    /// stop, since the server's history is not the archive's.
+    pub branch_on_divergence: bool,
 }

@@ -67,11 +67,16 @@ pub async fn replay_after(
     }
 }
 
-/// The recovery window of `backup` in the archive that continues it, as it is now.
-pub async fn window(repo: &Repository, backup: &CompleteBackup) -> Result<super::Window> {
+/// The recovery window of `backup` in the archive that continues it, as it is now, along the
+/// branch of history a replay to `target` follows.
+pub async fn window(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    target: &RecoveryTarget,
+) -> Result<super::Window> {
     let archive = manifest::archive_of(&backup.manifest);
     let segments = segments::list(repo.store(), archive).await?.segments;
-    Ok(replay::window_of(backup, &segments)?.0)
+    Ok(replay::window_toward(backup, &segments, target)?.0)
 }
 
 /// The server's `gtid_domain_id`, `server_id` and the sequence number after the last its binary

@@ -1,7 +1,7 @@
 //! Point-in-time replay: the archived transactions after a backup's consistent point, up to a
 //! target, written as one binary log and applied through `mariadb-binlog - | mariadb`, so the
-//! server logs them under their original GTIDs. Selection is pure ([`Selector`]); running the
-//! tools is the thin edge ([`apply`]).
+//! server logs them under their original GTIDs. Selection is pure ([`Selector`], in
+//! [`super::select`]); running the tools is the thin edge ([`apply`]).
 
 use bulwark_engine::Error as EngineError;
 use std::path::Path;
@@ -11,135 +11,16 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::io::AsyncWriteExt;
 
+use super::feed::{Fed, Feed};
 use super::manifest::SegmentManifest;
+pub use super::select::Selector;
 use super::window::{self, RecoveryTarget, Window};
 use crate::binlog::event::BINLOG_MAGIC;
-use crate::binlog::{Assembler, GtidPos, Rebase, Step};
+use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::CompleteBackup;
 use bulwark_engine::source::{Connection, DefaultsFile};
-
-/// Picks the transactions to replay from segment plaintexts given in chain order: those after
-/// `start`, up to the target. A time target takes the longest run of transactions stamped at or
-/// before it (stamps are not ordered under concurrent commits, and a replay must be a prefix of
-/// the log, never a selection from it).
-#[derive(Debug)]
-pub struct Selector {
-    target: RecoveryTarget,
-    reached: GtidPos,
-    format: Option<Vec<u8>>,
-    done: bool,
-    rebase: Option<Rebase>,
-    /// Transactions selected.
-    pub transactions: u64,
-    /// Commit stamp of the last selected transaction.
-    pub last_commit: Option<DateTime<Utc>>,
-}
-
-impl Selector {
-    pub fn new(start: GtidPos, target: RecoveryTarget) -> Selector {
-        Selector {
-            reached: start,
-            target,
-            format: None,
-            done: false,
-            rebase: None,
-            transactions: 0,
-            last_commit: None,
-        }
-    }
-
-    /// Writes the selected transactions under the GTIDs of the server `rebase` describes
-    /// instead of the archived ones.
-    pub fn rebased(mut self, rebase: Rebase) -> Selector {
-        self.rebase = Some(rebase);
-        self
-    }
-
-    /// The position after the selected transactions (in the archive's GTIDs).
-    pub fn reached(&self) -> &GtidPos {
-        &self.reached
-    }
-
-    /// Whether the target has been passed (later segments add nothing).
-    pub fn done(&self) -> bool {
-        self.done
-    }
-
-    /// Appends the selected events of one segment's plaintext to `out` (the body of a binlog
-    /// whose magic the caller wrote).
-    pub fn take(&mut self, id: &str, plain: &[u8], out: &mut Vec<u8>) -> Result<()> {
-        let damaged = |reason: String| Error::DamagedSegment {
-            id: id.to_string(),
-            reason,
-        };
-        let body = plain
-            .strip_prefix(&BINLOG_MAGIC[..])
-            .ok_or_else(|| damaged("it does not start with the binlog magic".into()))?;
-        let mut assembler = Assembler::default();
-        for event in crate::binlog::event::events(body) {
-            if self.done {
-                break;
-            }
-            let event = event.map_err(damaged)?;
-            match assembler.push(event).map_err(|e| damaged(e.to_string()))? {
-                Step::Format(fde) => {
-                    if self.format.as_deref() != Some(fde.bytes()) {
-                        self.format = Some(fde.bytes().to_vec());
-                        out.extend_from_slice(fde.bytes());
-                    }
-                }
-                Step::Transaction(trx) => {
-                    // Also what an earlier segment gave: a chain listed again after a segment
-                    // was compacted may continue inside a segment.
-                    if self.reached.includes(trx.gtid) {
-                        continue;
-                    }
-                    let wanted = match &self.target {
-                        RecoveryTarget::Latest => true,
-                        RecoveryTarget::Gtid(p) => p.includes(trx.gtid),
-                        RecoveryTarget::Time(t) => i64::from(trx.committed) <= t.timestamp(),
-                    };
-                    if !wanted {
-                        // One domain is a single sequence: nothing after the first transaction
-                        // beyond the target is wanted. Other domains' may still be.
-                        if !matches!(&self.target, RecoveryTarget::Gtid(p) if p.gtids().count() > 1)
-                        {
-                            self.done = true;
-                        }
-                        continue;
-                    }
-                    match &mut self.rebase {
-                        Some(rebase) => rebase.transaction(&trx.events, out).map_err(damaged)?,
-                        None => out.extend_from_slice(&trx.events),
-                    }
-                    self.reached.advance(trx.gtid);
-                    self.transactions += 1;
-                    self.last_commit = DateTime::from_timestamp(i64::from(trx.committed), 0);
-                }
-                Step::Nothing | Step::Heartbeat => {}
-            }
-        }
-        if assembler.in_transaction() {
-            return Err(damaged("it ends inside a transaction".into()));
-        }
-        Ok(())
-    }
-
-    /// Checks that a GTID target was reached in full.
-    pub fn finish(&self) -> Result<()> {
-        if let RecoveryTarget::Gtid(p) = &self.target {
-            if !self.reached.covers(p) {
-                return Err(Error::PointInTime(format!(
-                    "the archive reaches {} but not all of GTID {p}",
-                    self.reached
-                )));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// What a replay applied.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -199,10 +80,20 @@ fn cause(
     fed
 }
 
-/// The recovery window of `backup` and the segments of its chain.
+/// The recovery window of `backup` and the segments of its chain, along the newest history.
 pub fn window_of(
     backup: &CompleteBackup,
     segments: &[SegmentManifest],
+) -> Result<(Window, Vec<usize>)> {
+    window_toward(backup, segments, &RecoveryTarget::Latest)
+}
+
+/// The recovery window of `backup` and the segments of its chain, along the branch of history
+/// that holds `target` when it is a GTID position ([`window::chain_toward`]).
+pub fn window_toward(
+    backup: &CompleteBackup,
+    segments: &[SegmentManifest],
+    target: &RecoveryTarget,
 ) -> Result<(Window, Vec<usize>)> {
     let m = &backup.manifest;
     let start = m
@@ -218,7 +109,7 @@ pub fn window_of(
                 m.id
             ))
         })?;
-    let chain = window::chain_from(segments, &start);
+    let chain = window::chain_toward(segments, &start, target.gtid());
     Ok((Window::of(start, m.finished_at, &chain), chain.segments))
 }
 
@@ -245,7 +136,7 @@ pub async fn apply(
     rebase: Option<Rebase>,
 ) -> Result<ReplayOutcome> {
     let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
-    let (window, chain) = window_of(backup, segments)?;
+    let (window, chain) = window_toward(backup, segments, target)?;
     window.check(target).map_err(Error::PointInTime)?;
     let mut selector = Selector::new(window.from.clone(), target.clone());
     if let Some(rebase) = rebase {
@@ -288,26 +179,33 @@ pub async fn apply(
     let mut bytes = 0u64;
     let mut read = 0usize;
     // The next segment is fetched and verified while the tools apply the current one.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>>)>(1);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Fed>(1);
     let archive = super::manifest::archive_of(&backup.manifest);
     let chain: Vec<SegmentManifest> = chain.iter().map(|i| segments[*i].clone()).collect();
-    let mut feed = super::feed::Feed::new(store, key, archive, chain, window.from.clone());
+    let mut feed = Feed::new(
+        store,
+        key,
+        archive,
+        chain,
+        window.from.clone(),
+        target.gtid().cloned(),
+    );
     let producer = async move {
-        while let Some((id, plain)) = feed.next().await {
-            let failed = plain.is_err();
-            if tx.send((id, plain)).await.is_err() || failed {
+        while let Some(fed) = feed.next().await {
+            let failed = fed.plain.is_err();
+            if tx.send(fed).await.is_err() || failed {
                 return;
             }
         }
     };
     let consumer = async {
-        while let Some((id, plain)) = rx.recv().await {
+        while let Some(fed) = rx.recv().await {
             read += 1;
             let mut out = Vec::new();
             if bytes == 0 {
                 out.extend_from_slice(&BINLOG_MAGIC);
             }
-            selector.take(&id, &plain?, &mut out)?;
+            selector.take(&fed.id, &fed.after, &fed.plain?, &mut out)?;
             to_decoder
                 .write_all(&out)
                 .await

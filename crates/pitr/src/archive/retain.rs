@@ -58,9 +58,7 @@ pub fn window_base<'a>(
         .max_by_key(|s| (s.received_at, s.id.clone()))?;
     newest_of(backups.iter().filter_map(|b| {
         let point = b.point.as_ref()?;
-        let reaches = window::chain_from(segments, point)
-            .reached
-            .covers(&newest.through);
+        let reaches = window::chain_from(segments, point).reached == newest.through;
         reaches.then_some(((b.finished, b.id.as_str()), b, point))
     }))
 }
@@ -100,7 +98,7 @@ pub fn plan(backups: &[BackupPoint], segments: &[SegmentManifest]) -> ArchivePru
     }
     let mut used = vec![false; segments.len()];
     for point in &kept {
-        for i in window::chain_from(segments, point).segments {
+        for i in window::reachable(segments, point) {
             used[i] = true;
         }
     }

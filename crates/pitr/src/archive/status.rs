@@ -60,7 +60,7 @@ pub fn window(backups: &[CompleteBackup], segments: &[SegmentManifest]) -> Optio
         .iter()
         .filter_map(|b| {
             let (w, _) = super::replay::window_of(b, segments).ok()?;
-            w.to.covers(&newest.through).then_some((b, w))
+            (w.to == newest.through).then_some((b, w))
         })
         .collect();
     let (oldest, w) = reaching
@@ -169,7 +169,8 @@ impl ArchiverRecord {
         let mut extended = false;
         self.with(|s| {
             s.oldest_pending = None;
-            let continues = s.report.through == segment.after.to_string();
+            let continues = s.report.through == segment.after.to_string()
+                && s.report.timeline.is_none_or(|t| t == segment.timeline);
             s.report.through = segment.through.to_string();
             s.report.last_commit = Some(stamp(segment.last_commit));
             if continues && s.report.recoverable_to.is_some() {
@@ -193,6 +194,11 @@ impl ArchiverRecord {
             .iter()
             .max_by_key(|s| (s.received_at, s.id.clone()));
         let current = window(backups, segments);
+        let timeline = newest.and_then(|n| {
+            super::history::timelines(segments)
+                .into_iter()
+                .find(|t| t.timeline == n.timeline)
+        });
         self.with(|s| {
             s.oldest_pending = uncommitted_since;
             if let Some(n) = newest {
@@ -205,6 +211,13 @@ impl ArchiverRecord {
             s.report.recoverable_from_backup = current.as_ref().map(|c| c.from_backup.clone());
             s.report.recoverable_to = current.as_ref().map(|c| stamp(c.to));
             s.report.window_base_backup = current.map(|c| c.base_backup);
+            s.report.timeline = timeline.as_ref().map(|t| t.timeline);
+            s.report.timeline_began_at = timeline.as_ref().map(|t| t.began_at.to_string());
+            let left = timeline
+                .as_ref()
+                .and_then(|t| Some((t.parent?, t.left_behind.as_ref()?)));
+            s.report.branched_from = left.map(|(p, _)| p);
+            s.report.left_behind_through = left.map(|(_, l)| l.to_string());
         });
     }
 

@@ -1,85 +1,11 @@
-//! Which archived segments continue which position: the chain a restore replays from a
-//! backup's consistent point, the recovery window that chain gives, the gaps in the archive,
-//! and whether a restore target lies inside a window. Pure; table-tested.
+//! Restore targets and recovery windows: what a point-in-time restore replays up to, the window
+//! a backup's chain ([`super::chain`]) gives, and whether a target lies inside it. Pure;
+//! table-tested.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use super::manifest::SegmentManifest;
+pub use super::chain::{chain_from, chain_toward, gaps, reachable, Chain, Gap};
 use crate::binlog::GtidPos;
-
-/// The segments that continue a position, in replay order, and how far they reach.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chain {
-    /// Indices into the segment list, in replay order.
-    pub segments: Vec<usize>,
-    /// GTID position after the last chained segment (the start when none).
-    pub reached: GtidPos,
-    /// Commit stamp of the last chained transaction.
-    pub last_commit: Option<DateTime<Utc>>,
-}
-
-/// The segments that continue `start`. A segment continues a position when it starts at or
-/// before it and ends beyond it. When several do, the one received last wins: after a failover
-/// the archiver follows the surviving primary from the last position that primary has, so a
-/// segment received later holds the history that survived.
-pub fn chain_from(segments: &[SegmentManifest], start: &GtidPos) -> Chain {
-    let mut chain = Chain {
-        segments: Vec::new(),
-        reached: start.clone(),
-        last_commit: None,
-    };
-    loop {
-        let next = segments
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| chain.reached.covers(&s.after) && !chain.reached.covers(&s.through))
-            .max_by(|(_, a), (_, b)| (a.received_at, &a.id).cmp(&(b.received_at, &b.id)));
-        let Some((i, s)) = next else {
-            return chain;
-        };
-        chain.segments.push(i);
-        chain.reached = s.through.clone();
-        chain.last_commit = Some(s.last_commit);
-    }
-}
-
-/// A break in the archive: no segment ends where a later run starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gap {
-    /// Where the archive stopped being continuous (`None` when nothing came before).
-    pub after: Option<GtidPos>,
-    /// Where it resumed.
-    pub resumed_at: GtidPos,
-    /// When the first segment after the gap was received.
-    pub resumed_received: DateTime<Utc>,
-}
-
-/// The runs of continuous segments, oldest first: each run's first segment is one that
-/// continues no other. Every run but the first follows a gap.
-pub fn gaps(segments: &[SegmentManifest]) -> Vec<Gap> {
-    // A segment continues another that starts before it and ends at or after its start.
-    let continues_one = |s: &SegmentManifest| {
-        segments
-            .iter()
-            .any(|t| t.after != s.after && s.after.covers(&t.after) && t.through.covers(&s.after))
-    };
-    let mut starts: Vec<&SegmentManifest> = segments.iter().filter(|s| !continues_one(s)).collect();
-    starts.sort_by_key(|s| (s.received_at, s.id.clone()));
-    starts.dedup_by(|a, b| a.after == b.after);
-    starts
-        .iter()
-        .skip(1)
-        .map(|s| Gap {
-            after: segments
-                .iter()
-                .filter(|t| t.received_at < s.received_at)
-                .max_by_key(|t| (t.received_at, t.id.clone()))
-                .map(|t| t.through.clone()),
-            resumed_at: s.after.clone(),
-            resumed_received: s.received_at,
-        })
-        .collect()
-}
 
 /// What a point-in-time restore replays up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +47,14 @@ impl RecoveryTarget {
             ));
         }
         Ok(RecoveryTarget::Time(t))
+    }
+
+    /// The position of a GTID target.
+    pub fn gtid(&self) -> Option<&GtidPos> {
+        match self {
+            RecoveryTarget::Gtid(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// A MariaDB GTID position (`0-1-5012`, one per domain, comma-separated).
@@ -197,7 +131,7 @@ fn show(p: &GtidPos) -> String {
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;
-    use crate::archive::manifest::{ArchiveSource, ARCHIVE_FORMAT_NAME};
+    use crate::archive::manifest::{ArchiveSource, SegmentManifest, ARCHIVE_FORMAT_NAME};
     use bulwark_engine::format::{Chunking, PlaintextInfo};
 
     pub fn at(s: u32) -> DateTime<Utc> {
@@ -220,6 +154,8 @@ pub(crate) mod tests_support {
             },
             after: pos(after),
             through: pos(through),
+            timeline: crate::archive::history::FIRST_TIMELINE,
+            runs: Vec::new(),
             first_gtid: String::new(),
             last_gtid: String::new(),
             transactions: 1,
@@ -249,65 +185,6 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::{at, pos, seg};
     use super::*;
-
-    fn ids(segments: &[SegmentManifest], chain: &Chain) -> Vec<String> {
-        chain
-            .segments
-            .iter()
-            .map(|i| segments[*i].id.clone())
-            .collect()
-    }
-
-    #[test]
-    fn chains_start_inside_a_segment_and_follow_positions() {
-        let segs = vec![
-            seg("a", "0-1-10", "0-1-20", 10),
-            seg("b", "0-1-20", "0-1-30", 15),
-            seg("c", "0-1-30", "0-2-45", 20),
-            seg("z", "0-1-60", "0-1-70", 40),
-        ];
-        let cases = [
-            ("0-1-10", vec!["a", "b", "c"], "0-2-45"),
-            ("0-1-15", vec!["a", "b", "c"], "0-2-45"),
-            ("0-1-20", vec!["b", "c"], "0-2-45"),
-            ("0-2-45", vec![], "0-2-45"),
-            ("0-1-5", vec![], "0-1-5"),
-            ("0-1-65", vec!["z"], "0-1-70"),
-        ];
-        for (start, want, reached) in cases {
-            let chain = chain_from(&segs, &pos(start));
-            assert_eq!(ids(&segs, &chain), want, "from {start}");
-            assert_eq!(chain.reached.to_string(), reached, "from {start}");
-        }
-    }
-
-    #[test]
-    fn a_segment_received_later_supersedes_an_overlapping_one() {
-        // The old primary's 0-1-21..25 reached the archive but not the new primary, which
-        // went on from 0-1-20 as server 2.
-        let segs = vec![
-            seg("a", "0-1-10", "0-1-20", 10),
-            seg("orphan", "0-1-20", "0-1-25", 11),
-            seg("new", "0-1-20", "0-2-40", 30),
-        ];
-        let chain = chain_from(&segs, &pos("0-1-10"));
-        assert_eq!(ids(&segs, &chain), vec!["a", "new"]);
-    }
-
-    #[test]
-    fn gaps_are_where_runs_restart() {
-        let segs = vec![
-            seg("a", "0-1-10", "0-1-20", 10),
-            seg("b", "0-1-20", "0-1-30", 15),
-            seg("c", "0-1-50", "0-1-60", 40),
-            seg("d", "0-1-60", "0-1-61", 41),
-        ];
-        let found = gaps(&segs);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].after, Some(pos("0-1-30")));
-        assert_eq!(found[0].resumed_at, pos("0-1-50"));
-        assert!(gaps(&segs[..2]).is_empty());
-    }
 
     #[test]
     fn targets_outside_the_window_are_refused_naming_it() {

@@ -7,8 +7,10 @@ pub mod assemble;
 pub mod event;
 pub mod position;
 pub mod rebase;
+pub mod runs;
 
 pub use assemble::{Assembler, Step, Transaction};
 pub use event::{EventError, RawEvent};
 pub use position::{Gtid, GtidPos};
 pub use rebase::Rebase;
+pub use runs::GtidRun;

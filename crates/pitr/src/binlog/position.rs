@@ -40,7 +40,7 @@ impl std::str::FromStr for Gtid {
 }
 
 /// A GTID position: per domain, the last transaction applied. Empty means "nothing yet".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct GtidPos {
     domains: BTreeMap<u32, Gtid>,
 }
@@ -81,6 +81,17 @@ impl GtidPos {
         self.domains
             .get(&gtid.domain)
             .is_none_or(|last| gtid.seq == last.seq + 1)
+    }
+
+    /// The last GTID of `domain`, if the position names it.
+    pub fn get(&self, domain: u32) -> Option<Gtid> {
+        self.domains.get(&domain).copied()
+    }
+
+    /// Whether `gtid` is exactly the last transaction of its domain here: the same number
+    /// from the same server (numbers alone repeat across branches of history).
+    pub fn ends_with(&self, gtid: Gtid) -> bool {
+        self.get(gtid.domain) == Some(gtid)
     }
 
     /// Whether nothing is recorded.

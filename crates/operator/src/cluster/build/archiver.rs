@@ -47,6 +47,8 @@ pub fn binlog_archiver(
         status_listen: format!("0.0.0.0:{}", ports::ARCHIVER),
         // The operator's retention deletes backups; their segments go with them.
         prune_unneeded: true,
+        // Failover is the operator's own act: the survivor's history is the cluster's.
+        branch_on_divergence: true,
     }
     .argv();
     let mut volumes = vec![
