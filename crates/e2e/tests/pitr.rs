@@ -125,6 +125,13 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
     let key_file =
         std::env::temp_dir().join(format!("bulwark-e2e-till-{}.key", std::process::id()));
     std::fs::write(&key_file, KEY).unwrap();
+    // The cluster's archive: its name and the start of its UID (a cluster created again under
+    // the same name never continues it).
+    let uid = get_json(n, "mysqlcluster/till").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let archive_name = format!("till-{}", &uid[..8]);
     let started = Instant::now();
     let listing = wait_for(
         n,
@@ -137,7 +144,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
             );
             let v: serde_json::Value =
                 serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-            let through = v["archives"]["till"]["through"]
+            let through = v["archives"][archive_name.as_str()]["through"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
@@ -150,7 +157,7 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         "archive reached {beyond} {:.1}s after the last insert",
         started.elapsed().as_secs_f64()
     );
-    let archive = &listing["archives"]["till"];
+    let archive = &listing["archives"][archive_name.as_str()];
     assert_eq!(archive["gaps"], serde_json::json!([]), "{listing}");
     let base = &listing["backups"][0];
     assert_eq!(
@@ -189,6 +196,9 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
         shown.0
     );
     assert_eq!(shown.0["gaps"], 0, "{}", shown.0);
+    assert_eq!(shown.0["archive"], archive_name.as_str(), "{}", shown.0);
+    // Another server streams since the failover: a timeline of its own.
+    assert!(shown.0["timeline"].as_i64() >= Some(2), "{}", shown.0);
     assert!(
         shown.1["message"]
             .as_str()

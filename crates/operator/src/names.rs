@@ -104,6 +104,36 @@ pub fn binlog_archiver(cluster: &str) -> String {
     format!("{cluster}-binlog-archiver")
 }
 
+/// The archive in the repository that the cluster's binary logs go to and its backups name:
+/// the cluster's name and the first 8 hex digits of its UID, so a cluster deleted and created
+/// again under the same name starts an archive of its own and never continues the history of
+/// another (their GTIDs look alike). Once recorded in the status it stays; a cluster that
+/// archived before archives were named so (a status without the name) keeps its plain name.
+pub fn binlog_archive(cluster: &bulwark_api::cluster::MySQLCluster) -> String {
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.binlog_archive.as_ref());
+    if let Some(status) = recorded {
+        return status.archive.clone().unwrap_or_else(|| name.to_owned());
+    }
+    let uid: String = cluster
+        .metadata
+        .uid
+        .as_deref()
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    if uid.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}-{}", uid.to_ascii_lowercase())
+    }
+}
+
 /// Service routing to the replicas.
 pub fn replicas_service(cluster: &str) -> String {
     format!("{cluster}-replicas")
@@ -168,6 +198,34 @@ fn shorten(value: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn archives_are_named_per_cluster_incarnation_and_stay() {
+        let cluster = |status: &str| -> bulwark_api::cluster::MySQLCluster {
+            serde_yaml::from_str(&format!(
+                "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\n\
+                 metadata: {{name: till, uid: 0A1B2C3D-4e5f-6789-abcd-ef0123456789}}\n\
+                 spec: {{engine: mariadb, version: '11.4', storage: {{size: 1Gi}}}}\n{status}"
+            ))
+            .unwrap()
+        };
+        let cases = [
+            ("new", "", "till-0a1b2c3d"),
+            (
+                "recorded",
+                "status: {binlogArchive: {archive: till-99999999}}",
+                "till-99999999",
+            ),
+            (
+                "archived before archives were named so",
+                "status: {binlogArchive: {through: 0-100-5}}",
+                "till",
+            ),
+        ];
+        for (case, status, want) in cases {
+            assert_eq!(binlog_archive(&cluster(status)), want, "{case}");
+        }
+    }
 
     #[test]
     fn ordinals_parse_only_for_the_cluster() {

@@ -53,7 +53,8 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         bulwark_contract::ids::is_backup_id(&planned_id),
         "{planned_id}"
     );
-    assert_reads_the_replica_on_its_node(&job, &planned_id);
+    let archive = archive_of(&clusters.get("vault").await.unwrap());
+    assert_reads_the_replica_on_its_node(&job, &planned_id, &archive);
 
     // One backup at a time per cluster: a second one waits for the first.
     apply_yaml(&backups, "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: adhoc-dump}\nspec: {clusterRef: {name: vault}, storage: offsite, method: logical}\n").await;
@@ -376,7 +377,7 @@ async fn physical_work_for_a_series_no_backup_image_serves_is_refused_with_the_c
 
 /// The physical backup's Job: it reads the ready replica's claim, read-only, on that
 /// replica's node, and writes under the storage's subpath with the cluster's key.
-fn assert_reads_the_replica_on_its_node(job: &Job, planned_id: &str) {
+fn assert_reads_the_replica_on_its_node(job: &Job, planned_id: &str, archive: &str) {
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
     assert_eq!(
         bulwark_operator::backup::job::pinned_node(&pod),
@@ -446,7 +447,7 @@ fn assert_reads_the_replica_on_its_node(job: &Job, planned_id: &str) {
             result_file: "/dev/termination-log".into(),
             progress_interval_seconds: 5,
             backup_id: planned_id.to_owned(),
-            binlog_archive: "vault".into(),
+            binlog_archive: archive.to_owned(),
         }
         .argv()
     );
@@ -518,4 +519,14 @@ async fn last_successful_backup(clusters: &Api<MySQLCluster>, name: &str, id: &s
         }
     })
     .await;
+}
+
+/// The archive a cluster's backups name: its name and the first 8 hex digits of its UID.
+fn archive_of(cluster: &MySQLCluster) -> String {
+    let uid = cluster.metadata.uid.as_deref().unwrap();
+    format!(
+        "{}-{}",
+        cluster.metadata.name.as_deref().unwrap(),
+        &uid[..8]
+    )
 }

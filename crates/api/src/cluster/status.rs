@@ -100,6 +100,11 @@ pub struct MySQLClusterStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct BinlogArchiveStatus {
+    /// The archive in the repository (`binlogs/<archive>/`) the cluster's binary logs go to
+    /// and its backups name: the cluster's name and the start of its UID, so a cluster created
+    /// again under the same name never continues another's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
     /// Whether the archiver is streaming from the primary.
     #[serde(default)]
     pub streaming: bool,

@@ -219,7 +219,7 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         result_file: paths::TERMINATION_LOG.to_owned(),
         progress_interval_seconds: PROGRESS_INTERVAL_SECONDS,
         backup_id: input.backup_id.to_owned(),
-        binlog_archive: cluster_name.clone(),
+        binlog_archive: names::binlog_archive(input.cluster),
     }
     .argv();
     let container = Container {

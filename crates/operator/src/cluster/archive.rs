@@ -38,6 +38,7 @@ pub fn observe(
     report: Result<&ArchiveStatus, &str>,
     flush_every: i32,
     previous: Option<&BinlogArchiveStatus>,
+    archive: &str,
 ) -> Observed {
     let previous_gaps = previous.map_or(0, |a| a.gaps);
     let previous_timeline = previous.and_then(|a| a.timeline);
@@ -121,6 +122,7 @@ pub fn observe(
     Observed {
         condition,
         status: Some(BinlogArchiveStatus {
+            archive: Some(archive.to_owned()),
             streaming: report.streaming,
             through: report.through.clone(),
             last_commit: report.last_commit.clone(),
@@ -222,7 +224,12 @@ mod tests {
             (report(true, 50.0, 0, true), 0, Status::False, "Lagging", "50s behind the primary (tolerated 45s)"),
         ];
         for (r, previous_gaps, status, reason, message) in cases {
-            let o = observe(Ok(&r), 5, Some(&previous(previous_gaps, 1)));
+            let o = observe(
+                Ok(&r),
+                5,
+                Some(&previous(previous_gaps, 1)),
+                "ledger-0a1b2c3d",
+            );
             assert_eq!(
                 (o.condition.status, o.condition.reason),
                 (status, reason),
@@ -235,12 +242,13 @@ mod tests {
             );
             let status = o.status.expect("a report is shown");
             assert_eq!(status.through, "0-101-500");
+            assert_eq!(status.archive.as_deref(), Some("ledger-0a1b2c3d"));
             assert_eq!(
                 status.window_base_backup, r.window_base_backup,
                 "the retention's protection is carried"
             );
         }
-        let o = observe(Err("no archiver pod is running"), 5, None);
+        let o = observe(Err("no archiver pod is running"), 5, None, "ledger");
         assert_eq!(o.condition.reason, "ArchiverUnreachable");
         assert!(o.status.is_none() && o.lag_seconds.is_none());
     }
@@ -248,11 +256,13 @@ mod tests {
     #[test]
     fn a_new_gap_is_announced_once() {
         let r = report(true, 1.0, 2, true);
-        assert!(observe(Ok(&r), 5, Some(&previous(1, 1)))
+        assert!(observe(Ok(&r), 5, Some(&previous(1, 1)), "ledger")
             .new_gap
             .unwrap()
             .contains("0-101-400"));
-        assert!(observe(Ok(&r), 5, Some(&previous(2, 1))).new_gap.is_none());
+        assert!(observe(Ok(&r), 5, Some(&previous(2, 1)), "ledger")
+            .new_gap
+            .is_none());
     }
 
     #[test]
@@ -261,12 +271,12 @@ mod tests {
         r.timeline = Some(3);
         r.timeline_began_at = Some("0-101-450".into());
         // A switchover: a new timeline, nothing left behind, no event.
-        assert!(observe(Ok(&r), 5, Some(&previous(0, 2)))
+        assert!(observe(Ok(&r), 5, Some(&previous(0, 2)), "ledger")
             .new_branch
             .is_none());
         r.branched_from = Some(2);
         r.left_behind_through = Some("0-101-460".into());
-        let o = observe(Ok(&r), 5, Some(&previous(0, 2)));
+        let o = observe(Ok(&r), 5, Some(&previous(0, 2)), "ledger");
         let message = o.new_branch.expect("announced");
         assert!(
             message.contains(
@@ -283,7 +293,7 @@ mod tests {
             ),
             (Some(3), Some(2), Some("0-101-460"))
         );
-        assert!(observe(Ok(&r), 5, Some(&previous(0, 3)))
+        assert!(observe(Ok(&r), 5, Some(&previous(0, 3)), "ledger")
             .new_branch
             .is_none());
     }

@@ -399,6 +399,7 @@ async fn report(
             read.as_ref().map_err(String::as_str),
             flush,
             st.binlog_archive.as_ref(),
+            &names::binlog_archive(cluster),
         );
         if let Some(lag) = observed.lag_seconds {
             ctx.metrics.archive_lag(ns, &name, lag);

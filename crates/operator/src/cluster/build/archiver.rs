@@ -34,7 +34,7 @@ pub fn binlog_archiver(
     let name = cluster_name(cluster);
     let argv = command::Archive {
         repository: access.repository.clone(),
-        archive: name.to_owned(),
+        archive: names::binlog_archive(cluster),
         host: names::primary_service(name),
         port: ports::MYSQL,
         user: Account::Backup.user().to_owned(),
