@@ -300,7 +300,10 @@ pub async fn archive_view(
                 "timeline": t.timeline,
                 "beganAt": t.began_at.to_string(),
                 "parent": t.parent,
-                "leftBehindThrough": t.left_behind.as_ref().map(ToString::to_string),
+                "leftBehind": t.left_behind.as_ref().map(|(from, end)| serde_json::json!({
+                    "timeline": from,
+                    "through": end.to_string(),
+                })),
                 "through": t.through.to_string(),
                 "segments": t.segments,
                 "serverIds": t.server_ids,
@@ -332,9 +335,9 @@ pub async fn archive_view(
                     t.began_at,
                     t.through,
                     match (t.parent, &t.left_behind) {
-                        (Some(p), Some(left)) => format!(
-                            " (branched from timeline {p}, which goes on to {left}: \
-                             transactions this server lacks)"
+                        (_, Some((other, end))) => format!(
+                            " (branched where timeline {other} goes on to {end}: \
+                             transactions this history lacks)"
                         ),
                         (Some(p), None) => format!(" (continues timeline {p})"),
                         _ => String::new(),

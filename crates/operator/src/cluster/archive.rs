@@ -111,11 +111,27 @@ pub fn observe(
             report.last_gap_resumed_at.as_deref().unwrap_or("?")
         )
     });
-    let timeline = report.timeline.map(i64::from);
-    let new_branch = match (timeline, report.branched_from, &report.left_behind_through) {
-        (Some(t), Some(parent), Some(left)) if previous_timeline != Some(t) => Some(format!(
+    // An archiver that just started reports no timeline until it has read the archive: what
+    // the status showed stands until then.
+    let (timeline, began_at, branched_from, left_behind) = match report.timeline {
+        Some(t) => (
+            Some(i64::from(t)),
+            report.timeline_began_at.clone(),
+            report.branched_from.map(i64::from),
+            report.left_behind_through.clone(),
+        ),
+        None => (
+            previous_timeline,
+            previous.and_then(|a| a.timeline_began_at.clone()),
+            previous.and_then(|a| a.branched_from),
+            previous.and_then(|a| a.left_behind_through.clone()),
+        ),
+    };
+    let changed = previous_timeline.is_some_and(|p| timeline.is_some_and(|t| t != p));
+    let new_branch = match (timeline, branched_from, &left_behind) {
+        (Some(t), Some(parent), Some(left)) if changed => Some(format!(
             "the binlog archive follows timeline {t} from {}: timeline {parent}, archived up to {left}, holds transactions the primary lacks (lost by a failover); latest and time restores leave them out, and they stay archived, restorable by their GTIDs",
-            report.timeline_began_at.as_deref().unwrap_or("?")
+            began_at.as_deref().unwrap_or("?")
         )),
         _ => None,
     };
@@ -134,9 +150,9 @@ pub fn observe(
             recoverable_to: report.recoverable_to.clone(),
             window_base_backup: report.window_base_backup.clone(),
             timeline,
-            timeline_began_at: report.timeline_began_at.clone(),
-            branched_from: report.branched_from.map(i64::from),
-            left_behind_through: report.left_behind_through.clone(),
+            timeline_began_at: began_at,
+            branched_from,
+            left_behind_through: left_behind,
         }),
         new_gap,
         new_branch,
@@ -284,7 +300,7 @@ mod tests {
             ),
             "{message}"
         );
-        let shown = o.status.unwrap();
+        let shown = o.status.clone().unwrap();
         assert_eq!(
             (
                 shown.timeline,
@@ -294,6 +310,18 @@ mod tests {
             (Some(3), Some(2), Some("0-101-460"))
         );
         assert!(observe(Ok(&r), 5, Some(&previous(0, 3)), "ledger")
+            .new_branch
+            .is_none());
+        // An archiver that restarted has not read the archive yet: the status keeps what it
+        // showed, and nothing is announced again when the report comes back.
+        let mut fresh = r.clone();
+        fresh.timeline = None;
+        fresh.branched_from = None;
+        fresh.left_behind_through = None;
+        let kept = observe(Ok(&fresh), 5, o.status.as_ref(), "ledger");
+        assert_eq!(kept.status.as_ref().unwrap().timeline, Some(3));
+        assert!(kept.new_branch.is_none());
+        assert!(observe(Ok(&r), 5, kept.status.as_ref(), "ledger")
             .new_branch
             .is_none());
     }

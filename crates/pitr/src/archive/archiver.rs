@@ -123,13 +123,19 @@ pub async fn run(
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::Restart(resume)) => {
                 archive.flush_until_done().await;
-                let timeline = archive.gathering.timeline;
                 let (at, timeline) = match resume {
-                    follow::Resume::Gap(at) => (at, timeline),
-                    follow::Resume::Branch { at, .. } => (at, archive.next_timeline()),
+                    follow::Resume::Gap(at) => (at, archive.gathering.timeline),
+                    follow::Resume::Branch { at, server_at } => {
+                        let timeline = archive.next_timeline();
+                        tracing::warn!(from = %archive.gathering.through, to = %at, server_position = %server_at, timeline, "the server lacks archived transactions: a new timeline starts from the newest archived position it has; the lost ones stay archived on their own branch");
+                        (at, timeline)
+                    }
                 };
+                // The server stays known: another one answering next starts a timeline too.
+                let source = archive.gathering.source.take();
                 archive.gathering = Gathering::new(at);
                 archive.gathering.timeline = timeline;
+                archive.gathering.source = source;
                 backoff = Duration::from_millis(500);
             }
             Ok(SessionEnd::Retry(why)) => {
@@ -336,7 +342,6 @@ impl Archive<'_> {
                                 branch_at: at.to_string(),
                             });
                         }
-                        tracing::warn!(from = %self.gathering.through, to = %at, server_position = %server_at, timeline = self.next_timeline(), "the server lacks archived transactions: a new timeline starts from the newest archived position it has; the lost ones stay archived on their own branch");
                     }
                     return Ok(SessionEnd::Restart(resume));
                 }

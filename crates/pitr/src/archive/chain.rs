@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::history;
 use super::manifest::SegmentManifest;
-use crate::binlog::GtidPos;
+use crate::binlog::{Gtid, GtidPos};
 
 /// The segments that continue a position, in replay order, and how far they reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,24 +37,24 @@ pub fn chain_from(segments: &[SegmentManifest], start: &GtidPos) -> Chain {
 /// back to the last archived position the new primary has, and the old primary's lost tail
 /// stays archived beside the survivor's history), the chain takes the branch that leads to
 /// the highest timeline: the history the archiver followed last. With `target`, a branch
-/// holding every GTID of the target exactly comes first, so a GTID of a lost tail restores
+/// holding more of the target's GTIDs exactly comes first, so a GTID of a lost tail restores
 /// that tail.
 pub fn chain_toward(
     segments: &[SegmentManifest],
     start: &GtidPos,
     target: Option<&GtidPos>,
 ) -> Chain {
-    let runs: Vec<_> = segments.iter().map(history::runs_of).collect();
+    let held: Vec<_> = segments.iter().map(history::held).collect();
     let mut starting_at: HashMap<&GtidPos, Vec<usize>> = HashMap::new();
     for (i, s) in segments.iter().enumerate() {
         starting_at.entry(&s.after).or_default().push(i);
     }
     let heads: Vec<usize> = (0..segments.len())
-        .filter(|i| history::continues(&segments[*i], &runs[*i], start))
+        .filter(|i| history::continues(&segments[*i], &held[*i], start))
         .collect();
     let mut paths = Paths {
         segments,
-        runs: &runs,
+        held: &held,
         starting_at,
         target,
         memo: HashMap::new(),
@@ -80,7 +80,7 @@ pub fn reachable(segments: &[SegmentManifest], start: &GtidPos) -> Vec<usize> {
     let mut todo: Vec<usize> = (0..segments.len())
         .filter(|i| {
             let s = &segments[*i];
-            history::continues(s, &history::runs_of(s), start)
+            history::continues(s, &history::held(s), start)
         })
         .collect();
     let mut seen: HashSet<usize> = todo.iter().copied().collect();
@@ -96,10 +96,20 @@ pub fn reachable(segments: &[SegmentManifest], start: &GtidPos) -> Vec<usize> {
     out
 }
 
+/// Whether the history from `start` along `chain` holds `gtid` exactly: it is where the chain
+/// starts, or one of its segments' transactions.
+pub fn holds(segments: &[SegmentManifest], chain: &Chain, start: &GtidPos, gtid: Gtid) -> bool {
+    start.ends_with(gtid)
+        || chain
+            .segments
+            .iter()
+            .any(|i| history::held(&segments[*i]).holds(gtid))
+}
+
 /// The paths through the archive's segments, each computed once.
 struct Paths<'a> {
     segments: &'a [SegmentManifest],
-    runs: &'a [std::borrow::Cow<'a, [history::GtidRun]>],
+    held: &'a [history::Held<'a>],
     starting_at: HashMap<&'a GtidPos, Vec<usize>>,
     target: Option<&'a GtidPos>,
     /// The best path from each fork's branch.
@@ -148,6 +158,20 @@ impl Paths<'_> {
                     order.push(*one);
                     at = *one;
                 }
+                forks if self.duplicates(forks) => {
+                    // One segment committed twice (a commit retried after an answer was
+                    // lost): the same transactions, so no choice; the last received is taken.
+                    let pick = forks
+                        .iter()
+                        .copied()
+                        .max_by_key(|i| (self.segments[*i].received_at, &self.segments[*i].id))
+                        .expect("a fork has branches");
+                    if !seen.insert(pick) {
+                        break;
+                    }
+                    order.push(pick);
+                    at = pick;
+                }
                 forks => {
                     order.extend(self.best(forks).iter());
                     break;
@@ -160,16 +184,27 @@ impl Paths<'_> {
         path
     }
 
-    /// What makes a path better: holding the target, then reaching the highest timeline, then
-    /// ending with the segment received last.
-    fn rank(&self, path: &[usize]) -> (bool, u32, DateTime<Utc>, String) {
-        let holds_target = self.target.is_some_and(|t| {
+    /// Whether the branches of a fork hold the same transactions on the same timeline.
+    fn duplicates(&self, forks: &[usize]) -> bool {
+        let first = &self.segments[forks[0]];
+        forks.iter().all(|i| {
+            let s = &self.segments[*i];
+            s.through == first.through && s.runs == first.runs && s.timeline == first.timeline
+        })
+    }
+
+    /// What makes a path better: holding more of the target's GTIDs exactly (those before a
+    /// fork count for every branch alike), then reaching the highest timeline, then ending with
+    /// the segment received last.
+    fn rank(&self, path: &[usize]) -> (usize, u32, DateTime<Utc>, String) {
+        let held = self.target.map_or(0, |t| {
             t.gtids()
-                .all(|g| path.iter().any(|i| history::holds(&self.runs[*i], g)))
+                .filter(|g| path.iter().any(|i| self.held[*i].holds(*g)))
+                .count()
         });
         match path.last().map(|i| &self.segments[*i]) {
-            Some(s) => (holds_target, s.timeline, s.received_at, s.id.clone()),
-            None => (false, 0, DateTime::<Utc>::MIN_UTC, String::new()),
+            Some(s) => (held, s.timeline, s.received_at, s.id.clone()),
+            None => (0, 0, DateTime::<Utc>::MIN_UTC, String::new()),
         }
     }
 }
@@ -185,17 +220,12 @@ pub struct Gap {
     pub resumed_received: DateTime<Utc>,
 }
 
-/// The runs of continuous segments, oldest first: each run's first segment is one that
-/// continues no other (none ends exactly where it starts, and its start is not inside another
-/// one's history). Every run but the first follows a gap.
+/// The runs of continuous segments, oldest first: each run's first segment is one that no
+/// other ends exactly where it starts, as a chain continues. Every run but the first follows a
+/// gap.
 pub fn gaps(segments: &[SegmentManifest]) -> Vec<Gap> {
     let ends: HashSet<&GtidPos> = segments.iter().map(|s| &s.through).collect();
-    let continues_one = |s: &SegmentManifest| {
-        ends.contains(&s.after)
-            || segments.iter().any(|t| {
-                t.after != s.after && history::continues(t, &history::runs_of(t), &s.after)
-            })
-    };
+    let continues_one = |s: &SegmentManifest| ends.contains(&s.after);
     let mut starts: Vec<&SegmentManifest> = segments.iter().filter(|s| !continues_one(s)).collect();
     starts.sort_by_key(|s| (s.received_at, s.id.clone()));
     starts.dedup_by(|a, b| a.after == b.after);
@@ -370,11 +400,50 @@ mod tests {
     }
 
     #[test]
+    fn archives_written_before_runs_and_odd_positions_still_chain() {
+        // Written before runs: the first segment straddles a switchover (server 1 then 2).
+        let segs = vec![
+            seg("straddles", "0-1-95", "0-2-110", 10),
+            seg("next", "0-2-110", "0-2-120", 11),
+            // One segment committed twice (a retried commit): no choice to make.
+            seg("twice-a", "0-2-120", "0-2-130", 12),
+            seg("twice-b", "0-2-120", "0-2-130", 13),
+            seg("after", "0-2-130", "0-2-140", 14),
+        ];
+        let cases = [
+            // A backup on server 1 inside the straddling segment.
+            ("0-1-98", vec!["straddles", "next", "twice-b", "after"]),
+            // A replica's own domain the archive never names.
+            ("0-2-115,7-9-3", vec!["next", "twice-b", "after"]),
+            // A replica that applied domain 1 past domain 0's segment (parallel apply).
+            ("0-2-112,1-2-40", vec!["next", "twice-b", "after"]),
+        ];
+        for (start, want) in cases {
+            let chain = chain_from(&segs, &pos(start));
+            assert_eq!(ids(&segs, &chain), want, "from {start}");
+        }
+    }
+
+    #[test]
+    fn a_target_of_several_domains_picks_the_branch_holding_the_rest() {
+        let segs = vec![
+            exact("base", "0-1-10,1-1-5", &["1-1-6", "0-1-11"], 1, 10),
+            exact("lost", "0-1-11,1-1-6", &["0-1-12", "1-1-7"], 1, 11),
+            exact("new", "0-1-11,1-1-6", &["0-2-12"], 2, 20),
+        ];
+        // 1-1-6 is before the fork; 1-1-7 only on the lost branch.
+        let target = pos("0-1-12,1-1-7");
+        let chain = chain_toward(&segs, &pos("0-1-10,1-1-5"), Some(&target));
+        assert_eq!(ids(&segs, &chain), vec!["base", "lost"]);
+        let start = pos("0-1-10,1-1-5");
+        assert!(holds(&segs, &chain, &start, "1-1-6".parse().unwrap()));
+        assert!(!holds(&segs, &chain, &start, "0-2-12".parse().unwrap()));
+    }
+
+    #[test]
     fn forged_manifests_that_loop_end_the_chain() {
-        let mut a = seg("a", "0-1-10", "0-2-10", 10);
-        let mut b = seg("b", "0-2-10", "0-1-10", 11);
-        a.runs.clear();
-        b.runs.clear();
+        let a = seg("a", "0-1-10", "0-2-11", 10);
+        let b = seg("b", "0-2-11", "0-1-10", 11);
         let chain = chain_from(&[a.clone(), b.clone()], &pos("0-1-10"));
         assert_eq!(ids(&[a, b], &chain), vec!["a", "b"]);
     }

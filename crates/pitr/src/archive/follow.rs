@@ -49,7 +49,8 @@ pub(super) fn exact_bytes(
 pub(super) enum Resume {
     /// The server lacks archived transactions (a primary that took over without the old one's
     /// last ones): a new branch of history starts at this archived position, the newest the
-    /// server has. `server_at` is the server's own position.
+    /// server has, or, when it has none of the archive's history, at its oldest binary log.
+    /// `server_at` is the server's own position.
     Branch { at: GtidPos, server_at: String },
     /// The server has the archive's history but purged the binary logs after it: the archive
     /// continues here, past a gap.
@@ -82,7 +83,8 @@ pub(super) async fn step_back(
             &state,
         )
     };
-    if !has(through) {
+    let diverged = !has(through);
+    if diverged {
         let mut known: Vec<&SegmentManifest> = segments.iter().collect();
         known.sort_by_key(|s| std::cmp::Reverse((s.received_at, s.id.clone())));
         let back = known
@@ -116,6 +118,14 @@ pub(super) async fn step_back(
         .map(|info| info.trim_matches(|c| c == '[' || c == ']').to_string())
         .unwrap_or_default();
     let oldest = GtidPos::parse(&oldest).map_err(EngineError::InvalidArgument)?;
+    if diverged {
+        // None of the archive's history is the server's: a history of its own, from its
+        // oldest binary log, never a gap in the archive's.
+        return Ok(Resume::Branch {
+            at: oldest,
+            server_at: pos,
+        });
+    }
     tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
     Ok(Resume::Gap(oldest))
 }

@@ -5,21 +5,40 @@
 //! position is decided here, from those records; the chains ([`super::window`]) and the
 //! replay's own checks build on it. Pure; table-tested.
 
-use std::borrow::Cow;
-
 use super::manifest::SegmentManifest;
 pub use super::manifest::FIRST_TIMELINE;
 pub use crate::binlog::runs::{holds, record, GtidRun};
-use crate::binlog::GtidPos;
+use crate::binlog::{Gtid, GtidPos};
 
-/// The runs of `seg`. Segments written before runs were recorded are taken to hold, per
-/// domain, the numbers after their start up to their end, from the server their end names:
-/// an approximation the replay checks transaction by transaction.
-pub fn runs_of(seg: &SegmentManifest) -> Cow<'_, [GtidRun]> {
-    if !seg.runs.is_empty() {
-        return Cow::Borrowed(&seg.runs);
+/// What a segment's manifest says it holds.
+#[derive(Debug, Clone)]
+pub enum Held<'a> {
+    /// Exactly these GTIDs, servers included.
+    Exact(&'a [GtidRun]),
+    /// Written before runs were recorded: per domain, the numbers after its start up to its
+    /// end, from whichever server (such a segment may straddle a server change). The replay
+    /// checks the servers transaction by transaction.
+    Numbers(Vec<GtidRun>),
+}
+
+impl Held<'_> {
+    /// Whether `gtid` is one of the transactions held.
+    pub fn holds(&self, gtid: Gtid) -> bool {
+        match self {
+            Held::Exact(runs) => holds(runs, gtid),
+            Held::Numbers(ranges) => ranges
+                .iter()
+                .any(|r| r.domain == gtid.domain && (r.first..=r.last).contains(&gtid.seq)),
+        }
     }
-    Cow::Owned(
+}
+
+/// What `seg` holds ([`Held`]).
+pub fn held(seg: &SegmentManifest) -> Held<'_> {
+    if !seg.runs.is_empty() {
+        return Held::Exact(&seg.runs);
+    }
+    Held::Numbers(
         seg.through
             .gtids()
             .filter(|end| !seg.after.ends_with(*end))
@@ -33,25 +52,37 @@ pub fn runs_of(seg: &SegmentManifest) -> Cow<'_, [GtidRun]> {
     )
 }
 
-/// Whether `pos` is a point of `seg`'s history: in every domain either where the segment
-/// starts or exactly one of its transactions.
-pub fn passes_through(seg: &SegmentManifest, runs: &[GtidRun], pos: &GtidPos) -> bool {
-    let domains = pos.gtids().chain(seg.after.gtids()).map(|g| g.domain);
+/// Whether `pos` can be a point of `seg`'s history: in every domain either where the segment
+/// starts, or exactly one of its transactions, or past all of them (a replica applying
+/// several domains in parallel stops at a point that is no prefix of the log; the replay
+/// skips those and must meet the position's own transaction exactly in a later segment), or a
+/// domain the segment never names (a replica's own).
+pub fn passes_through(seg: &SegmentManifest, held: &Held<'_>, pos: &GtidPos) -> bool {
+    let domains = pos
+        .gtids()
+        .chain(seg.after.gtids())
+        .chain(seg.through.gtids())
+        .map(|g| g.domain);
     let mut placed = true;
     for d in domains {
-        placed &= match (pos.get(d), seg.after.get(d)) {
-            (p, a) if p == a => true,
-            (Some(p), _) => holds(runs, p),
-            (None, _) => false,
+        let (p, a, t) = (pos.get(d), seg.after.get(d), seg.through.get(d));
+        placed &= match p {
+            _ if p == a => true,
+            None => false,
+            Some(p) => held.holds(p) || t.is_none_or(|t| p.seq > t.seq),
         };
     }
     placed
 }
 
-/// Whether `seg` continues the history at `pos`: `pos` is a point of its history and it holds
-/// transactions after it.
-pub fn continues(seg: &SegmentManifest, runs: &[GtidRun], pos: &GtidPos) -> bool {
-    seg.through != *pos && passes_through(seg, runs, pos)
+/// Whether `seg` continues the history at `pos`: `pos` can be a point of its history and it
+/// holds transactions after it.
+pub fn continues(seg: &SegmentManifest, held: &Held<'_>, pos: &GtidPos) -> bool {
+    let more = seg
+        .through
+        .gtids()
+        .any(|t| pos.get(t.domain).is_none_or(|p| t.seq > p.seq));
+    more && passes_through(seg, held, pos)
 }
 
 /// One timeline of an archive, as `list` shows it.
@@ -63,9 +94,9 @@ pub struct Timeline {
     /// The timeline whose segment ends where this one began (`None` for a first timeline or
     /// after a gap).
     pub parent: Option<u32>,
-    /// When the parent went on past where this one began (a failover that lost its last
-    /// transactions): how far the branch left behind reaches.
-    pub left_behind: Option<GtidPos>,
+    /// An older timeline that also went on from where this one began (a failover that lost
+    /// the transactions archived there), and how far it reaches.
+    pub left_behind: Option<(u32, GtidPos)>,
     /// Where its newest segment ends.
     pub through: GtidPos,
     pub segments: usize,
@@ -113,16 +144,12 @@ pub fn timelines(segments: &[SegmentManifest]) -> Vec<Timeline> {
             .filter(|s| s.timeline < t.timeline && s.through == t.began_at)
             .map(|s| s.timeline)
             .max();
-        let went_on = |p: u32| {
-            segments
-                .iter()
-                .any(|s| s.timeline == p && s.after == t.began_at)
-        };
-        t.left_behind = t
-            .parent
-            .filter(|p| went_on(*p))
-            .and_then(|p| ends.iter().find(|(tl, _)| *tl == p))
-            .map(|(_, end)| end.clone());
+        let other = segments
+            .iter()
+            .filter(|s| s.timeline < t.timeline && s.after == t.began_at)
+            .map(|s| s.timeline)
+            .max();
+        t.left_behind = other.and_then(|o| ends.iter().find(|(tl, _)| *tl == o).cloned());
     }
     out
 }
@@ -155,12 +182,12 @@ mod tests {
             (&recorded, "0-1-104,1-1-1", false),
             (&older, "0-1-100", true),
             (&older, "0-2-103", true),
-            (&older, "0-1-103", false),
+            // By number only: it may straddle a server change.
+            (&older, "0-1-103", true),
             (&older, "0-9-100", false),
         ];
         for (s, at, want) in cases {
-            let runs = runs_of(s);
-            assert_eq!(continues(s, &runs, &pos(at)), want, "{} from {at}", s.id);
+            assert_eq!(continues(s, &held(s), &pos(at)), want, "{} from {at}", s.id);
         }
     }
 
@@ -188,7 +215,7 @@ mod tests {
                         t.timeline,
                         t.began_at.to_string(),
                         t.parent,
-                        t.left_behind.map(|p| p.to_string()),
+                        t.left_behind.map(|(tl, p)| format!("{tl}:{p}")),
                         t.through.to_string(),
                         t.segments,
                     )
@@ -203,20 +230,33 @@ mod tests {
                     2,
                     "0-1-30".into(),
                     Some(1),
-                    Some("0-1-35".into()),
+                    Some("1:0-1-35".into()),
                     "0-2-95".into(),
                     3
                 ),
             ]
         );
-        // A switchover: the new timeline continues the old one where it ended.
-        let switched = vec![
+        // A switchover: the new timeline continues the old one where it ended. Then a failover
+        // to a server that has none of timeline 2: all of it is left behind.
+        let mut switched = vec![
             on("a", "0-1-10", "0-1-20", 1, 10),
             on("b", "0-1-20", "0-2-25", 2, 20),
         ];
         assert_eq!(
             show(&switched)[1],
             (2, "0-1-20".into(), Some(1), None, "0-2-25".into(), 1)
+        );
+        switched.push(on("c", "0-1-20", "0-3-21", 3, 30));
+        assert_eq!(
+            show(&switched)[2],
+            (
+                3,
+                "0-1-20".into(),
+                Some(1),
+                Some("2:0-2-25".into()),
+                "0-3-21".into(),
+                1
+            )
         );
     }
 }

@@ -110,6 +110,18 @@ pub fn window_toward(
             ))
         })?;
     let chain = window::chain_toward(segments, &start, target.gtid());
+    // A GTID target within the chain's numbers must be one of its transactions exactly:
+    // refused here, before anything is loaded, rather than by the replay halfway.
+    for g in target.gtid().into_iter().flat_map(GtidPos::gtids) {
+        let within = chain.reached.includes(g) && !start.includes(g);
+        if within && !super::chain::holds(segments, &chain, &start, g) {
+            return Err(Error::PointInTime(format!(
+                "GTID {g} is not in the history backup {} continues: the archive holds \
+                 that number from another server, on another branch of history, or not at all",
+                m.id
+            )));
+        }
+    }
     Ok((Window::of(start, m.finished_at, &chain), chain.segments))
 }
 
@@ -138,7 +150,8 @@ pub async fn apply(
     let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
     let (window, chain) = window_toward(backup, segments, target)?;
     window.check(target).map_err(Error::PointInTime)?;
-    let mut selector = Selector::new(window.from.clone(), target.clone());
+    let mut selector =
+        Selector::new(window.from.clone(), target.clone()).started_by(backup.manifest.finished_at);
     if let Some(rebase) = rebase {
         selector = selector.rebased(rebase);
     }

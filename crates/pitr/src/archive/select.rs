@@ -20,6 +20,9 @@ pub struct Selector {
     format: Option<Vec<u8>>,
     done: bool,
     rebase: Option<Rebase>,
+    /// When the backup the replay continues had finished: its own last transactions were
+    /// committed by then.
+    started_by: Option<DateTime<Utc>>,
     /// Transactions selected.
     pub transactions: u64,
     /// Commit stamp of the last selected transaction.
@@ -34,6 +37,7 @@ impl Selector {
             format: None,
             done: false,
             rebase: None,
+            started_by: None,
             transactions: 0,
             last_commit: None,
         }
@@ -43,6 +47,15 @@ impl Selector {
     /// instead of the archived ones.
     pub fn rebased(mut self, rebase: Rebase) -> Selector {
         self.rebase = Some(rebase);
+        self
+    }
+
+    /// The replay continues a backup that finished at `finished`. A transaction at the start
+    /// position committed well after that is not the backup's: another history reused the
+    /// same GTIDs (an old primary rebuilt and made primary again writes its old server id's
+    /// numbers anew), and the replay stops rather than mix them.
+    pub fn started_by(mut self, finished: DateTime<Utc>) -> Selector {
+        self.started_by = Some(finished);
         self
     }
 
@@ -111,6 +124,20 @@ impl Selector {
                                     "it holds {} where the history being restored holds {at}",
                                     trx.gtid
                                 )));
+                            }
+                            if let Some(finished) =
+                                self.started_by.filter(|_| self.transactions == 0)
+                            {
+                                let committed = i64::from(trx.committed);
+                                if committed > finished.timestamp() + START_STAMP_SLACK_SECONDS {
+                                    return Err(other_branch(format!(
+                                        "it holds {at} committed at {}, after the backup being \
+                                         continued finished ({}): another history with the same \
+                                         GTIDs",
+                                        stamp(committed),
+                                        finished.format("%Y-%m-%dT%H:%M:%SZ")
+                                    )));
+                                }
                             }
                             placed.insert(domain);
                         }
@@ -186,6 +213,17 @@ impl Selector {
         }
         Ok(())
     }
+}
+
+/// How much later than a backup's finish its last transaction may be stamped: the source's
+/// clock and the backup tool's may disagree by this much.
+const START_STAMP_SLACK_SECONDS: i64 = 60;
+
+fn stamp(secs: i64) -> String {
+    DateTime::from_timestamp(secs, 0).map_or_else(
+        || secs.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
 }
 
 /// The last transaction of `domain` in `pos`, for messages.
@@ -287,6 +325,24 @@ mod tests {
                 (got, _) => panic!("from {start} to {target}: {got:?}"),
             }
         }
+        // The start's own transaction, stamped after the backup finished: the same GTIDs
+        // written anew by another history.
+        let finished = |secs: i64| DateTime::from_timestamp(secs, 0).unwrap();
+        let mut sel =
+            Selector::new(pos("0-1-101"), RecoveryTarget::Latest).started_by(finished(-100));
+        let e = sel
+            .take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("it holds 0-1-101 committed at 1970-01-01T00:00:05Z, after the backup"),
+            "{e}"
+        );
+        let mut sel = Selector::new(pos("0-1-101"), RecoveryTarget::Latest).started_by(finished(0));
+        sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+            .unwrap();
+        assert_eq!(sel.reached().to_string(), "0-1-103");
+
         // A GTID target beyond the end, or on a number this history never had.
         let mut sel = Selector::new(pos("0-1-100"), RecoveryTarget::Gtid(pos("0-1-105")));
         sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())

@@ -213,11 +213,9 @@ impl ArchiverRecord {
             s.report.window_base_backup = current.map(|c| c.base_backup);
             s.report.timeline = timeline.as_ref().map(|t| t.timeline);
             s.report.timeline_began_at = timeline.as_ref().map(|t| t.began_at.to_string());
-            let left = timeline
-                .as_ref()
-                .and_then(|t| Some((t.parent?, t.left_behind.as_ref()?)));
-            s.report.branched_from = left.map(|(p, _)| p);
-            s.report.left_behind_through = left.map(|(_, l)| l.to_string());
+            let left = timeline.as_ref().and_then(|t| t.left_behind.as_ref());
+            s.report.branched_from = left.map(|(from, _)| *from);
+            s.report.left_behind_through = left.map(|(_, end)| end.to_string());
         });
     }
 

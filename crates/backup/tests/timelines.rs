@@ -1,0 +1,143 @@
+//! Branches of history on real MariaDB: after a failover that lost the old primary's last
+//! transactions the archiver refuses the survivor unless told to branch, then archives it as a
+//! new timeline; restores follow one branch only (the survivor's, or the lost tail's by its
+//! GTIDs), however their sequence numbers compare.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::pitr::*;
+use common::*;
+
+#[test]
+fn after_a_failover_to_a_replica_without_the_last_transactions_the_archive_follows_the_survivor() {
+    failover_with_orphans(4, 6);
+}
+
+/// The survivor writes fewer transactions than the old primary lost: its sequence numbers never
+/// pass the orphans', so only the servers in the GTIDs tell the two histories apart.
+#[test]
+fn a_survivor_that_writes_less_than_the_lost_tail_is_restored_without_it() {
+    failover_with_orphans(6, 2);
+}
+
+/// The old primary archives `orphan_rows` transactions its replica never receives; the replica
+/// takes over and writes `survivor_rows`. `--until latest` restores the survivor's history.
+fn failover_with_orphans(orphan_rows: usize, survivor_rows: usize) {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let old = MariaDb::start().unwrap();
+    let new = MariaDb::start_with_args(&["--server-id=2", "--log-slave-updates"]).unwrap();
+    new.sql(&format!(
+        "CHANGE MASTER TO master_host='127.0.0.1', master_port={}, master_user='root', \
+         master_use_gtid=slave_pos; START SLAVE;",
+        old.port()
+    ))
+    .unwrap();
+    let caught_up = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while new.query("SELECT @@gtid_binlog_pos").unwrap()[0][0] != want {
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not reach {want}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    old.sql(SCHEMA).unwrap();
+    let mut kept: Vec<Row> = (0..3).map(|_| write_row(&old)).collect();
+    let b = backup(
+        &repo,
+        &old,
+        &[
+            "--method",
+            "logical",
+            "--encryption-key-file",
+            key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let id = b["id"].as_str().unwrap().to_string();
+
+    // Archived from the old primary, replicated.
+    let a = Archiver::start(&repo, &old, &key, work.path(), "old");
+    kept.extend((0..5).map(|_| write_row(&old)));
+    caught_up(&kept.last().unwrap().gtid);
+    // Archived, but never replicated: the old primary's last transactions.
+    new.sql("STOP SLAVE").unwrap();
+    let orphans: Vec<Row> = (0..orphan_rows).map(|_| write_row(&old)).collect();
+    wait_archived_at(&repo, &orphans.last().unwrap().gtid, &a);
+    a.stop();
+
+    // The replica takes over and writes; the archiver now reaches it at the same address.
+    new.sql("RESET SLAVE ALL").unwrap();
+    kept.extend((0..survivor_rows).map(|_| write_row(&new)));
+    let at = new.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
+    // Its history is not the archive's: without consent the archiver stops, saying so.
+    let refused = Archiver::start(&repo, &new, &key, work.path(), "refused");
+    let (status, log) = refused.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{log}");
+    let lost_head = &orphans.last().unwrap().gtid;
+    assert!(
+        log.contains(&format!(
+            "lacks archived transactions up to {lost_head} (it is at {at})"
+        )) && log.contains("--branch-on-divergence"),
+        "{log}"
+    );
+    let a = Archiver::start_with(
+        &repo,
+        &new,
+        &key,
+        work.path(),
+        "new",
+        &["--branch-on-divergence"],
+    );
+    wait_archived_at(&repo, &at, &a);
+    let log = a.stop();
+    assert!(log.contains("a new timeline starts"), "{log}");
+    let listing = list(&repo, &[]);
+    let timelines = &listing["archives"]["default"]["timelines"];
+    assert_eq!(timelines.as_array().map(Vec::len), Some(2), "{listing}");
+    assert_eq!(timelines[1]["timeline"], 2, "{listing}");
+    assert_eq!(timelines[1]["through"], at.as_str(), "{listing}");
+    // The lost tail: what timeline 2 left behind on timeline 1.
+    assert_eq!(timelines[1]["leftBehind"]["timeline"], 1, "{listing}");
+    assert_eq!(
+        timelines[1]["leftBehind"]["through"],
+        lost_head.as_str(),
+        "{listing}"
+    );
+
+    // The survivor's rows exactly (its new rows reuse the lost ones' ids; their times differ).
+    let (restored, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
+    let rows = |db: &MariaDb| db.query("SELECT id, at FROM pitr.w ORDER BY id").unwrap();
+    assert_eq!(rows(&restored), rows(&new), "{out}");
+    assert_eq!(
+        ids(&restored),
+        kept.iter().map(|r| r.id).collect::<BTreeSet<u64>>()
+    );
+    let lost: Vec<Vec<String>> = orphans
+        .iter()
+        .flat_map(|r| {
+            old.query(&format!("SELECT id, at FROM pitr.w WHERE id = {}", r.id))
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        lost.iter().all(|r| !rows(&restored).contains(r)),
+        "a lost row came back"
+    );
+    assert_eq!(
+        restored.query("SELECT @@gtid_binlog_pos").unwrap()[0][0],
+        at
+    );
+
+    // The lost tail stays archived on its own branch: its last GTID restores it.
+    let (recovered, out) = restore_until(&repo, &key, &id, &["--until-gtid", lost_head]);
+    let with_tail: BTreeSet<u64> = (1..=(8 + orphan_rows as u64)).collect();
+    assert_eq!(ids(&recovered), with_tail, "{out}");
+    assert_eq!(rows(&recovered), rows(&old), "{out}");
+}
