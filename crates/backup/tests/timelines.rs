@@ -1,7 +1,8 @@
 //! Branches of history on real MariaDB: after a failover that lost the old primary's last
 //! transactions the archiver refuses the survivor unless told to branch, then archives it as a
 //! new timeline; restores follow one branch only (the survivor's, or the lost tail's by its
-//! GTIDs), however their sequence numbers compare.
+//! GTIDs), however their sequence numbers compare. A damaged binary log on the server is
+//! reported, never taken for a purge.
 
 mod common;
 
@@ -140,4 +141,81 @@ fn failover_with_orphans(orphan_rows: usize, survivor_rows: usize) {
     let with_tail: BTreeSet<u64> = (1..=(8 + orphan_rows as u64)).collect();
     assert_eq!(ids(&recovered), with_tail, "{out}");
     assert_eq!(rows(&recovered), rows(&old), "{out}");
+}
+
+/// Error 1236 also reports a damaged binary log on the server. Taken for a purge, it made the
+/// archiver record a gap and stream again from the oldest binary log, into the same damage, for
+/// ever; now it is reported like any failure and retried, and the archive never moves.
+#[test]
+fn a_damaged_binary_log_on_the_server_is_reported_never_taken_for_a_purge() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let db = MariaDb::start().unwrap();
+    db.sql(SCHEMA).unwrap();
+    let start = db.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
+    for _ in 0..3 {
+        write_row(&db);
+    }
+    let first = db.query("SHOW BINARY LOGS").unwrap().last().unwrap()[0].clone();
+    db.sql("FLUSH BINARY LOGS").unwrap();
+    write_row(&db);
+
+    // The closed binary log's first row event says it is 5 bytes long: shorter than a header.
+    let path = db.datadir().join(&first);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut at = 4;
+    let mut damaged = false;
+    while at + 19 <= bytes.len() {
+        let size = u32::from_le_bytes(bytes[at + 9..at + 13].try_into().unwrap()) as usize;
+        // WRITE_ROWS_EVENT (v1): the first row of the writer's transactions.
+        if bytes[at + 4] == 23 {
+            bytes[at + 9..at + 13].copy_from_slice(&5u32.to_le_bytes());
+            damaged = true;
+            break;
+        }
+        at += size;
+    }
+    assert!(damaged, "no row event in {first}");
+    std::fs::write(&path, bytes).unwrap();
+
+    let a = Archiver::start_with(
+        &repo,
+        &db,
+        &key,
+        work.path(),
+        "damaged",
+        &["--start-gtid", &start],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let error = loop {
+        // `/status` answers once the archiver has listed the repository.
+        let r = std::net::TcpStream::connect(a.status)
+            .ok()
+            .map(|_| a.report())
+            .unwrap_or_default();
+        if let Some(e) = r["error"].as_str().filter(|e| e.contains("1236")) {
+            break e.to_owned();
+        }
+        assert!(Instant::now() < deadline, "{r} {}", a.log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(error.contains("log event"), "{error}");
+    // Several retries later: still no gap, nothing archived past the damage.
+    std::thread::sleep(Duration::from_secs(4));
+    let r = a.report();
+    assert_eq!(
+        (r["streaming"].as_bool(), r["gaps"].as_u64()),
+        (Some(false), Some(0)),
+        "{r}"
+    );
+    let log = a.stop();
+    assert!(!log.contains("purged before they were archived"), "{log}");
+    assert!(!log.contains("continuing from"), "{log}");
+    let listing = list(&repo, &[]);
+    let gaps = &listing["archives"]["default"]["gaps"];
+    assert!(
+        gaps.is_null() || *gaps == serde_json::json!([]),
+        "{listing}"
+    );
 }

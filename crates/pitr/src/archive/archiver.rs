@@ -326,8 +326,11 @@ impl Archive<'_> {
                     )))
                 }
                 Ok(None) => return Ok(SessionEnd::Retry("the server closed the stream".into())),
+                // Any other error 1236 (a damaged binary log on the server) is reported and
+                // retried like any failure: the archive neither steps back nor records a gap.
                 Ok(Some(Err(mysql_async::Error::Server(e))))
-                    if e.code == ER_MASTER_FATAL_ERROR_READING_BINLOG =>
+                    if e.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
+                        && follow::position_unavailable(&e.message) =>
                 {
                     tracing::warn!(server = %source.host, error = %e.message, "the server cannot continue the archive from its position");
                     drop(stream);

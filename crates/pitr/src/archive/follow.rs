@@ -44,6 +44,21 @@ pub(super) fn exact_bytes(
     Ok(RawEvent::checked(bytes)?)
 }
 
+/// Whether a replication error 1236 (`ER_MASTER_FATAL_ERROR_READING_BINLOG`) says the server
+/// cannot serve the archive's position (purged past it, or it never had it): only then does the
+/// archive step back or record a gap. The same number also reports a damaged binary log, an
+/// event over `max_allowed_packet` or an I/O error; none of those moves the archive.
+pub(super) fn position_unavailable(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "could not find gtid state requested by slave",
+        "which is not in the master's binlog",
+        "binlog on the master is missing the gtid",
+    ]
+    .iter()
+    .any(|known| m.contains(known))
+}
+
 /// Where the archive continues when the server cannot stream from its position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Resume {
@@ -128,4 +143,29 @@ pub(super) async fn step_back(
     }
     tracing::error!(from = %through, resumed_at = %oldest, binlog = %first, "binary logs were purged before they were archived: the archive has a gap; the recovery window restarts at the next backup");
     Ok(Resume::Gap(oldest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::position_unavailable;
+
+    #[test]
+    fn only_a_position_the_server_cannot_serve_moves_the_archive() {
+        // Messages of MariaDB 10.11 and 11.x (`sql_repl.cc`), as the dump thread sends them.
+        let cases = [
+            ("Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.", true),
+            ("Error: connecting slave requested to start from GTID 0-1-110, which is not in the master's binlog", true),
+            ("Error: connecting slave requested to start from GTID 0-1-110, which is not in the master's binlog. Since the master's binlog contains GTIDs with higher sequence numbers, it probably means that the slave has diverged due to executing extra erroneous transactions", true),
+            ("The binlog on the master is missing the GTID 0-1-7 requested by the slave (even though a subsequent sequence number does exist), and GTID strict mode is enabled", true),
+            ("bogus data in log event; the first event 'mariadb-bin.000001' at 4, the last event read from 'mariadb-bin.000001' at 812, the last byte read from 'mariadb-bin.000001' at 831.", false),
+            ("binlog truncated in the middle of event; consider out of disk space on master", false),
+            ("log event entry exceeded max_allowed_packet; Increase max_allowed_packet on master", false),
+            ("I/O error reading log event", false),
+            ("could not find next log", false),
+            ("Could not find first log file name in binary log index file", false),
+        ];
+        for (message, moves) in cases {
+            assert_eq!(position_unavailable(message), moves, "{message}");
+        }
+    }
 }
