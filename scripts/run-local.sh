@@ -73,5 +73,5 @@ fi
 say "backing up into $REPO"
 "$BIN" backup --repo "$REPO" "${conn[@]}" --encryption-key-file "$KEY"
 "$BIN" verify --repo "$REPO" --encryption-key-file "$KEY" latest
-"$BIN" list --repo "$REPO"
+"$BIN" list --repo "$REPO" --encryption-key-file "$KEY"
 say "restore with: $BIN restore --repo $REPO --encryption-key-file $KEY latest --target-dir /path/to/new/datadir"

@@ -126,10 +126,10 @@ fn tampering_with_the_digest_too_is_caught_by_authentication() {
     let repo = f.repo.clone();
     // Digest-only verification is fooled (it has no key) ...
     ok(cli(&["verify", "--repo", &repo, &id]));
-    // ... the full one is not.
+    // ... the full one is not: the manifest's MAC no longer matches.
     fails(
         cli(&["verify", "--repo", &repo, "--encryption-key-file", key, &id]),
-        &["authentication failed"],
+        &["its MAC does not match"],
     );
 }
 
@@ -156,7 +156,10 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
             other.to_str().unwrap(),
             &id1,
         ]),
-        &["was encrypted with key", "but the key given is"],
+        &[
+            "the repository is encrypted with key",
+            "but the key given is",
+        ],
     );
     let target = f.work.path().join("t");
     fails(
@@ -170,7 +173,7 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
             "--target-dir",
             target.to_str().unwrap(),
         ]),
-        &["was encrypted with key"],
+        &["the repository is encrypted with key"],
     );
     assert!(!target.exists());
 
@@ -181,11 +184,25 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
         &["failed to read segment", "does not exist"],
     );
 
-    let (id2, dir2) = f.backup(&["--chunk-size", "256KiB"]);
+    // The repository is encrypted now: a backup without the key is refused before it starts.
+    let conn = f.source.cli_args();
+    let mut unkeyed = cli(&["backup", "--repo", &repo, "--method", "logical"]);
+    unkeyed.args(&conn);
+    fails(
+        unkeyed,
+        &["the repository is encrypted", "no key was given"],
+    );
+    let keyed = [
+        "--encryption-key-file",
+        key.to_str().unwrap(),
+        "--chunk-size",
+        "256KiB",
+    ];
+    let (id2, dir2) = f.backup(&keyed);
     let manifest = dir2.join("manifest.json");
     let data = std::fs::read(&manifest).unwrap();
     std::fs::write(&manifest, &data[..data.len() / 2]).unwrap();
-    let (id3, dir3) = f.backup(&["--chunk-size", "256KiB"]);
+    let (id3, dir3) = f.backup(&keyed);
     std::fs::remove_file(dir3.join("manifest.json")).unwrap();
 
     let listing = list(&repo, &[]);
@@ -218,10 +235,27 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
         "{human}"
     );
 
-    // Prune removes the orphan once its grace period is over, never the damaged one.
-    ok(cli(&["prune", "--repo", &repo, "--orphan-grace", "1h"]));
+    // Prune removes the orphan once its grace period is over, never the damaged one; it needs
+    // the key of an encrypted repository.
+    fails(
+        cli(&["prune", "--repo", &repo, "--orphan-grace", "0s"]),
+        &["the repository is encrypted"],
+    );
+    let k = key.to_str().unwrap();
+    let prune = |grace: &str| {
+        cli(&[
+            "prune",
+            "--repo",
+            &repo,
+            "--encryption-key-file",
+            k,
+            "--orphan-grace",
+            grace,
+        ])
+    };
+    ok(prune("1h"));
     assert!(dir3.exists(), "orphan within grace must stay");
-    ok(cli(&["prune", "--repo", &repo, "--orphan-grace", "0s"]));
+    ok(prune("0s"));
     assert!(!dir3.exists(), "stale orphan must be pruned");
     assert!(dir2.exists(), "damaged backups are left for a human");
 }

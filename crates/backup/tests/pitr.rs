@@ -333,6 +333,8 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
         "prune",
         "--repo",
         &repo,
+        "--encryption-key-file",
+        keyarg,
         "--keep-last",
         "1",
         "--dry-run",
@@ -346,7 +348,15 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
         segments_before,
         "dry run removed"
     );
-    ok(cli(&["prune", "--repo", &repo, "--keep-last", "1"]));
+    ok(cli(&[
+        "prune",
+        "--repo",
+        &repo,
+        "--encryption-key-file",
+        keyarg,
+        "--keep-last",
+        "1",
+    ]));
     let listing = list(&repo, &[]);
     assert_eq!(complete_ids(&listing), vec![second_backup.clone()]);
     assert_eq!(
@@ -420,6 +430,8 @@ fn an_archiver_removes_the_segments_no_backup_needs_once_their_backups_are_gone(
             "prune",
             "--repo",
             &repo,
+            "--encryption-key-file",
+            keyarg,
             "--keep-last",
             "1",
             "--dry-run",

@@ -170,10 +170,31 @@ pub struct BackupSelector {
 }
 
 impl BackupSelector {
-    /// Loads the key first (a bad key file fails before any I/O), then resolves the backup.
+    /// Loads the key first (a bad key file fails before any I/O), checks it against the
+    /// repository's (an encrypted repository needs it), then resolves the backup with its
+    /// manifest checked under it.
     pub async fn open(&self) -> Result<(Repository, CompleteBackup, Option<MasterKey>), Error> {
+        self.open_checked(true).await
+    }
+
+    /// Like [`BackupSelector::open`], but an encrypted repository may be read without its
+    /// key: `verify` then checks the stored digests only.
+    pub async fn open_to_verify(
+        &self,
+    ) -> Result<(Repository, CompleteBackup, Option<MasterKey>), Error> {
+        self.open_checked(false).await
+    }
+
+    async fn open_checked(
+        &self,
+        key_required: bool,
+    ) -> Result<(Repository, CompleteBackup, Option<MasterKey>), Error> {
         let key = self.key.load()?;
-        let repo = open_repo(&self.repo, 0).await?;
+        let repo = open_repo(&self.repo, 0).await?.under_key(key.clone());
+        match repo.check_key().await {
+            Err(Error::KeyRequiredByRepository { .. }) if !key_required => {}
+            checked => checked?,
+        }
         let backup = repo.resolve(&self.id).await?;
         Ok((repo, backup, key))
     }

@@ -51,7 +51,9 @@ fn hint(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
                 Error::NoSuchBackup(_) => {
                     Some("`mysql-backup list --all` shows incomplete backups")
                 }
-                Error::KeyRequired { .. } => Some("pass --encryption-key-file"),
+                Error::KeyRequired { .. } | Error::KeyRequiredByRepository { .. } => {
+                    Some("pass --encryption-key-file")
+                }
                 Error::ToolNotFound { .. } => Some("install it or name it with --tool"),
                 Error::TargetNotEmpty { .. } => Some("pass --force to replace it"),
                 Error::WrongRestoreTarget {

@@ -57,6 +57,12 @@ pub async fn run(
     progress: Arc<Progress>,
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> Result<BackupOutcome> {
+    // A key other than the repository's, or none for an encrypted repository, is refused
+    // before anything is streamed.
+    match &req.key {
+        Some(key) => crate::authenticate::ensure_key_check(repo.store(), key).await?,
+        None => repo.clone().under_key(None).check_key().await?,
+    }
     let server = source::probe(&req.connection).await?;
     tracing::info!(engine = %server.engine, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
     // A physical stream copies the datadir's files; when they are visible here their sizes are
@@ -224,7 +230,7 @@ pub async fn run(
             stored_bytes: written.stored_bytes,
             segments: written.segments,
         };
-        let manifest_sha256 = repo.commit(&manifest).await?;
+        let manifest_sha256 = repo.commit(&manifest, req.key.as_ref()).await?;
         Ok(BackupOutcome {
             manifest,
             manifest_sha256,

@@ -97,6 +97,15 @@ impl MasterKey {
         Self { key, id }
     }
 
+    /// The key manifests are authenticated under: derived from this one, never used to
+    /// encrypt (`authenticate`).
+    pub fn authentication_key(&self) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(crate::authenticate::hmac_sha256(
+            &self.key[..],
+            b"bulwark-manifest-authentication-v1",
+        ))
+    }
+
     /// Public identifier of this key, recorded in manifests.
     pub fn id(&self) -> &str {
         &self.id

@@ -35,6 +35,12 @@ pub enum Error {
     },
     #[error("failed to use encryption key")]
     Key(#[from] KeyError),
+    #[error(transparent)]
+    KeyCheck(#[from] crate::authenticate::KeyCheckError),
+    #[error(
+        "the repository is encrypted (its key check names key {key_id}), and no key was given"
+    )]
+    KeyRequiredByRepository { key_id: String },
     #[error("backup {id} is encrypted and no key was given")]
     KeyRequired { id: String },
     #[error("failed to connect to the MySQL server at {target}")]

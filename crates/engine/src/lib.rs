@@ -9,6 +9,7 @@
 //! `bulwark-agent` drive it, `bulwark-pitr` builds point-in-time recovery on it, and its errors
 //! name what failed, not which flag to pass.
 
+pub mod authenticate;
 pub mod backup;
 mod chain;
 pub mod codec;

@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use crate::authenticate;
+use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
 use crate::format::{self, Manifest};
 use crate::store::{ObjectInfo, Store, StoreError};
@@ -87,17 +89,44 @@ pub struct Catalog {
 #[derive(Clone)]
 pub struct Repository {
     store: Arc<dyn Store>,
+    /// The master key manifests are read under: each must be authentic under it.
+    key: Option<MasterKey>,
 }
 
 impl Repository {
-    /// Wraps an opened store.
+    /// Wraps an opened store; manifests are read unchecked until [`Repository::under_key`].
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self { store, key: None }
+    }
+
+    /// Reads every manifest under `key`: a manifest that is not authentic under it, or says
+    /// its data is not encrypted, is damaged ([`authenticate::check_manifest`]).
+    pub fn under_key(mut self, key: Option<MasterKey>) -> Self {
+        self.key = key;
+        self
     }
 
     /// The underlying store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The key manifests are read under.
+    pub fn key(&self) -> Option<&MasterKey> {
+        self.key.as_ref()
+    }
+
+    /// Checks the repository's key check against the key manifests are read under: a wrong key
+    /// is named at once; without a key, an encrypted repository is refused (its key check says
+    /// so, authenticated, so an unencrypted manifest planted in it cannot pass for its own).
+    pub async fn check_key(&self) -> Result<()> {
+        let check = authenticate::read_key_check(&self.store, self.key.as_ref()).await?;
+        match (check, &self.key) {
+            (Some(check), None) => Err(Error::KeyRequiredByRepository {
+                key_id: check.key_id,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Loads and checks one manifest.
@@ -119,6 +148,12 @@ impl Repository {
                 })
             }
         };
+        authenticate::check_manifest(&raw, self.key.as_ref()).map_err(|reason| {
+            Error::DamagedManifest {
+                id: id.to_string(),
+                reason,
+            }
+        })?;
         parse_manifest(id, &raw)
     }
 
@@ -199,9 +234,10 @@ impl Repository {
         Ok(by_id)
     }
 
-    /// Stores a manifest: the commit point of a backup.
-    pub async fn commit(&self, manifest: &Manifest) -> Result<String> {
-        let body = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
+    /// Stores a manifest, signed under `key` when the backup is encrypted with it: the commit
+    /// point of a backup.
+    pub async fn commit(&self, manifest: &Manifest, key: Option<&MasterKey>) -> Result<String> {
+        let body = authenticate::manifest_bytes(manifest, key);
         let digest = hex::encode(Sha256::digest(&body));
         self.store
             .put(

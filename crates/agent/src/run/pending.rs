@@ -170,16 +170,18 @@ pub async fn load(
             "no repository given (--repo) for the pending restore".into(),
         )
     })?;
-    let repo = Repository::new(
-        store::open(url, &cfg.s3)
-            .await
-            .map_err(bulwark_engine::Error::OpenRepository)?,
-    );
     let key = cfg
         .key_file
         .as_deref()
         .map(MasterKey::from_file)
         .transpose()?;
+    let repo = Repository::new(
+        store::open(url, &cfg.s3)
+            .await
+            .map_err(bulwark_engine::Error::OpenRepository)?,
+    )
+    .under_key(key.clone());
+    repo.check_key().await?;
     let backup = repo.resolve(id).await?;
     if let Some(target) = &target {
         // Refused before anything is dropped or loaded when the archive cannot reach it.

@@ -1,6 +1,6 @@
 //! `list`: the repository's backups, their recovery windows and the binlog archives.
 
-use bulwark_cli::args::{open_repo, RepoArgs};
+use bulwark_cli::args::{open_repo, KeyArgs, RepoArgs};
 use bulwark_cli::output::{human_bytes, print_json, print_table};
 use bulwark_engine::report;
 use clap::Args;
@@ -12,6 +12,10 @@ use super::pitr;
 pub struct ListArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
+    /// Manifests are checked under this key (each must be authentic under it); without it they are
+    /// shown unchecked.
+    #[command(flatten)]
+    pub key: KeyArgs,
     /// Also show incomplete (no manifest) and damaged backups.
     #[arg(long)]
     pub all: bool,
@@ -21,7 +25,18 @@ pub struct ListArgs {
 }
 
 pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
-    let repo = open_repo(&a.repo, 0).await?;
+    let key = a.key.load()?;
+    let keyed = key.is_some();
+    let repo = open_repo(&a.repo, 0).await?.under_key(key);
+    let unchecked = match repo.check_key().await {
+        Ok(()) => false,
+        // Listing an encrypted repository without its key: shown, unchecked.
+        Err(bulwark_engine::Error::KeyRequiredByRepository { .. }) if !keyed => true,
+        Err(e) => return Err(e.into()),
+    };
+    if unchecked {
+        tracing::warn!("the repository is encrypted: manifests are shown unchecked; give --encryption-key-file to check each one is authentic");
+    }
     let catalog = repo.catalog().await?;
     let archive = pitr::archive_view(&repo, &catalog.complete).await?;
     if a.json {

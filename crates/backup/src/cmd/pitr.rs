@@ -156,7 +156,10 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
         .map(GtidPos::parse)
         .transpose()
         .map_err(EngineError::InvalidArgument)?;
-    let repo = open_repo(&a.repo, a.segment_size).await?;
+    // The archiver's housekeeping reads backups' manifests under the key it writes with.
+    let repo = open_repo(&a.repo, a.segment_size)
+        .await?
+        .under_key(key.clone());
     let opts = ArchiveOptions {
         archive: a.archive,
         prune_unneeded: a.prune_unneeded,
@@ -264,7 +267,7 @@ pub async fn archive_view(
         .iter()
         .map(|b| manifest::archive_of(&b.manifest))
         .collect();
-    let all = segments::list_all(repo.store()).await?;
+    let all = segments::list_all(repo.store(), repo.key()).await?;
     let mut windows = std::collections::BTreeMap::new();
     for (b, archive) in backups.iter().zip(&named) {
         let Some(listing) = all.get(*archive) else {

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bulwark_cli::args::{open_repo, RepoArgs};
+use bulwark_cli::args::{open_repo, KeyArgs, RepoArgs};
 use bulwark_cli::output::{print_json, print_table};
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::Error;
@@ -16,6 +16,10 @@ use serde_json::json;
 pub struct PruneArgs {
     #[command(flatten)]
     pub repo: RepoArgs,
+    /// Manifests are checked under this key (each must be authentic under it) and nothing
+    /// an unauthentic manifest describes is deleted; required for an encrypted repository.
+    #[command(flatten)]
+    pub key: KeyArgs,
     /// Keep the N most recent backups.
     #[arg(long, env = "MYSQL_BACKUP_KEEP_LAST")]
     pub keep_last: Option<u32>,
@@ -84,9 +88,10 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
         yearly: a.keep_yearly,
         within: a.keep_within,
     };
-    let repo = open_repo(&a.repo, 0).await?;
+    let repo = open_repo(&a.repo, 0).await?.under_key(a.key.load()?);
+    repo.check_key().await?;
     let catalog = repo.catalog().await?;
-    let archives = bulwark_pitr::archive::segments::list_all(repo.store()).await?;
+    let archives = bulwark_pitr::archive::segments::list_all(repo.store(), repo.key()).await?;
     let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
@@ -213,6 +218,15 @@ pub async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
         println!("no complete backups in {}", repo.store().describe());
     } else {
         print_table(&["ID", "RESULT"], &rows);
+    }
+    let unauthentic = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, rotate::RewrapOutcome::NotAuthentic(_)))
+        .count();
+    if unauthentic > 0 {
+        anyhow::bail!(
+            "{unauthentic} manifest(s) are not authentic under the key they name and were left as they are (edited or forged: inspect them)"
+        );
     }
     Ok(())
 }

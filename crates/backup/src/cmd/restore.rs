@@ -65,7 +65,7 @@ pub struct CatArgs {
 }
 
 pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
-    let (repo, backup, key) = a.backup.open().await?;
+    let (repo, backup, key) = a.backup.open_to_verify().await?;
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "verify", a.progress.display());
     let result = restore::verify(&repo, &backup, key.as_ref(), a.backup.parallel(), progress).await;

@@ -85,7 +85,15 @@ pub async fn run(
     mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> Result<ArchiveReport> {
     let store = repo.store().clone();
-    let listing = segments::list(&store, &opts.archive).await?;
+    // Another key than the repository's, or none for an encrypted repository: refused before
+    // anything is written.
+    match key {
+        Some(key) => bulwark_engine::authenticate::ensure_key_check(&store, key)
+            .await
+            .map_err(EngineError::from)?,
+        None => repo.clone().under_key(None).check_key().await?,
+    }
+    let listing = segments::list(&store, &opts.archive, key).await?;
     housekeeping::remove_incomplete(&store, &listing.incomplete).await;
     let segments = listing.segments;
     let start = resume_point(repo, &segments, opts).await?;

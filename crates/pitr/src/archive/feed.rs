@@ -87,7 +87,9 @@ impl<'a> Feed<'a> {
     /// Lists the archive again; when the chain from the current position now starts with
     /// another segment than `failed`, the queue becomes that chain and its first is returned.
     async fn relist(&mut self, failed: &str) -> Option<SegmentManifest> {
-        let listing = segments::list(self.store, self.archive).await.ok()?;
+        let listing = segments::list(self.store, self.archive, self.key)
+            .await
+            .ok()?;
         let chain = window::chain_toward(&listing.segments, &self.at, self.toward.as_ref());
         let mut again: VecDeque<SegmentManifest> = chain
             .segments

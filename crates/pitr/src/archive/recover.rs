@@ -47,7 +47,7 @@ pub async fn replay_after(
         client: source::find_tool(engine, ToolJob::Client, None)?,
     };
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = segments::list(repo.store(), archive).await?.segments;
+    let segments = segments::list(repo.store(), archive, key).await?.segments;
     let store = repo.store();
     match into {
         ReplayInto::Server(conn) => {
@@ -68,14 +68,16 @@ pub async fn replay_after(
 }
 
 /// The recovery window of `backup` in the archive that continues it, as it is now, along the
-/// branch of history a replay to `target` follows.
+/// branch of history a replay to `target` follows (segments read under the repository's key).
 pub async fn window(
     repo: &Repository,
     backup: &CompleteBackup,
     target: &RecoveryTarget,
 ) -> Result<super::Window> {
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = segments::list(repo.store(), archive).await?.segments;
+    let segments = segments::list(repo.store(), archive, repo.key())
+        .await?
+        .segments;
     Ok(replay::window_toward(backup, &segments, target)?.0)
 }
 

@@ -68,18 +68,27 @@ pub async fn archives(store: &Arc<dyn Store>) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Every archive's segments, by archive name.
-pub async fn list_all(store: &Arc<dyn Store>) -> Result<BTreeMap<String, ArchiveListing>> {
+/// Every archive's segments, by archive name, their manifests read under `key`.
+pub async fn list_all(
+    store: &Arc<dyn Store>,
+    key: Option<&MasterKey>,
+) -> Result<BTreeMap<String, ArchiveListing>> {
     let mut out = BTreeMap::new();
     for name in archives(store).await? {
-        let listing = list(store, &name).await?;
+        let listing = list(store, &name, key).await?;
         out.insert(name, listing);
     }
     Ok(out)
 }
 
-/// Lists and loads every segment manifest of archive `archive`.
-pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListing> {
+/// Lists and loads every segment manifest of archive `archive`. Under `key` a manifest that is
+/// not authentic, or says its data is not encrypted, makes its segment damaged: never chained,
+/// never removed automatically.
+pub async fn list(
+    store: &Arc<dyn Store>,
+    archive: &str,
+    key: Option<&MasterKey>,
+) -> Result<ArchiveListing> {
     let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
     let objects = store
         .list(&prefix)
@@ -101,7 +110,7 @@ pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListin
     let loaded: Vec<_> = futures::stream::iter(by_id)
         .map(|(id, (has_manifest, newest))| async move {
             let m = if has_manifest {
-                Some(load(store, &id).await)
+                Some(load(store, &id, key).await)
             } else {
                 None
             };
@@ -156,8 +165,12 @@ pub async fn list(store: &Arc<dyn Store>, archive: &str) -> Result<ArchiveListin
     Ok(listing)
 }
 
-/// Loads one segment manifest.
-pub async fn load(store: &Arc<dyn Store>, id: &str) -> Result<SegmentManifest> {
+/// Loads one segment manifest, checked under `key`.
+pub async fn load(
+    store: &Arc<dyn Store>,
+    id: &str,
+    key: Option<&MasterKey>,
+) -> Result<SegmentManifest> {
     let raw = store
         .get(&format::object_key(id, format::MANIFEST_NAME))
         .await
@@ -165,10 +178,12 @@ pub async fn load(store: &Arc<dyn Store>, id: &str) -> Result<SegmentManifest> {
             id: id.to_string(),
             source,
         })?;
-    manifest::parse(id, &raw).map_err(|reason| Error::DamagedSegment {
-        id: id.to_string(),
-        reason,
-    })
+    bulwark_engine::authenticate::check_manifest(&raw, key)
+        .and_then(|()| manifest::parse(id, &raw))
+        .map_err(|reason| Error::DamagedSegment {
+            id: id.to_string(),
+            reason,
+        })
 }
 
 /// Stores a segment's plaintext through the write pipeline, then its manifest (the commit
@@ -210,7 +225,7 @@ pub async fn commit(
             };
             manifest.stored_bytes = w.stored_bytes;
             manifest.segments = w.segments;
-            put_manifest(store, &manifest).await
+            put_manifest(store, &manifest, key).await
         }
         Err(e) => Err(e.into()),
     };
@@ -221,9 +236,14 @@ pub async fn commit(
     Ok(manifest)
 }
 
-/// Writes (or replaces, in one put) a segment's manifest: the segment's commit point.
-pub async fn put_manifest(store: &Arc<dyn Store>, manifest: &SegmentManifest) -> Result<()> {
-    let body = serde_json::to_vec_pretty(manifest).expect("segment manifest serializes");
+/// Writes (or replaces, in one put) a segment's manifest, signed under `key`: the segment's
+/// commit point.
+pub async fn put_manifest(
+    store: &Arc<dyn Store>,
+    manifest: &SegmentManifest,
+    key: Option<&MasterKey>,
+) -> Result<()> {
+    let body = bulwark_engine::authenticate::manifest_bytes(manifest, key);
     store
         .put(
             &format::object_key(&manifest.id, format::MANIFEST_NAME),
