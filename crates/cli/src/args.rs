@@ -340,17 +340,39 @@ pub fn shutdown_signal() -> Pin<Box<dyn Future<Output = ()> + Send>> {
 }
 
 /// A point-in-time target.
-#[derive(Args, Default)]
+#[derive(Args)]
 pub struct UntilArgs {
-    /// Replay the binlog archive after the backup up to this time (UTC, whole seconds, e.g.
-    /// 2026-11-25T03:15:00Z), or `latest`: every transaction whose commit is stamped at or
-    /// before it, as long as the log runs in that order.
+    /// Replay the binlog archive after the backup up to this time (whole seconds: an RFC 3339
+    /// time such as 2026-11-25T03:15:00Z, or 2026-11-25 03:15:00 in --time-zone), or `latest`:
+    /// every transaction whose commit is stamped at or before it, as long as the log runs in
+    /// that order.
     #[arg(long, conflicts_with = "until_gtid")]
     pub until: Option<String>,
+    /// The zone a --until time without an offset is read in: UTC, or an IANA name such as
+    /// Europe/Berlin. A time a clock change repeats or skips there is refused.
+    #[arg(long, default_value = "UTC", value_parser = parse_zone, env = "MYSQL_BACKUP_TIME_ZONE")]
+    pub time_zone: chrono_tz::Tz,
     /// Replay the binlog archive after the backup up to and including this MariaDB GTID
     /// position (e.g. 0-1-5012).
     #[arg(long)]
     pub until_gtid: Option<String>,
+}
+
+impl Default for UntilArgs {
+    fn default() -> Self {
+        UntilArgs {
+            until: None,
+            time_zone: chrono_tz::Tz::UTC,
+            until_gtid: None,
+        }
+    }
+}
+
+/// Parses an IANA zone name (or UTC).
+fn parse_zone(s: &str) -> Result<chrono_tz::Tz, String> {
+    s.trim()
+        .parse::<chrono_tz::Tz>()
+        .map_err(|_| format!("{s:?} is not an IANA time zone name (e.g. UTC, Europe/Berlin)"))
 }
 
 impl UntilArgs {
@@ -361,10 +383,46 @@ impl UntilArgs {
                 .map(Some)
                 .map_err(|why| invalid("--until-gtid", why));
         }
-        self.until
-            .as_deref()
-            .map(|s| RecoveryTarget::parse_time(s).map_err(|why| invalid("--until", why)))
-            .transpose()
+        let Some(until) = self.until.as_deref() else {
+            return Ok(None);
+        };
+        let until = self.in_utc(until).map_err(|why| invalid("--until", why))?;
+        RecoveryTarget::parse_time(&until)
+            .map(Some)
+            .map_err(|why| invalid("--until", why))
+    }
+
+    /// A time without an offset, read in `--time-zone`, as an RFC 3339 time in UTC (logged);
+    /// anything else as it is.
+    fn in_utc(&self, until: &str) -> Result<String, String> {
+        use chrono::offset::LocalResult;
+        use chrono::TimeZone;
+        let trimmed = until.trim();
+        let naive = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(trimmed, f).ok());
+        let Some(naive) = naive else {
+            return Ok(until.to_owned());
+        };
+        let zone = self.time_zone;
+        let at = match zone.from_local_datetime(&naive) {
+            LocalResult::Single(t) => t,
+            LocalResult::Ambiguous(a, b) => {
+                return Err(format!(
+                    "{trimmed} happens twice in {zone} (at {} and at {}): give the offset",
+                    a.format("%:z"),
+                    b.format("%:z")
+                ))
+            }
+            LocalResult::None => {
+                return Err(format!(
+                    "{trimmed} does not exist in {zone} (a clock change skips it)"
+                ))
+            }
+        };
+        let utc = at.with_timezone(&chrono::Utc).format("%Y-%m-%dT%H:%M:%SZ");
+        tracing::info!(until = trimmed, zone = %zone, utc = %utc, "--until read in --time-zone");
+        Ok(utc.to_string())
     }
 }
 
@@ -427,18 +485,67 @@ mod tests {
     fn until_targets() {
         let until = |until: &str| UntilArgs {
             until: Some(until.into()),
-            until_gtid: None,
+            ..UntilArgs::default()
         };
         let ok = [
             ("latest", "the latest archived transaction"),
             ("2026-11-25T03:15:00Z", "2026-11-25T03:15:00Z"),
             ("2026-11-25T04:15:00+01:00", "2026-11-25T03:15:00Z"),
             ("2026-11-25 03:15:00", "2026-11-25T03:15:00Z"),
+            ("2026-11-25T03:15:00", "2026-11-25T03:15:00Z"),
         ];
         for (s, shown) in ok {
             let target = until(s).target().unwrap().unwrap();
             assert_eq!(target.to_string(), shown, "{s}");
         }
+        // A time without an offset is read in --time-zone; with one, the zone does not matter.
+        let zoned = |s: &str, zone: &str| UntilArgs {
+            until: Some(s.into()),
+            time_zone: parse_zone(zone).unwrap(),
+            until_gtid: None,
+        };
+        let cases = [
+            (
+                "2026-11-25 03:15:00",
+                "Europe/Berlin",
+                Ok("2026-11-25T02:15:00Z"),
+            ),
+            (
+                "2026-07-01 03:15:00",
+                "Europe/Berlin",
+                Ok("2026-07-01T01:15:00Z"),
+            ),
+            (
+                "2026-11-25T03:15:00Z",
+                "Europe/Berlin",
+                Ok("2026-11-25T03:15:00Z"),
+            ),
+            (
+                "2026-11-25 03:15:00",
+                "America/New_York",
+                Ok("2026-11-25T08:15:00Z"),
+            ),
+            (
+                "2026-10-25 02:30:00",
+                "Europe/Berlin",
+                Err("happens twice in Europe/Berlin (at +02:00 and at +01:00): give the offset"),
+            ),
+            (
+                "2026-03-29 02:30:00",
+                "Europe/Berlin",
+                Err("does not exist in Europe/Berlin"),
+            ),
+        ];
+        for (s, zone, want) in cases {
+            match (zoned(s, zone).target(), want) {
+                (Ok(t), Ok(w)) => assert_eq!(t.unwrap().to_string(), w, "{s} {zone}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (got, _) => panic!("{s} {zone}: {got:?}"),
+            }
+        }
+        assert!(parse_zone("Mars/Olympus")
+            .unwrap_err()
+            .contains("not an IANA time zone"));
         for (s, cause) in [
             (
                 "2026-11-25T03:15:00.5Z",
@@ -453,8 +560,8 @@ mod tests {
             assert!(e.contains(cause), "{e}");
         }
         let gtid = |p: &str| UntilArgs {
-            until: None,
             until_gtid: Some(p.into()),
+            ..UntilArgs::default()
         };
         assert!(gtid("0-1-x").target().is_err());
         let e = gtid("").target().unwrap_err().to_string();
