@@ -57,6 +57,19 @@ fn archive_unencrypted(repo: &str, db: &MariaDb, start: &str, until: &str) {
     assert!(child.wait().unwrap().success());
 }
 
+/// Runs `c`, which must fail with `cause` in its one-line error; its stdout.
+fn stdout_of_failure(c: std::process::Command, cause: &str) -> String {
+    let out = run(c);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains(cause),
+        "{stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn an_encrypted_repository_replays_only_what_its_key_signed() {
     let work = tempfile::tempdir().unwrap();
@@ -150,7 +163,32 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         head,
         "{out}"
     );
+    let k = key.to_str().unwrap();
+    let verify_archive = |repo: &str, key: Option<&str>| {
+        let mut args = vec!["verify", "--repo", repo, "--archive", "default"];
+        if let Some(k) = key {
+            args.extend(["--encryption-key-file", k]);
+        }
+        cli(&args)
+    };
+    let out = stdout_of_failure(verify_archive(&repo, Some(k)), "without a usable manifest");
+    assert!(out.contains(&forged_id) && out.contains("no MAC"), "{out}");
     std::fs::remove_dir_all(segment_dir(&repo, &format!("binlog-default/{forged_id}"))).unwrap();
+    let out = ok(verify_archive(&repo, Some(k)));
+    assert!(out.contains("0 wrong, 0 unusable, 0 gaps"), "{out}");
+
+    // Without a key nothing stops an edit of an unencrypted archive's manifest, but reading the
+    // segment back shows it does not hold what the manifest says.
+    let forged_manifest = Path::new(&forged_repo)
+        .join("binlogs/default")
+        .join(&forged_id)
+        .join("manifest.json");
+    let mut edited: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&forged_manifest).unwrap()).unwrap();
+    edited["last_gtid"] = "0-3-99".into();
+    std::fs::write(&forged_manifest, serde_json::to_vec(&edited).unwrap()).unwrap();
+    let out = stdout_of_failure(verify_archive(&forged_repo, None), "do not hold what");
+    assert!(out.contains("its manifest says 0-3-99"), "{out}");
 
     // An edited manifest: damaged under the key; its transactions are out of reach.
     let real: Vec<String> = std::fs::read_dir(Path::new(&repo).join("binlogs/default"))
@@ -199,6 +237,7 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         "--json",
     ]));
     assert!(signed.contains("\"signed\""), "{signed}");
+    ok(verify_archive(&repo, Some(k)));
     let (restored, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
     assert_eq!(rows(&restored), rows(&source), "{out}");
 

@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use bulwark_cli::args::{absolute, shutdown_signal, BackupSelector, ConnArgs, ProgressArgs};
+use bulwark_cli::args::{
+    absolute, parse_archive_name, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, ProgressArgs,
+    RepoArgs,
+};
 use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
 use bulwark_cli::progress::Reporter;
 use bulwark_engine::progress::Progress;
@@ -16,7 +19,21 @@ use super::pitr;
 #[derive(Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
-    pub backup: BackupSelector,
+    pub repo: RepoArgs,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Backup id or `latest`.
+    #[arg(required_unless_present = "archive", conflicts_with = "archive")]
+    pub id: Option<String>,
+    /// Verify this binlog archive instead, without a server: every segment read back in full
+    /// (digests; with the key, its manifest's MAC and the chunks' authentication), its binary
+    /// log parsed event by event, and what it holds compared with its manifest.
+    #[arg(long, value_parser = parse_archive_name)]
+    pub archive: Option<String>,
+    /// Chunks read and decoded in parallel (default: number of CPUs + 2, fewer when the
+    /// memory limit of the process's cgroup cannot hold that many chunks in flight).
+    #[arg(long, env = "MYSQL_BACKUP_WORKERS")]
+    pub workers: Option<usize>,
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -65,14 +82,32 @@ pub struct CatArgs {
 }
 
 pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
-    let (repo, backup, key) = a.backup.open_to_verify().await?;
+    let VerifyArgs {
+        repo,
+        key,
+        id,
+        archive,
+        workers,
+        json,
+        progress: progress_args,
+    } = a;
+    if let Some(archive) = archive {
+        return pitr::verify_archive(&repo, &key, &archive, json).await;
+    }
+    let selector = BackupSelector {
+        repo,
+        key,
+        id: id.expect("clap requires an id without --archive"),
+        workers,
+    };
+    let (repo, backup, key) = selector.open_to_verify().await?;
     let progress = Progress::new();
-    let reporter = Reporter::start(progress.clone(), "verify", a.progress.display());
-    let result = restore::verify(&repo, &backup, key.as_ref(), a.backup.parallel(), progress).await;
+    let reporter = Reporter::start(progress.clone(), "verify", progress_args.display());
+    let result = restore::verify(&repo, &backup, key.as_ref(), selector.parallel(), progress).await;
     reporter.finish().await;
     let summary = result?;
     let full = summary.depth == bulwark_engine::reader::Depth::Full;
-    if a.json {
+    if json {
         print_json(&json!({
             "id": backup.manifest.id,
             "ok": true,

@@ -4,6 +4,7 @@
 //! ([`archiver`]) and the replay of a chain into a server ([`replay`]).
 
 pub mod archiver;
+pub mod audit;
 pub mod chain;
 pub mod compact;
 mod connect;
