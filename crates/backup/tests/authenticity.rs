@@ -219,23 +219,46 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         &["outside the recovery window"],
     );
 
-    // Without its MAC (as written before manifests were authenticated): refused, naming the
-    // way to sign it; `rewrap` with the same key signs it, and the restore works again.
+    // Without its MAC: refused, saying it may predate authentication. Written after the key
+    // check, it was edited to drop it: `rewrap` never signs it.
     let mut unsigned: serde_json::Value = serde_json::from_slice(&original).unwrap();
     unsigned.as_object_mut().unwrap().remove("mac");
     std::fs::write(&manifest_path, serde_json::to_vec(&unsigned).unwrap()).unwrap();
     let reasons = list(&repo, &keyed)["archives"]["default"]["incomplete"].to_string();
-    assert!(reasons.contains("mysql-backup rewrap"), "{reasons}");
-    let signed = ok(cli(&[
-        "rewrap",
-        "--repo",
-        &repo,
-        "--encryption-key-file",
-        key.to_str().unwrap(),
-        "--new-encryption-key-file",
-        key.to_str().unwrap(),
-        "--json",
-    ]));
+    assert!(
+        reasons.contains("written before manifests were authenticated"),
+        "{reasons}"
+    );
+    let sign = || {
+        cli(&[
+            "rewrap",
+            "--repo",
+            &repo,
+            "--encryption-key-file",
+            k,
+            "--new-encryption-key-file",
+            k,
+            "--json",
+        ])
+    };
+    let refused = stdout_of_failure(sign(), "left as they are");
+    assert!(
+        refused.contains("written after manifests were authenticated"),
+        "{refused}"
+    );
+    // The archiver does not start on an archive with unsigned segments: it would archive past
+    // them and leave a hole.
+    let a = Archiver::start(&repo, &source, &key, work.path(), "unsigned");
+    let (status, log) = a.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("written before manifests were authenticated"),
+        "{log}"
+    );
+    // A repository from before authentication (no key check): the same-key run signs what it
+    // holds, and the restore works again.
+    std::fs::remove_file(Path::new(&repo).join("repository.json")).unwrap();
+    let signed = ok(sign());
     assert!(signed.contains("\"signed\""), "{signed}");
     ok(verify_archive(&repo, Some(k)));
     let (restored, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
@@ -253,7 +276,7 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         other_key.to_str().unwrap(),
     ]);
     c.args(source.cli_args());
-    fails(c, &["the repository is encrypted with key"]);
+    fails(c, &["the repository's key check names key"]);
     let mut c = cli(&["restore", "--repo", &repo, &id]);
     c.args(MariaDb::start().unwrap().cli_args());
     fails(c, &["the repository is encrypted", "no key was given"]);

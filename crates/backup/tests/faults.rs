@@ -157,7 +157,7 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
             &id1,
         ]),
         &[
-            "the repository is encrypted with key",
+            "the repository's key check names key",
             "but the key given is",
         ],
     );
@@ -173,7 +173,7 @@ fn wrong_key_missing_segment_and_damaged_manifests() {
             "--target-dir",
             target.to_str().unwrap(),
         ]),
-        &["the repository is encrypted with key"],
+        &["the repository's key check names key"],
     );
     assert!(!target.exists());
 

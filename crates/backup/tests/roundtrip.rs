@@ -383,7 +383,7 @@ fn key_rotation_rewraps_manifests_and_leaves_data_alone() {
     fails(
         cli(&["verify", "--repo", repo, "--encryption-key-file", old, id]),
         &[
-            "the repository is encrypted with key",
+            "the repository's key check names key",
             "but the key given is",
         ],
     );

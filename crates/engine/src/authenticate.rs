@@ -23,24 +23,36 @@ pub const KEY_CHECK_NAME: &str = "repository.json";
 /// Value of the key check's `format` field.
 const KEY_CHECK_FORMAT: &str = "bulwark-repository";
 
-/// HMAC-SHA256 (RFC 2104).
+/// How a manifest refused for carrying no MAC says so (it may predate authentication).
+pub const UNSIGNED: &str = "it carries no MAC";
+
+/// HMAC-SHA256 (RFC 2104). The padded key blocks are wiped after use.
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = [0u8; 64];
+    let mut block = zeroize::Zeroizing::new([0u8; 64]);
     if key.len() > 64 {
         block[..32].copy_from_slice(&Sha256::digest(key));
     } else {
         block[..key.len()].copy_from_slice(key);
     }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let pad = |byte: u8| zeroize::Zeroizing::new(block.map(|b| b ^ byte));
     let inner = Sha256::new()
-        .chain_update(pad(0x36))
+        .chain_update(&pad(0x36)[..])
         .chain_update(message)
         .finalize();
     Sha256::new()
-        .chain_update(pad(0x5c))
+        .chain_update(&pad(0x5c)[..])
         .chain_update(inner)
         .finalize()
         .into()
+}
+
+/// Whether two MAC texts are equal, in time that does not depend on where they differ.
+fn same_mac(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
 }
 
 /// `value` as canonical JSON: object keys sorted by their bytes, no whitespace; the same bytes
@@ -112,14 +124,12 @@ pub fn check_manifest(raw: &[u8], key: Option<&MasterKey>) -> Result<(), String>
     };
     let value: Value = serde_json::from_slice(raw).map_err(|e| format!("not valid JSON ({e})"))?;
     let Some(stored) = value.get(MAC_FIELD) else {
-        return Err(
-            "it carries no MAC, though a key was given (written before manifests were \
-                    authenticated: sign them once with `mysql-backup rewrap`, the same key old and \
-                    new; or edited to drop it)"
-                .into(),
-        );
+        return Err(format!(
+            "{UNSIGNED}, though a key was given: written before manifests were authenticated \
+             (re-wrapping with the same key signs those), or edited to drop it"
+        ));
     };
-    if stored.as_str() != Some(mac_of(&value, key).as_str()) {
+    if !same_mac(stored.as_str().unwrap_or_default(), &mac_of(&value, key)) {
         return Err(format!(
             "its MAC does not match under key {}: edited, or signed with another key",
             key.id()
@@ -136,10 +146,17 @@ pub fn check_manifest(raw: &[u8], key: Option<&MasterKey>) -> Result<(), String>
 pub struct KeyCheck {
     /// Id of the master key the repository is encrypted with.
     pub key_id: String,
+    /// Since when every manifest written is authenticated: a manifest whose id is stamped
+    /// earlier may carry no MAC (written before), one stamped later must.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-fn key_check_bytes(key: &MasterKey) -> Vec<u8> {
-    let check = serde_json::json!({"format": KEY_CHECK_FORMAT, "key_id": key.id()});
+fn key_check_bytes(key: &MasterKey, since: chrono::DateTime<chrono::Utc>) -> Vec<u8> {
+    let check = serde_json::json!({
+        "format": KEY_CHECK_FORMAT,
+        "key_id": key.id(),
+        "since": since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    });
     manifest_bytes(&check, Some(key))
 }
 
@@ -169,14 +186,20 @@ pub async fn read_key_check(
                 given: key.id().to_owned(),
             });
         }
-        if value.get(MAC_FIELD).and_then(Value::as_str) != Some(mac_of(&value, key).as_str()) {
+        let stored = value.get(MAC_FIELD).and_then(Value::as_str);
+        if !same_mac(stored.unwrap_or_default(), &mac_of(&value, key)) {
             return Err(KeyCheckError::Damaged(format!(
                 "its MAC does not match under key {}",
                 key.id()
             )));
         }
     }
-    Ok(Some(KeyCheck { key_id }))
+    let since = value
+        .get("since")
+        .and_then(Value::as_str)
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    Ok(Some(KeyCheck { key_id, since }))
 }
 
 /// Writes the key check for `key` unless the repository has one (which must then be `key`'s).
@@ -187,13 +210,18 @@ pub async fn ensure_key_check(
     if read_key_check(store, Some(key)).await?.is_some() {
         return Ok(());
     }
-    write_key_check(store, key).await
+    write_key_check(store, key, chrono::Utc::now()).await
 }
 
-/// Writes (or replaces) the key check for `key`: after a key rotation.
-pub async fn write_key_check(store: &Arc<dyn Store>, key: &MasterKey) -> Result<(), KeyCheckError> {
+/// Writes (or replaces) the key check for `key`, authenticated `since` (now for a new one; the
+/// old one's for a rotation).
+pub async fn write_key_check(
+    store: &Arc<dyn Store>,
+    key: &MasterKey,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<(), KeyCheckError> {
     store
-        .put(KEY_CHECK_NAME, Bytes::from(key_check_bytes(key)))
+        .put(KEY_CHECK_NAME, Bytes::from(key_check_bytes(key, since)))
         .await
         .map_err(KeyCheckError::Write)
 }
@@ -205,7 +233,7 @@ pub enum KeyCheckError {
     Read(#[source] StoreError),
     #[error("failed to write the repository's key check ({KEY_CHECK_NAME})")]
     Write(#[source] StoreError),
-    #[error("the repository is encrypted with key {expected}, but the key given is {given}")]
+    #[error("the repository's key check names key {expected}, but the key given is {given}")]
     OtherKey { expected: String, given: String },
     #[error("the repository's key check ({KEY_CHECK_NAME}) is damaged or forged: {0}")]
     Damaged(String),

@@ -60,7 +60,7 @@ pub async fn run(
     // A key other than the repository's, or none for an encrypted repository, is refused
     // before anything is streamed.
     match &req.key {
-        Some(key) => crate::authenticate::ensure_key_check(repo.store(), key).await?,
+        Some(key) => repo.ensure_key_check(key).await?,
         None => repo.clone().under_key(None).check_key().await?,
     }
     let server = source::probe(&req.connection).await?;

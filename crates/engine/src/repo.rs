@@ -116,9 +116,43 @@ impl Repository {
         self.key.as_ref()
     }
 
+    /// Makes sure the repository's key check names `key`, writing one if the repository has
+    /// none yet; a repository whose newest backup is encrypted with another key is refused
+    /// first, so one run with a wrong key file cannot claim it.
+    pub async fn ensure_key_check(&self, key: &MasterKey) -> Result<()> {
+        if authenticate::read_key_check(&self.store, Some(key))
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let unchecked = Repository::new(self.store.clone());
+        match unchecked.resolve("latest").await {
+            Ok(newest) => {
+                if let Some(e) = newest
+                    .manifest
+                    .encryption
+                    .as_ref()
+                    .filter(|e| e.key_id != key.id())
+                {
+                    return Err(authenticate::KeyCheckError::OtherKey {
+                        expected: e.key_id.clone(),
+                        given: key.id().to_owned(),
+                    }
+                    .into());
+                }
+            }
+            Err(Error::NoBackups) => {}
+            Err(e) => return Err(e),
+        }
+        authenticate::ensure_key_check(&self.store, key).await?;
+        Ok(())
+    }
+
     /// Checks the repository's key check against the key manifests are read under: a wrong key
-    /// is named at once; without a key, an encrypted repository is refused (its key check says
-    /// so, authenticated, so an unencrypted manifest planted in it cannot pass for its own).
+    /// is named at once; without a key, an encrypted repository is refused while its key check
+    /// is there (someone who can delete it can also plant unencrypted backups: only a key
+    /// protects against write access).
     pub async fn check_key(&self) -> Result<()> {
         let check = authenticate::read_key_check(&self.store, self.key.as_ref()).await?;
         match (check, &self.key) {

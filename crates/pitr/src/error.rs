@@ -36,6 +36,8 @@ pub enum Error {
     },
     #[error("archived binlog segment {id} is on another branch of history than the one being restored: {reason}")]
     OtherBranch { id: String, reason: String },
+    #[error("archive {archive} has {count} segment(s) written before manifests were authenticated: sign them by re-wrapping the repository with the same key, then start the archiver again")]
+    ArchiveUnsigned { archive: String, count: usize },
     #[error("failed to restore to a point in time: {0}")]
     PointInTime(String),
 }

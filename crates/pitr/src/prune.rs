@@ -73,7 +73,18 @@ pub fn plan<'a>(
                 d.reasons.push(WINDOW_BASE.into());
             }
         }
-        let removed: Vec<&SegmentManifest> = archive.remove.iter().map(|i| &segments[*i]).collect();
+        // A damaged backup (unreadable, or not authentic under the key: one written before
+        // manifests were authenticated among them) may still need segments: none are removed
+        // while one exists.
+        let damaged = catalog
+            .incomplete
+            .iter()
+            .any(|i| i.state.reason().is_some());
+        let removed: Vec<&SegmentManifest> = if damaged {
+            Vec::new()
+        } else {
+            archive.remove.iter().map(|i| &segments[*i]).collect()
+        };
         replaced.extend(
             listing
                 .superseded

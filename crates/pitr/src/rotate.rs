@@ -7,16 +7,18 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, NaiveDateTime, Utc};
+
 use crate::archive;
 use crate::Result;
 use bulwark_engine::authenticate;
 use bulwark_engine::crypto::{self, MasterKey};
-use bulwark_engine::format;
+use bulwark_engine::format::{self, EncryptionInfo};
 use bulwark_engine::repo::Repository;
 use bulwark_engine::store::{Store, StoreError};
 use bulwark_engine::Error as EngineError;
 
-/// What happened to one backup.
+/// What happened to one manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RewrapOutcome {
     Rewrapped,
@@ -26,10 +28,23 @@ pub enum RewrapOutcome {
     AlreadyOnNewKey,
     /// Encrypted with a third key, named.
     OtherKey(String),
-    /// Its manifest is not authentic under the key it names: never signed, left as it is.
+    /// Not authentic under the key it names (a MAC that does not match, none where one is
+    /// due, or a data key that does not unwrap): never signed, left as it is.
     NotAuthentic(String),
+    /// Could not be read, parsed or written: left as it is.
+    Failed(String),
     /// Deleted since the repository was listed: not written back.
     Gone,
+}
+
+impl RewrapOutcome {
+    /// Whether this manifest keeps the rotation from being complete.
+    pub fn unfinished(&self) -> bool {
+        matches!(
+            self,
+            RewrapOutcome::OtherKey(_) | RewrapOutcome::NotAuthentic(_) | RewrapOutcome::Failed(_)
+        )
+    }
 }
 
 impl std::fmt::Display for RewrapOutcome {
@@ -39,72 +54,120 @@ impl std::fmt::Display for RewrapOutcome {
             RewrapOutcome::Signed => f.write_str("signed"),
             RewrapOutcome::NotEncrypted => f.write_str("skipped: not encrypted"),
             RewrapOutcome::AlreadyOnNewKey => f.write_str("skipped: already on the new key"),
-            RewrapOutcome::OtherKey(id) => write!(f, "skipped: encrypted with another key ({id})"),
-            RewrapOutcome::NotAuthentic(why) => write!(f, "skipped: not authentic ({why})"),
+            RewrapOutcome::OtherKey(id) => write!(f, "left: encrypted with another key ({id})"),
+            RewrapOutcome::NotAuthentic(why) => write!(f, "left: not authentic ({why})"),
+            RewrapOutcome::Failed(why) => write!(f, "left: {why}"),
             RewrapOutcome::Gone => f.write_str("skipped: deleted meanwhile"),
         }
     }
 }
 
-/// What to do with one manifest, read as stored (`raw`): its encryption, and whether it
-/// carries a MAC, which must then be authentic under the key its encryption names.
-fn decide(
-    raw: &[u8],
-    encryption: Option<&bulwark_engine::format::EncryptionInfo>,
+/// When the id of a backup (`YYYYMMDDTHHMMSSZ-xxxxxx`) or segment (`binlog-<archive>/…`)
+/// says it was started.
+fn stamp_of(id: &str) -> Option<DateTime<Utc>> {
+    let tail = id.rsplit('/').next()?;
+    NaiveDateTime::parse_from_str(tail.get(..16)?, "%Y%m%dT%H%M%SZ")
+        .ok()
+        .map(|t| t.and_utc())
+}
+
+/// Re-wraps and signs one manifest, read as it is stored now, editing only its encryption
+/// (fields this build does not know stay, and are signed).
+async fn rewrap_one(
+    store: &Arc<dyn Store>,
+    id: &str,
     old: &MasterKey,
     new: &MasterKey,
-) -> Decision {
-    let Some(e) = encryption else {
-        return Decision::Skip(RewrapOutcome::NotEncrypted);
+    authenticated_since: Option<DateTime<Utc>>,
+) -> RewrapOutcome {
+    let object = format::object_key(id, format::MANIFEST_NAME);
+    let raw = match store.get(&object).await {
+        Ok(raw) => raw,
+        Err(StoreError::NotFound { .. }) => return RewrapOutcome::Gone,
+        Err(e) => return RewrapOutcome::Failed(format!("cannot read its manifest: {e}")),
+    };
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&raw) else {
+        return RewrapOutcome::Failed("its manifest is not valid JSON".into());
+    };
+    if value.get("id").and_then(serde_json::Value::as_str) != Some(id) {
+        return RewrapOutcome::Failed("its manifest names another id".into());
+    }
+    let e: Option<EncryptionInfo> = match value.get("encryption").cloned() {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match serde_json::from_value(v) {
+            Ok(e) => Some(e),
+            Err(_) => return RewrapOutcome::Failed("its encryption is unreadable".into()),
+        },
+    };
+    let Some(e) = e else {
+        return RewrapOutcome::NotEncrypted;
     };
     let under = if e.key_id == new.id() {
         new
     } else if e.key_id == old.id() {
         old
     } else {
-        return Decision::Skip(RewrapOutcome::OtherKey(e.key_id.clone()));
+        return RewrapOutcome::OtherKey(e.key_id);
     };
-    let signed = serde_json::from_slice::<serde_json::Value>(raw)
-        .is_ok_and(|v| v.get(authenticate::MAC_FIELD).is_some());
+    let signed = value.get(authenticate::MAC_FIELD).is_some();
     if signed {
-        if let Err(why) = authenticate::check_manifest(raw, Some(under)) {
-            return Decision::Skip(RewrapOutcome::NotAuthentic(why));
+        if let Err(why) = authenticate::check_manifest(&raw, Some(under)) {
+            return RewrapOutcome::NotAuthentic(why);
+        }
+    } else {
+        // Only what predates authentication may lack a MAC: since the key check exists, every
+        // manifest written carries one, and one without was edited to drop it. Those are
+        // signed only by an explicit signing run (the same key old and new), never in passing
+        // by a rotation.
+        let legacy = match (authenticated_since, stamp_of(id)) {
+            (None, _) => true,
+            (Some(since), Some(started)) => started < since,
+            (Some(_), None) => false,
+        };
+        if !legacy {
+            return RewrapOutcome::NotAuthentic(
+                "it carries no MAC but was written after manifests were authenticated".into(),
+            );
+        }
+        if old.id() != new.id() {
+            return RewrapOutcome::NotAuthentic(
+                "it carries no MAC: sign what predates authentication first, re-wrapping with \
+                 the same key old and new"
+                    .into(),
+            );
         }
     }
-    match (e.key_id == new.id(), signed) {
-        (true, true) => Decision::Skip(RewrapOutcome::AlreadyOnNewKey),
-        (true, false) => Decision::Write(RewrapOutcome::Signed),
-        (false, _) => Decision::Write(RewrapOutcome::Rewrapped),
+    // A data key that does not unwrap under its key is not this repository's.
+    if under.unwrap(id, &e).is_err() {
+        return RewrapOutcome::NotAuthentic("its data key does not unwrap under its key".into());
     }
-}
-
-enum Decision {
-    Skip(RewrapOutcome),
-    Write(RewrapOutcome),
-}
-
-/// The manifest object of `id` as stored now; `None` once deleted.
-async fn read_now(store: &Arc<dyn Store>, id: &str) -> Result<Option<bytes::Bytes>> {
-    match store
-        .get(&format::object_key(id, format::MANIFEST_NAME))
-        .await
-    {
-        Ok(raw) => Ok(Some(raw)),
-        Err(StoreError::NotFound { .. }) => Ok(None),
-        Err(source) => Err(EngineError::ReadManifest {
-            id: id.to_string(),
-            source,
-        }
-        .into()),
+    let outcome = match (e.key_id == new.id(), signed) {
+        (true, true) => return RewrapOutcome::AlreadyOnNewKey,
+        (true, false) => RewrapOutcome::Signed,
+        (false, _) => RewrapOutcome::Rewrapped,
+    };
+    if outcome == RewrapOutcome::Rewrapped {
+        let rewrapped = match crypto::rewrap(id, &e, old, new) {
+            Ok(r) => r,
+            Err(err) => return RewrapOutcome::Failed(err.to_string()),
+        };
+        value["encryption"] = serde_json::to_value(rewrapped).expect("encryption serializes");
     }
+    let body = authenticate::manifest_bytes(&value, Some(new));
+    if let Err(err) = store.put(&object, bytes::Bytes::from(body)).await {
+        return RewrapOutcome::Failed(format!("cannot write its manifest: {err}"));
+    }
+    tracing::info!(id, old_key = %old.id(), new_key = %new.id(), %outcome, "manifest re-written under the new key");
+    outcome
 }
 
 /// Re-wraps every backup of `repo`, then every archived binlog segment, from `old` to `new`,
-/// and signs each manifest under `new` (with `old` and `new` the same key it only signs the
-/// manifests written before manifests were authenticated). Each manifest is read again just
-/// before it is written, so one deleted meanwhile is not brought back; one that carries a MAC
-/// not authentic under its key is never signed. The repository's key check names `new` at the
-/// end. Returns each id and outcome, backups in id order, then segments by id.
+/// and signs each manifest under `new`; with `old` and `new` the same key it signs the
+/// manifests written before the repository's manifests were authenticated (those stamped
+/// before its key check, or all of them when it has none), trusting what they say. Each
+/// manifest is read again just before it is replaced; one that is not authentic under the key
+/// it names is left as it is. The key check names `new` once anything is on it.
+/// Returns each id and outcome, backups in id order, then segments by id.
 pub async fn rewrap_all(
     repo: &Repository,
     old: &MasterKey,
@@ -112,80 +175,42 @@ pub async fn rewrap_all(
 ) -> Result<Vec<(String, RewrapOutcome)>> {
     let store = repo.store();
     // The repository's key check must be authentic under the key it names, old or new.
-    if let Some(check) = authenticate::read_key_check(store, None)
+    let check = authenticate::read_key_check(store, None)
         .await
-        .map_err(EngineError::from)?
-    {
+        .map_err(EngineError::from)?;
+    if let Some(check) = &check {
         let under = if check.key_id == new.id() { new } else { old };
         authenticate::read_key_check(store, Some(under))
             .await
             .map_err(EngineError::from)?;
     }
+    let since = check.as_ref().and_then(|c| c.since);
     let mut results = Vec::new();
     for id in repo.manifest_ids().await? {
-        let outcome = match read_now(store, &id).await? {
-            None => RewrapOutcome::Gone,
-            Some(raw) => {
-                let m = bulwark_engine::repo::parse_manifest(&id, &raw)?.manifest;
-                match decide(&raw, m.encryption.as_ref(), old, new) {
-                    Decision::Skip(outcome) => outcome,
-                    Decision::Write(outcome) => {
-                        let e = m.encryption.as_ref().expect("decided on an encrypted one");
-                        let mut updated = m.clone();
-                        if outcome == RewrapOutcome::Rewrapped {
-                            updated.encryption = Some(crypto::rewrap(&m.id, e, old, new)?);
-                        }
-                        repo.commit(&updated, Some(new)).await?;
-                        tracing::info!(backup_id = %m.id, old_key = %old.id(), new_key = %new.id(), %outcome, "manifest re-written under the new key");
-                        outcome
-                    }
-                }
-            }
-        };
+        let outcome = rewrap_one(store, &id, old, new, since).await;
         results.push((id, outcome));
     }
     for (_, listing) in archive::segments::list_all(store, None).await? {
-        let segments = listing
+        let ids = listing
             .segments
-            .into_iter()
-            .chain(listing.superseded.into_iter().map(|s| s.manifest));
-        for listed in segments {
-            let id = listed.id.clone();
-            let outcome = match read_now(store, &id).await? {
-                None => RewrapOutcome::Gone,
-                Some(raw) => {
-                    let m = archive::manifest::parse(&id, &raw).map_err(|reason| {
-                        crate::Error::DamagedSegment {
-                            id: id.clone(),
-                            reason,
-                        }
-                    })?;
-                    match decide(&raw, m.encryption.as_ref(), old, new) {
-                        Decision::Skip(outcome) => outcome,
-                        Decision::Write(outcome) => {
-                            let e = m.encryption.as_ref().expect("decided on an encrypted one");
-                            let mut updated = m.clone();
-                            if outcome == RewrapOutcome::Rewrapped {
-                                updated.encryption = Some(crypto::rewrap(&m.id, e, old, new)?);
-                            }
-                            archive::segments::put_manifest(store, &updated, Some(new)).await?;
-                            tracing::info!(segment = %m.id, old_key = %old.id(), new_key = %new.id(), %outcome, "manifest re-written under the new key");
-                            outcome
-                        }
-                    }
-                }
-            };
+            .iter()
+            .map(|s| s.id.clone())
+            .chain(listing.superseded.iter().map(|s| s.manifest.id.clone()));
+        for id in ids {
+            let outcome = rewrap_one(store, &id, old, new, since).await;
             results.push((id, outcome));
         }
     }
-    let unfinished = results.iter().any(|(_, o)| {
+    let on_new = results.iter().any(|(_, o)| {
         matches!(
             o,
-            RewrapOutcome::OtherKey(_) | RewrapOutcome::NotAuthentic(_)
+            RewrapOutcome::Rewrapped | RewrapOutcome::Signed | RewrapOutcome::AlreadyOnNewKey
         )
     });
-    if !unfinished {
-        authenticate::write_key_check(store, new)
+    // What is left on another key is damaged under the new one either way (and reported):
+    // the repository is the new key's as soon as anything is on it.
+    if on_new {
+        authenticate::write_key_check(store, new, since.unwrap_or_else(Utc::now))
             .await
             .map_err(EngineError::from)?;
     }

@@ -52,7 +52,12 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 v
             })
             .collect();
-        let mut out = json!({ "backups": complete, "archives": archive.json });
+        let mut out = json!({
+            "backups": complete,
+            "archives": archive.json,
+            // Whether each manifest listed was checked under a key (authentic, encrypted).
+            "manifestsChecked": keyed,
+        });
         if a.all {
             out["incomplete"] = catalog
                 .incomplete

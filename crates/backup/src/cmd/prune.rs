@@ -93,6 +93,9 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     let catalog = repo.catalog().await?;
     let archives = bulwark_pitr::archive::segments::list_all(repo.store(), repo.key()).await?;
     let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
+    if !plan.damaged.is_empty() {
+        tracing::warn!("while a damaged backup is in the repository no archived binlog segment is removed: it may need them");
+    }
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
     }
@@ -219,13 +222,10 @@ pub async fn cmd_rewrap(a: RewrapArgs) -> anyhow::Result<()> {
     } else {
         print_table(&["ID", "RESULT"], &rows);
     }
-    let unauthentic = outcomes
-        .iter()
-        .filter(|(_, o)| matches!(o, rotate::RewrapOutcome::NotAuthentic(_)))
-        .count();
-    if unauthentic > 0 {
+    let left = outcomes.iter().filter(|(_, o)| o.unfinished()).count();
+    if left > 0 {
         anyhow::bail!(
-            "{unauthentic} manifest(s) are not authentic under the key they name and were left as they are (edited or forged: inspect them)"
+            "{left} manifest(s) were left as they are (on another key, not authentic, or unreadable: see each one's result)"
         );
     }
     Ok(())

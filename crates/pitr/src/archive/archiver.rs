@@ -88,12 +88,23 @@ pub async fn run(
     // Another key than the repository's, or none for an encrypted repository: refused before
     // anything is written.
     match key {
-        Some(key) => bulwark_engine::authenticate::ensure_key_check(&store, key)
-            .await
-            .map_err(EngineError::from)?,
+        Some(key) => repo.ensure_key_check(key).await?,
         None => repo.clone().under_key(None).check_key().await?,
     }
     let listing = segments::list(&store, &opts.archive, key).await?;
+    // Segments written before manifests were authenticated are refused under the key until
+    // they are signed; resuming without them would archive past them and leave a hole.
+    let unsigned = listing
+        .incomplete
+        .iter()
+        .filter(|i| i.reason.starts_with(bulwark_engine::authenticate::UNSIGNED))
+        .count();
+    if unsigned > 0 {
+        return Err(Error::ArchiveUnsigned {
+            archive: opts.archive.clone(),
+            count: unsigned,
+        });
+    }
     housekeeping::remove_incomplete(&store, &listing.incomplete).await;
     let segments = listing.segments;
     let start = resume_point(repo, &segments, opts).await?;

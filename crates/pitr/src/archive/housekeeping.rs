@@ -93,12 +93,29 @@ impl<'a> Housekeeping<'a> {
         uncommitted_since: Option<Instant>,
     ) {
         let complete = self.refresh_backups().await;
-        if complete && self.opts.prune_unneeded {
+        // After a key rotation this archiver's key is no longer the repository's: its
+        // segments are damaged under the new key, so nothing is merged or removed on its word
+        // (it keeps archiving; restart it with the new key, and re-wrap what it wrote).
+        let current = match (&self.key, self.repo.store()) {
+            (Some(key), store) => {
+                match bulwark_engine::authenticate::read_key_check(store, None).await {
+                    Ok(Some(check)) if check.key_id != key.id() => {
+                        tracing::error!(repository_key = %check.key_id, archiver_key = %key.id(), "the repository's key changed: no segment is merged or removed until the archiver runs with the new key");
+                        false
+                    }
+                    _ => true,
+                }
+            }
+            (None, _) => true,
+        };
+        if current && complete && self.opts.prune_unneeded {
             self.prune_unneeded(segments).await;
         }
         self.collect_compacted(segments);
-        self.remove_replaced().await;
-        self.start_compaction(segments);
+        if current {
+            self.remove_replaced().await;
+            self.start_compaction(segments);
+        }
         record.reviewed(segments, &self.backups, uncommitted_since);
     }
 

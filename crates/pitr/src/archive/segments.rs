@@ -127,6 +127,8 @@ pub async fn list(
                 all.push(m);
                 continue;
             }
+            // The reason itself (`list` shows it beside the id).
+            Some(Err(Error::DamagedSegment { reason, .. })) => (reason, true),
             Some(Err(e)) => (crate::error::chain(&e), true),
             None => ("no manifest".to_string(), false),
         };
