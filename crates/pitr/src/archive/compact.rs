@@ -246,6 +246,29 @@ pub async fn compact_group(
         reason,
     })?;
     drop(plains);
+    // The merged transactions must end where the group's manifests say; a mismatch is damage,
+    // never to be sealed into a new manifest.
+    let last = &group[group.len() - 1];
+    let ends_there = merged.runs.iter().all(|r| {
+        let newest = merged.runs.iter().rev().find(|x| x.domain == r.domain);
+        newest.is_some_and(|n| {
+            last.through.get(n.domain)
+                == Some(crate::binlog::Gtid {
+                    domain: n.domain,
+                    server: n.server,
+                    seq: n.last,
+                })
+        })
+    });
+    if !ends_there {
+        return Err(Error::DamagedSegment {
+            id: last.id.clone(),
+            reason: format!(
+                "the transactions of its group do not end at {}, where its manifest says",
+                last.through
+            ),
+        });
+    }
     let draft = draft(group, merged.runs, id, now, write);
     segments::commit(store, Bytes::from(merged.plain), key, write, draft).await
 }

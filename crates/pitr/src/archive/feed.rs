@@ -31,6 +31,8 @@ pub struct Fed {
     pub id: String,
     /// Where its manifest says it starts.
     pub after: GtidPos,
+    /// Where its manifest says it ends.
+    pub through: GtidPos,
     /// Its verified plaintext.
     pub plain: Result<Vec<u8>>,
 }
@@ -80,6 +82,7 @@ impl<'a> Feed<'a> {
         Fed {
             id: seg.id,
             after: seg.after,
+            through: seg.through,
             plain,
         }
     }

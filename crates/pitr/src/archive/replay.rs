@@ -219,6 +219,9 @@ pub async fn apply(
                 out.extend_from_slice(&BINLOG_MAGIC);
             }
             selector.take(&fed.id, &fed.after, &fed.plain?, &mut out)?;
+            if !selector.done() {
+                selector.check_end(&fed.id, &fed.through)?;
+            }
             to_decoder
                 .write_all(&out)
                 .await

@@ -23,6 +23,9 @@ pub struct Selector {
     /// When the backup the replay continues had finished: its own last transactions were
     /// committed by then.
     started_by: Option<DateTime<Utc>>,
+    /// Whether a transaction was passed over for the target (the segment's end is then not
+    /// where the replay is).
+    passed_over: bool,
     /// Transactions selected.
     pub transactions: u64,
     /// Commit stamp of the last selected transaction.
@@ -38,6 +41,7 @@ impl Selector {
             done: false,
             rebase: None,
             started_by: None,
+            passed_over: false,
             transactions: 0,
             last_commit: None,
         }
@@ -171,6 +175,7 @@ impl Selector {
                         RecoveryTarget::Time(t) => i64::from(trx.committed) <= t.timestamp(),
                     };
                     if !wanted {
+                        self.passed_over = true;
                         // One domain is a single sequence: nothing after the first transaction
                         // beyond the target is wanted. Other domains' may still be.
                         if !matches!(&self.target, RecoveryTarget::Gtid(p) if p.gtids().count() > 1)
@@ -194,6 +199,31 @@ impl Selector {
             return Err(damaged("it ends inside a transaction".into()));
         }
         Ok(())
+    }
+
+    /// After a segment taken whole: checks that its transactions end where its manifest says
+    /// (`through`), so a segment whose data and manifest disagree stops the replay instead of
+    /// letting the chain go on from a position the data never reached.
+    pub fn check_end(&self, id: &str, through: &GtidPos) -> Result<()> {
+        if self.passed_over {
+            return Ok(());
+        }
+        let ends_there = through.gtids().all(|g| {
+            self.reached
+                .get(g.domain)
+                .is_some_and(|r| r == g || r.seq > g.seq)
+        });
+        if ends_there {
+            Ok(())
+        } else {
+            Err(Error::DamagedSegment {
+                id: id.to_string(),
+                reason: format!(
+                    "its transactions end at {}, its manifest says {through}",
+                    self.reached
+                ),
+            })
+        }
     }
 
     /// Checks that a GTID target was reached in full, exactly.
@@ -342,6 +372,17 @@ mod tests {
         sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
             .unwrap();
         assert_eq!(sel.reached().to_string(), "0-1-103");
+
+        // A segment whose data ends short of what its manifest says.
+        let mut sel = Selector::new(pos("0-1-100"), RecoveryTarget::Latest);
+        sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+            .unwrap();
+        assert!(sel.check_end("s", &pos("0-1-103")).is_ok());
+        let e = sel.check_end("s", &pos("0-1-104")).unwrap_err().to_string();
+        assert!(
+            e.contains("end at 0-1-103, its manifest says 0-1-104"),
+            "{e}"
+        );
 
         // A GTID target beyond the end, or on a number this history never had.
         let mut sel = Selector::new(pos("0-1-100"), RecoveryTarget::Gtid(pos("0-1-105")));
