@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
+pub use crate::crypto::hmac_sha256;
 use crate::crypto::MasterKey;
 use crate::store::{Store, StoreError};
 
@@ -25,26 +25,6 @@ const KEY_CHECK_FORMAT: &str = "bulwark-repository";
 
 /// How a manifest refused for carrying no MAC says so (it may predate authentication).
 pub const UNSIGNED: &str = "it carries no MAC";
-
-/// HMAC-SHA256 (RFC 2104). The padded key blocks are wiped after use.
-pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = zeroize::Zeroizing::new([0u8; 64]);
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| zeroize::Zeroizing::new(block.map(|b| b ^ byte));
-    let inner = Sha256::new()
-        .chain_update(&pad(0x36)[..])
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(&pad(0x5c)[..])
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
 
 /// Whether two MAC texts are equal, in time that does not depend on where they differ.
 fn same_mac(a: &str, b: &str) -> bool {

@@ -32,6 +32,26 @@ pub enum KeyError {
     UnwrapDataKey { backup_id: String },
 }
 
+/// HMAC-SHA256 (RFC 2104). The padded key blocks are wiped after use.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut block = Zeroizing::new([0u8; 64]);
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| Zeroizing::new(block.map(|b| b ^ byte));
+    let inner = Sha256::new()
+        .chain_update(&pad(0x36)[..])
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(&pad(0x5c)[..])
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
 /// The user's long-lived key; it only ever encrypts data keys.
 #[derive(Clone)]
 pub struct MasterKey {
@@ -100,7 +120,7 @@ impl MasterKey {
     /// The key manifests are authenticated under: derived from this one, never used to
     /// encrypt (`authenticate`).
     pub fn authentication_key(&self) -> Zeroizing<[u8; 32]> {
-        Zeroizing::new(crate::authenticate::hmac_sha256(
+        Zeroizing::new(hmac_sha256(
             &self.key[..],
             b"bulwark-manifest-authentication-v1",
         ))
