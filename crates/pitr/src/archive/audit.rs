@@ -147,18 +147,7 @@ pub async fn verify_archive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::window::tests_support::{pos, seg};
-    use crate::binlog::event::{build, gtid_body, kind, query_body};
-
-    fn plain(gtids: &[(u32, u64)]) -> Vec<u8> {
-        let mut out = BINLOG_MAGIC.to_vec();
-        out.extend(build(kind::FORMAT_DESCRIPTION, 1, 1, 0, &[4; 20]));
-        for (server, seq) in gtids {
-            out.extend(build(kind::GTID, 5, *server, 0, &gtid_body(0, *seq, true)));
-            out.extend(build(kind::QUERY, 5, *server, 0, &query_body("t", "DO 1")));
-        }
-        out
-    }
+    use crate::archive::window::tests_support::{plain, pos, seg};
 
     #[test]
     fn a_segment_must_hold_what_its_manifest_says() {

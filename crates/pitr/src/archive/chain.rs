@@ -45,10 +45,7 @@ pub fn chain_toward(
     target: Option<&GtidPos>,
 ) -> Chain {
     let held: Vec<_> = segments.iter().map(history::held).collect();
-    let mut starting_at: HashMap<&GtidPos, Vec<usize>> = HashMap::new();
-    for (i, s) in segments.iter().enumerate() {
-        starting_at.entry(&s.after).or_default().push(i);
-    }
+    let starting_at = starting_at(segments);
     let heads: Vec<usize> = (0..segments.len())
         .filter(|i| history::continues(&segments[*i], &held[*i], start))
         .collect();
@@ -73,10 +70,7 @@ pub fn chain_toward(
 /// Every segment on any branch of history that continues `start`: what retention keeps for a
 /// backup at `start` (a lost tail stays restorable by its GTIDs as long as a backup before it).
 pub fn reachable(segments: &[SegmentManifest], start: &GtidPos) -> Vec<usize> {
-    let mut starting_at: HashMap<&GtidPos, Vec<usize>> = HashMap::new();
-    for (i, s) in segments.iter().enumerate() {
-        starting_at.entry(&s.after).or_default().push(i);
-    }
+    let starting_at = starting_at(segments);
     let mut todo: Vec<usize> = (0..segments.len())
         .filter(|i| {
             let s = &segments[*i];
@@ -104,6 +98,15 @@ pub fn holds(segments: &[SegmentManifest], chain: &Chain, start: &GtidPos, gtid:
             .segments
             .iter()
             .any(|i| history::held(&segments[*i]).holds(gtid))
+}
+
+/// The segments (indices) by where they start: the candidates to continue each position.
+fn starting_at(segments: &[SegmentManifest]) -> HashMap<&GtidPos, Vec<usize>> {
+    let mut by_start: HashMap<&GtidPos, Vec<usize>> = HashMap::new();
+    for (i, s) in segments.iter().enumerate() {
+        by_start.entry(&s.after).or_default().push(i);
+    }
+    by_start
 }
 
 /// The paths through the archive's segments, each computed once.

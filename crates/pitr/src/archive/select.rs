@@ -265,19 +265,7 @@ fn show_domain(pos: &GtidPos, domain: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::window::tests_support::pos;
-    use crate::binlog::event::{build, gtid_body, kind, query_body};
-
-    /// A segment's plaintext holding `gtids` (`server-seq`, domain 0), one statement each.
-    fn plain(gtids: &[(u32, u64)]) -> Vec<u8> {
-        let mut out = BINLOG_MAGIC.to_vec();
-        out.extend(build(kind::FORMAT_DESCRIPTION, 1, 1, 0, &[4; 20]));
-        for (server, seq) in gtids {
-            out.extend(build(kind::GTID, 5, *server, 0, &gtid_body(0, *seq, true)));
-            out.extend(build(kind::QUERY, 5, *server, 0, &query_body("t", "DO 1")));
-        }
-        out
-    }
+    use crate::archive::window::tests_support::{plain, pos};
 
     #[test]
     fn a_replay_stays_on_one_branch_of_history() {

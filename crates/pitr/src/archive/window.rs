@@ -142,6 +142,18 @@ pub(crate) mod tests_support {
         GtidPos::parse(s).unwrap()
     }
 
+    /// A segment's plaintext holding `gtids` (`server-seq`, domain 0), one statement each.
+    pub fn plain(gtids: &[(u32, u64)]) -> Vec<u8> {
+        use crate::binlog::event::{build, gtid_body, kind, query_body, BINLOG_MAGIC};
+        let mut out = BINLOG_MAGIC.to_vec();
+        out.extend(build(kind::FORMAT_DESCRIPTION, 1, 1, 0, &[4; 20]));
+        for (server, seq) in gtids {
+            out.extend(build(kind::GTID, 5, *server, 0, &gtid_body(0, *seq, true)));
+            out.extend(build(kind::QUERY, 5, *server, 0, &query_body("t", "DO 1")));
+        }
+        out
+    }
+
     pub fn seg(id: &str, after: &str, through: &str, received: u32) -> SegmentManifest {
         SegmentManifest {
             format: ARCHIVE_FORMAT_NAME.into(),
