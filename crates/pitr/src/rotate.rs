@@ -190,16 +190,10 @@ pub async fn rewrap_all(
         let outcome = rewrap_one(store, &id, old, new, since).await;
         results.push((id, outcome));
     }
-    for (_, listing) in archive::segments::list_all(store, None).await? {
-        let ids = listing
-            .segments
-            .iter()
-            .map(|s| s.id.clone())
-            .chain(listing.superseded.iter().map(|s| s.manifest.id.clone()));
-        for id in ids {
-            let outcome = rewrap_one(store, &id, old, new, since).await;
-            results.push((id, outcome));
-        }
+    // Each manifest is read once, by `rewrap_one`, as it is just before it is replaced.
+    for id in archive::segments::manifest_ids(store).await? {
+        let outcome = rewrap_one(store, &id, old, new, since).await;
+        results.push((id, outcome));
     }
     let on_new = results.iter().any(|(_, o)| {
         matches!(

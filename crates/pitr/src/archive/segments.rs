@@ -89,24 +89,7 @@ pub async fn list(
     archive: &str,
     key: Option<&MasterKey>,
 ) -> Result<ArchiveListing> {
-    let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
-    let objects = store
-        .list(&prefix)
-        .await
-        .map_err(EngineError::ListRepository)?;
-    // Per segment id: whether it has a manifest, and its newest object.
-    let mut by_id: BTreeMap<String, (bool, Option<DateTime<Utc>>)> = BTreeMap::new();
-    for o in &objects {
-        let rest = &o.key[prefix.len()..];
-        if let Some((dir, name)) = rest.split_once('/') {
-            let id = format!("{}{archive}/{dir}", format::ARCHIVE_ID_PREFIX);
-            if manifest::segment_archive(&id) == Some(archive) {
-                let entry = by_id.entry(id).or_default();
-                entry.0 |= name == format::MANIFEST_NAME;
-                entry.1 = entry.1.max(Some(o.last_modified));
-            }
-        }
-    }
+    let by_id = objects_by_id(store, archive).await?;
     let loaded: Vec<_> = futures::stream::iter(by_id)
         .map(|(id, (has_manifest, newest))| async move {
             let m = if has_manifest {
@@ -165,6 +148,48 @@ pub async fn list(
         .collect();
     listing.segments = segments;
     Ok(listing)
+}
+
+/// Per segment id of archive `archive` (one listing, no manifest read): whether it has a
+/// manifest, and when its newest object was written.
+async fn objects_by_id(
+    store: &Arc<dyn Store>,
+    archive: &str,
+) -> Result<BTreeMap<String, (bool, Option<DateTime<Utc>>)>> {
+    let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
+    let objects = store
+        .list(&prefix)
+        .await
+        .map_err(EngineError::ListRepository)?;
+    let mut by_id: BTreeMap<String, (bool, Option<DateTime<Utc>>)> = BTreeMap::new();
+    for o in &objects {
+        let rest = &o.key[prefix.len()..];
+        if let Some((dir, name)) = rest.split_once('/') {
+            let id = format!("{}{archive}/{dir}", format::ARCHIVE_ID_PREFIX);
+            if manifest::segment_archive(&id) == Some(archive) {
+                let entry = by_id.entry(id).or_default();
+                entry.0 |= name == format::MANIFEST_NAME;
+                entry.1 = entry.1.max(Some(o.last_modified));
+            }
+        }
+    }
+    Ok(by_id)
+}
+
+/// The ids of every archive's segments that have a manifest, superseded ones included, from
+/// one listing per archive (no manifest read).
+pub async fn manifest_ids(store: &Arc<dyn Store>) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for name in archives(store).await? {
+        let by_id = objects_by_id(store, &name).await?;
+        ids.extend(
+            by_id
+                .into_iter()
+                .filter(|(_, (has_manifest, _))| *has_manifest)
+                .map(|(id, _)| id),
+        );
+    }
+    Ok(ids)
 }
 
 /// Loads one segment manifest, checked under `key`.
