@@ -23,9 +23,6 @@ pub const KEY_CHECK_NAME: &str = "repository.json";
 /// Value of the key check's `format` field.
 const KEY_CHECK_FORMAT: &str = "bulwark-repository";
 
-/// How a manifest refused for carrying no MAC says so (it may predate authentication).
-pub const UNSIGNED: &str = "it carries no MAC";
-
 /// Whether two MAC texts are equal, in time that does not depend on where they differ.
 fn same_mac(a: &str, b: &str) -> bool {
     a.len() == b.len()
@@ -95,28 +92,37 @@ pub fn manifest_bytes<T: serde::Serialize>(manifest: &T, key: Option<&MasterKey>
     serde_json::to_vec_pretty(&value).expect("a manifest serializes")
 }
 
+/// Why a stored manifest is refused under a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestRefusal {
+    #[error("not valid JSON ({0})")]
+    NotJson(String),
+    /// It may have been written before manifests were authenticated.
+    #[error("it carries no MAC, though a key was given: written before manifests were authenticated (re-wrapping with the same key signs those), or edited to drop it")]
+    Unsigned,
+    #[error("its MAC does not match under key {0}: edited, or signed with another key")]
+    Mismatch(String),
+    #[error("it says its data is not encrypted, though a key was given")]
+    Unencrypted,
+}
+
 /// Checks a stored manifest under `key`: it must carry a MAC, the MAC must match, and it must
 /// say its data is encrypted (anyone who can write to the repository can write an unencrypted
-/// manifest). Without a key nothing can be checked. The error is one line, the reason.
-pub fn check_manifest(raw: &[u8], key: Option<&MasterKey>) -> Result<(), String> {
+/// manifest). Without a key nothing can be checked.
+pub fn check_manifest(raw: &[u8], key: Option<&MasterKey>) -> Result<(), ManifestRefusal> {
     let Some(key) = key else {
         return Ok(());
     };
-    let value: Value = serde_json::from_slice(raw).map_err(|e| format!("not valid JSON ({e})"))?;
+    let value: Value =
+        serde_json::from_slice(raw).map_err(|e| ManifestRefusal::NotJson(e.to_string()))?;
     let Some(stored) = value.get(MAC_FIELD) else {
-        return Err(format!(
-            "{UNSIGNED}, though a key was given: written before manifests were authenticated \
-             (re-wrapping with the same key signs those), or edited to drop it"
-        ));
+        return Err(ManifestRefusal::Unsigned);
     };
     if !same_mac(stored.as_str().unwrap_or_default(), &mac_of(&value, key)) {
-        return Err(format!(
-            "its MAC does not match under key {}: edited, or signed with another key",
-            key.id()
-        ));
+        return Err(ManifestRefusal::Mismatch(key.id().to_owned()));
     }
     if value.get("encryption").is_none_or(Value::is_null) {
-        return Err("it says its data is not encrypted, though a key was given".into());
+        return Err(ManifestRefusal::Unencrypted);
     }
     Ok(())
 }
@@ -315,7 +321,7 @@ mod tests {
             } else {
                 k.clone()
             };
-            let err = check_manifest(&raw, Some(&under)).unwrap_err();
+            let err = check_manifest(&raw, Some(&under)).unwrap_err().to_string();
             assert!(err.contains(want), "{case}: {err}");
         }
         // Signed, but unencrypted: refused under a key all the same.
@@ -323,7 +329,7 @@ mod tests {
             &serde_json::json!({"id": "x", "encryption": null}),
             Some(&k),
         );
-        let err = check_manifest(&plain, Some(&k)).unwrap_err();
+        let err = check_manifest(&plain, Some(&k)).unwrap_err().to_string();
         assert!(err.contains("not encrypted"), "{err}");
     }
 }

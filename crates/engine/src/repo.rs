@@ -182,10 +182,10 @@ impl Repository {
                 })
             }
         };
-        authenticate::check_manifest(&raw, self.key.as_ref()).map_err(|reason| {
+        authenticate::check_manifest(&raw, self.key.as_ref()).map_err(|refusal| {
             Error::DamagedManifest {
                 id: id.to_string(),
-                reason,
+                reason: refusal.to_string(),
             }
         })?;
         parse_manifest(id, &raw)

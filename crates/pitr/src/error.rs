@@ -27,6 +27,11 @@ pub enum Error {
     ArchiveUnsupported(String),
     #[error("archived binlog segment {id} is damaged: {reason}")]
     DamagedSegment { id: String, reason: String },
+    #[error(
+        "archived binlog segment {id} is damaged: {}",
+        bulwark_engine::authenticate::ManifestRefusal::Unsigned
+    )]
+    UnsignedSegment { id: String },
     #[error("server {server} lacks archived transactions up to {archived} (it is at {server_at}): its history is not the archive's; archive it as a new timeline from {branch_at} with --branch-on-divergence, or into another archive")]
     Diverged {
         server: String,

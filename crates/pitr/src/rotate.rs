@@ -112,7 +112,7 @@ async fn rewrap_one(
     let signed = value.get(authenticate::MAC_FIELD).is_some();
     if signed {
         if let Err(why) = authenticate::check_manifest(&raw, Some(under)) {
-            return RewrapOutcome::NotAuthentic(why);
+            return RewrapOutcome::NotAuthentic(why.to_string());
         }
     } else {
         // Only what predates authentication may lack a MAC: since the key check exists, every

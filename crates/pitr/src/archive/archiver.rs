@@ -94,11 +94,7 @@ pub async fn run(
     let listing = segments::list(&store, &opts.archive, key).await?;
     // Segments written before manifests were authenticated are refused under the key until
     // they are signed; resuming without them would archive past them and leave a hole.
-    let unsigned = listing
-        .incomplete
-        .iter()
-        .filter(|i| i.reason.starts_with(bulwark_engine::authenticate::UNSIGNED))
-        .count();
+    let unsigned = listing.incomplete.iter().filter(|i| i.unsigned).count();
     if unsigned > 0 {
         return Err(Error::ArchiveUnsigned {
             archive: opts.archive.clone(),

@@ -2,6 +2,7 @@
 //! a segment (chunks through the backup write pipeline, then the manifest), and reading a
 //! segment's verified plaintext back.
 
+use bulwark_engine::authenticate::ManifestRefusal;
 use bulwark_engine::Error as EngineError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,6 +48,8 @@ pub struct IncompleteSegment {
     pub reason: String,
     /// Whether a manifest exists but did not load (never removed automatically).
     pub damaged: bool,
+    /// Whether it was refused under the key for carrying no MAC: it may predate authentication.
+    pub unsigned: bool,
     /// The most recent modification among its objects.
     pub newest: Option<DateTime<Utc>>,
 }
@@ -105,6 +108,7 @@ pub async fn list(
     let mut all = Vec::new();
     let mut listing = ArchiveListing::default();
     for (id, m, newest) in loaded {
+        let unsigned = matches!(m, Some(Err(Error::UnsignedSegment { .. })));
         let (reason, damaged) = match m {
             Some(Ok(m)) => {
                 all.push(m);
@@ -112,6 +116,9 @@ pub async fn list(
             }
             // The reason itself (`list` shows it beside the id).
             Some(Err(Error::DamagedSegment { reason, .. })) => (reason, true),
+            Some(Err(Error::UnsignedSegment { .. })) => {
+                (ManifestRefusal::Unsigned.to_string(), true)
+            }
             Some(Err(e)) => (crate::error::chain(&e), true),
             None => ("no manifest".to_string(), false),
         };
@@ -119,6 +126,7 @@ pub async fn list(
             id,
             reason,
             damaged,
+            unsigned,
             newest,
         });
     }
@@ -205,12 +213,19 @@ pub async fn load(
             id: id.to_string(),
             source,
         })?;
-    bulwark_engine::authenticate::check_manifest(&raw, key)
-        .and_then(|()| manifest::parse(id, &raw))
-        .map_err(|reason| Error::DamagedSegment {
-            id: id.to_string(),
-            reason,
-        })
+    if let Err(refusal) = bulwark_engine::authenticate::check_manifest(&raw, key) {
+        return Err(match refusal {
+            ManifestRefusal::Unsigned => Error::UnsignedSegment { id: id.to_string() },
+            other => Error::DamagedSegment {
+                id: id.to_string(),
+                reason: other.to_string(),
+            },
+        });
+    }
+    manifest::parse(id, &raw).map_err(|reason| Error::DamagedSegment {
+        id: id.to_string(),
+        reason,
+    })
 }
 
 /// Stores a segment's plaintext through the write pipeline, then its manifest (the commit
