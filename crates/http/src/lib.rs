@@ -221,9 +221,32 @@ pub async fn serve(
     }
 }
 
+/// Helpers for the tests of the crates that serve endpoints (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// `request` sent raw; the whole answer, read until the server closes the connection
+    /// (at most 10 s).
+    pub async fn exchange(addr: SocketAddr, request: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+            .await
+            .expect("the server closes the connection")
+            .unwrap();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::exchange;
     use axum::routing::get;
     use std::net::SocketAddr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -255,17 +278,6 @@ mod tests {
             let _ = stopped.await;
         }));
         (addr, stop)
-    }
-
-    async fn exchange(addr: SocketAddr, request: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-            .await
-            .expect("the server closes the connection")
-            .unwrap();
-        out
     }
 
     #[tokio::test]

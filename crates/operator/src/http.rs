@@ -202,7 +202,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use bulwark_http::testing::exchange;
 
     #[test]
     fn readiness_verdicts() {
@@ -305,18 +305,6 @@ mod tests {
             r.check(t0 + Duration::from_secs(1)),
             Err("controller schedule stopped".into())
         );
-    }
-
-    /// `request` sent raw; the whole answer, read until the server closes the connection.
-    async fn exchange(addr: SocketAddr, request: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-            .await
-            .expect("the server closes the connection")
-            .unwrap();
-        out
     }
 
     fn body(answer: &str) -> &str {

@@ -229,8 +229,8 @@ impl Coalesced {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bulwark_http::testing::exchange;
     use std::net::SocketAddr;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// A server answering `/healthz` with 200 and `/readyz` with a two-line 503; stopped when
@@ -247,18 +247,6 @@ mod tests {
             let _ = stopped.await;
         }));
         (addr, stop)
-    }
-
-    /// `request` sent raw; the whole answer, read until the server closes the connection.
-    async fn exchange(addr: SocketAddr, request: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-            .await
-            .expect("the server closes the connection")
-            .unwrap();
-        out
     }
 
     #[tokio::test]

@@ -171,6 +171,7 @@ fn parse(mut raw: Vec<u8>) -> Result<Answer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bulwark_http::testing::exchange;
     use tokio::net::TcpListener;
 
     /// An exporter stand-in that records each request's head and answers `answer`.
@@ -204,17 +205,6 @@ mod tests {
             std::future::pending(),
         ));
         addr
-    }
-
-    async fn exchange(addr: SocketAddr, request: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-            .await
-            .expect("an answer")
-            .unwrap();
-        out
     }
 
     #[tokio::test]
