@@ -247,6 +247,13 @@ pub struct AgentArgs {
         requires = "metrics_listen"
     )]
     pub metrics_upstream: Option<SocketAddr>,
+    /// As the primary, take writes only while holding a lease the operator renews with signed
+    /// heartbeats (`POST /lease`): once it lapses, client sessions are ended and the server is
+    /// made read-only until a heartbeat comes again. The operator passes it when automatic
+    /// failover is on, so that a primary cut off from it fences itself before a replica is
+    /// promoted.
+    #[arg(long, env = "BULWARK_AGENT_PRIMARY_LEASE")]
+    pub primary_lease: bool,
     /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]
     pub repo: Option<String>,
@@ -311,6 +318,7 @@ async fn cmd_agent(a: AgentArgs) -> anyhow::Result<()> {
         },
         max_replica_lag: a.max_replica_lag,
         semi_sync_acks: a.semi_sync_acks,
+        primary_lease: a.primary_lease,
         interval: a.interval,
         health_timeout: a.health_timeout,
         pending,
@@ -654,7 +662,7 @@ mod tests {
     #[test]
     fn the_operators_agent_command_parses() {
         let AgentCommand::Run(a) =
-            parse(command::Agent::for_pod("quay-primary", 1, None, false).argv())
+            parse(command::Agent::for_pod("quay-primary", 1, None, false, false).argv())
         else {
             panic!("not run")
         };
@@ -677,8 +685,10 @@ mod tests {
         );
         assert_eq!(a.datadir.as_deref().map(path), Some(paths::DATADIR));
         assert_eq!((a.metrics_listen, a.metrics_upstream), (None, None));
+        assert!(!a.primary_lease);
 
-        let bootstrapped = command::Agent::for_pod("quay-primary", 1, Some(repository()), true);
+        let bootstrapped =
+            command::Agent::for_pod("quay-primary", 1, Some(repository()), true, true);
         let AgentCommand::Run(a) = parse(bootstrapped.argv()) else {
             panic!("not run")
         };
@@ -710,6 +720,7 @@ mod tests {
             Some(paths::PENDING_LOGICAL_RESTORE)
         );
         assert_eq!(a.gtid_file.as_deref().map(path), Some(paths::RESTORED_GTID));
+        assert!(a.primary_lease);
     }
 
     #[test]

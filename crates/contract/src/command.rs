@@ -351,6 +351,9 @@ pub struct Agent {
     pub restore: Option<AgentRestore>,
     /// Serve the exporter's `/metrics` (when the cluster has metrics on).
     pub metrics: Option<AgentMetrics>,
+    /// As the primary, take writes only while holding a lease the operator renews
+    /// (`crate::lease`): on when automatic failover is.
+    pub primary_lease: bool,
 }
 
 /// Where the agent serves `/metrics`, and the exporter it reads them from.
@@ -368,6 +371,7 @@ impl Agent {
         semi_sync_acks: u32,
         restore: Option<Repository>,
         metrics: bool,
+        primary_lease: bool,
     ) -> Agent {
         Agent {
             pod_name: "$(POD_NAME)".to_owned(),
@@ -390,6 +394,7 @@ impl Agent {
                 listen: format!("0.0.0.0:{}", crate::ports::EXPORTER),
                 upstream: format!("127.0.0.1:{}", crate::ports::EXPORTER_LOOPBACK),
             }),
+            primary_lease,
         }
     }
 
@@ -417,6 +422,7 @@ impl Agent {
             a.flag("metrics-listen", &m.listen)
                 .flag("metrics-upstream", &m.upstream);
         }
+        a.switch("primary-lease", self.primary_lease);
         a
     }
 }

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod gtid;
 pub mod ids;
 pub mod labels;
+pub mod lease;
 pub mod member;
 pub mod order;
 pub mod paths;

@@ -76,9 +76,9 @@ struct Signed {
 /// Why an order was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OrderError {
-    #[error("the order is not readable: {0}")]
+    #[error("it is not readable: {0}")]
     Unreadable(String),
-    #[error("the order's signature does not match")]
+    #[error("its signature does not match")]
     BadSignature,
 }
 

@@ -8,6 +8,7 @@ use kube::{Client, Resource};
 
 use crate::http::{Readiness, API_STALE_AFTER};
 use crate::images::BackupImages;
+use crate::leases::Leases;
 use crate::members::{AgentMembers, Members};
 use crate::metrics::Metrics;
 
@@ -32,6 +33,8 @@ pub struct Context {
     pub readiness: Arc<Readiness>,
     /// How the members' agents are reached (over the pod network but in controller tests).
     pub members: Arc<dyn Members>,
+    /// The primaries' leases, renewed by [`Leases::run`].
+    pub leases: Arc<Leases>,
     recorder: Recorder,
     /// Consecutive failed reconciles per controller and object, for backoff.
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
@@ -61,6 +64,7 @@ impl Context {
             metrics,
             readiness: Arc::new(Readiness::new(API_STALE_AFTER)),
             members,
+            leases: Arc::new(Leases::default()),
             failures: Default::default(),
         })
     }

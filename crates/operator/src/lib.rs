@@ -12,6 +12,7 @@ pub mod error;
 pub mod hash;
 pub mod http;
 pub mod images;
+pub mod leases;
 pub mod members;
 pub mod metrics;
 pub mod names;

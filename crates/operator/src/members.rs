@@ -1,5 +1,6 @@
 //! How the operator reaches its members' agents: each pod's report (`GET /status` on the agent
-//! port) and role orders (`POST /role`), the I/O edge of the role decisions in `roles`,
+//! port), role orders (`POST /role`) and the primary's lease heartbeats (`POST /lease`), the
+//! I/O edge of the role decisions in `roles`,
 //! `fencing` and `failover`. [`AgentMembers`] speaks HTTP over the pod network; controller
 //! tests script members through the same [`Members`] trait.
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use bulwark_contract::labels::{Role, ROLE};
+use bulwark_contract::lease::LEASE_PATH;
 use bulwark_contract::member::{MemberStatus, FRESH_QUERY, STATUS_PATH};
 use bulwark_contract::order::{epoch_from_label, EPOCH_LABEL, ORDER_PATH};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -19,6 +21,9 @@ use crate::names;
 
 /// Time to connect and to read a whole answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Time to connect: an agent cut off the network never refuses, and an order to it must not
+/// hold a failover's pass for the whole answer's wait.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time for a fresh report (the agent waits up to 3 s for a new pass).
 const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest answer read.
@@ -54,6 +59,13 @@ pub trait Members: Send + Sync {
         pod: &'a Pod,
         signed: &'a str,
     ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>>;
+
+    /// Sends a signed lease heartbeat to the agent at `addr` (`ip:port`).
+    fn send_heartbeat<'a>(
+        &'a self,
+        addr: &'a str,
+        signed: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// The members' agents over the pod network.
@@ -80,6 +92,34 @@ impl Members for AgentMembers {
         signed: &'a str,
     ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>> {
         Box::pin(send_order(pod, signed))
+    }
+
+    fn send_heartbeat<'a>(
+        &'a self,
+        addr: &'a str,
+        signed: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(send_heartbeat(addr, signed))
+    }
+}
+
+/// The address of `pod`'s agent (`ip:port`).
+pub fn agent_address(pod: &Pod) -> Result<String, String> {
+    agent_addr(pod)
+}
+
+async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), String> {
+    let request = format!(
+        "POST {LEASE_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{signed}",
+        signed.len()
+    );
+    let (code, body) = tokio::time::timeout(TIMEOUT, exchange(addr, &request))
+        .await
+        .map_err(|_| format!("{addr} did not answer the heartbeat within {TIMEOUT:?}"))??;
+    match code {
+        200 => Ok(()),
+        _ => Err(format!("{addr} answered {code}: {}", body.trim())),
     }
 }
 
@@ -158,8 +198,9 @@ async fn read_report(pod: &Pod, path: String, limit: Duration) -> Result<MemberS
 
 /// One request: status code and body.
 pub(crate) async fn exchange(addr: &str, request: &str) -> Result<(u16, String), String> {
-    let mut stream = tokio::net::TcpStream::connect(addr)
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
+        .map_err(|_| format!("cannot connect to {addr} within {CONNECT_TIMEOUT:?}"))?
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     stream
         .write_all(request.as_bytes())

@@ -53,6 +53,15 @@ pub async fn controllers(
         readiness.clone(),
         stop_rx.clone(),
     ));
+    // The primaries' leases: a primary cut off from the operator fences itself.
+    let lease_ctx = ctx.clone();
+    let mut lease_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = lease_stop.wait_for(|s| *s) => {}
+            _ = lease_ctx.leases.run(lease_ctx.members.as_ref()) => {}
+        }
+    });
 
     let scopes: Vec<Option<String>> = if ctx.config.namespaces.is_empty() {
         vec![None]

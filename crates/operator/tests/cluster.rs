@@ -229,7 +229,7 @@ async fn the_server_pod_takes_secrets_from_files_never_from_its_environment() {
     );
     assert_eq!(
         argv_of(&pod.containers[1]),
-        command::Agent::for_pod("ledger-primary", 1, None, true).argv()
+        command::Agent::for_pod("ledger-primary", 1, None, true, true).argv()
     );
     ns.delete().await.expect("delete namespace");
 }
@@ -551,7 +551,7 @@ async fn a_cluster_bootstrapped_from_a_backup_restores_before_mysqld_starts() {
     let agent = pod.containers.iter().find(|c| c.name == "agent").unwrap();
     assert_eq!(
         argv_of(agent),
-        command::Agent::for_pod("vault-primary", 1, Some(repository), false).argv()
+        command::Agent::for_pod("vault-primary", 1, Some(repository), false, true).argv()
     );
     // The source is recorded on the StatefulSet, not parsed back from the arguments.
     let recorded = set.annotations()["mysql.bulwark.dev/restore-source"].clone();

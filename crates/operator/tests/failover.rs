@@ -300,3 +300,69 @@ async fn a_primary_cut_off_with_a_replica_is_not_replaced_until_a_human_forces_i
     );
     ns.delete().await.expect("delete namespace");
 }
+
+/// The operator renews the primary's lease every second with heartbeats signed for it and its
+/// epoch; once the primary is lost it sends no more, promotes nobody before the last lease it
+/// sent has run out plus the margin (here longer than `failoverAfterSeconds`), and gives the
+/// new primary its lease before the order that promotes it.
+#[tokio::test]
+async fn a_failover_waits_for_the_lost_primarys_lease_and_leases_the_new_one_first() {
+    use bulwark_contract::lease::{lease_for, LEASE_MARGIN};
+    let (client, ns) = setup("lease").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    let lease = lease_for(Duration::from_secs(3)).unwrap();
+    let heartbeats = |pod: &str| members().get(n, pod).heartbeats;
+    wait_for("heartbeats to the primary", WAIT, || async move {
+        let beats = heartbeats("till-0");
+        match beats.iter().rev().take(3).collect::<Vec<_>>().as_slice() {
+            [c, b, a] if c.0 - a.0 < Duration::from_millis(2500) => {
+                assert_eq!((c.1.epoch, c.1.lease()), (0, lease));
+                Ok(())
+            }
+            _ => Err(format!("{} so far", beats.len())),
+        }
+    })
+    .await;
+    assert!(heartbeats("till-1").is_empty() && heartbeats("till-2").is_empty());
+
+    for pod in ["till-0", "till-1", "till-2"] {
+        members().update(n, pod, |m| m.report.gtid_executed = "0-1-50".into());
+    }
+    for pod in ["till-1", "till-2"] {
+        members().update(n, pod, |m| {
+            if let Some(r) = m.report.replication.as_mut() {
+                r.io = IoState::Connecting;
+            }
+        });
+    }
+    members().update(n, "till-0", |m| m.answers = false);
+    make_unready(&client, n, "till-0").await;
+    let c = primary_at(&clusters, "till-1", 1).await;
+    let last_to_old = heartbeats("till-0").last().expect("heartbeats").0;
+    let promoted_at = wait_for("till-1's promotion order", WAIT, || async move {
+        let m = members().get(n, "till-1");
+        m.orders
+            .iter()
+            .zip(&m.order_times)
+            .find(|(o, _)| o.role == Role::Primary && o.epoch == 1)
+            .map(|(_, at)| *at)
+            .ok_or_else(|| format!("{:?}", m.orders))
+    })
+    .await;
+    assert!(
+        promoted_at - last_to_old >= lease + LEASE_MARGIN - Duration::from_millis(200),
+        "promoted {:?} after the last heartbeat to the lost primary: {:?}",
+        promoted_at - last_to_old,
+        c.status.and_then(|s| s.last_failover)
+    );
+    // No heartbeat to the lost primary since, and the new one had its lease first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(heartbeats("till-0").last().unwrap().0, last_to_old);
+    let new = heartbeats("till-1");
+    assert!(
+        new.iter().any(|(at, h)| h.epoch == 1 && *at <= promoted_at),
+        "no lease for epoch 1 before the promotion: {new:?}"
+    );
+    ns.delete().await.expect("delete namespace");
+}

@@ -5,6 +5,7 @@
 
 pub mod handover;
 pub mod labels;
+pub mod lease;
 pub mod report;
 pub mod restored;
 pub mod sql;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::decide::labels::Role;
+use crate::decide::lease::LeaseState;
 use crate::decide::restored::RestoredGtid;
 use crate::decide::sql::{IoState, ReplicaStatus, Source, REPLICATION_USER};
 use bulwark_contract::gtid;
@@ -87,6 +88,10 @@ pub struct Situation<'a> {
     /// accounts `read_only` does not): `Some(remaining)` while the hold lasts, `Some(ZERO)`
     /// once it is to be released.
     pub fence_hold: Option<Duration>,
+    /// The hold on writes lasts until released: a primary's whose lease lapsed.
+    pub fence_unleased: bool,
+    /// Whether this member, as the primary, holds the operator's lease.
+    pub lease: &'a LeaseState,
     /// The primary changed (a newer epoch) since replication last connected: the receiver
     /// may still be attached to the former primary through the Service's old connection.
     pub reconnect: bool,
@@ -133,6 +138,9 @@ pub enum Action {
     RestartReplicationIo,
     /// End the client sessions that waited on a demoted primary's hold, then release it.
     ReleaseFence,
+    /// The primary's lease lapsed: end the client sessions, turn read_only on and (MariaDB)
+    /// hold writes until the lease is renewed.
+    FenceUnleased,
     /// Load the pending logical backup.
     LoadPendingRestore {
         /// Backup id.
@@ -172,6 +180,7 @@ impl Action {
             Action::StartReplication => "start-replication",
             Action::RestartReplicationIo => "restart-replication-io",
             Action::ReleaseFence => "release-fence",
+            Action::FenceUnleased => "fence-unleased",
             Action::LoadPendingRestore { .. } => "load-pending-restore",
             Action::DiscardPendingRestore { .. } => "discard-pending-restore",
             Action::AdoptRestoredGtid { .. } => "adopt-restored-gtid",
@@ -271,6 +280,24 @@ pub fn decide(s: &Situation<'_>) -> Decision {
 fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
     if let Some(why) = semisync::lossy_crash_recovery(o.engine, &o.version) {
         return wait(why);
+    }
+    // Before anything else: the operator may promote another member once the lease is out.
+    if let Some(why) = s.lease.lapsed() {
+        let fenced = o.read_only
+            && match o.engine {
+                Engine::MySql => o.super_read_only,
+                Engine::MariaDb => s.fence_unleased,
+            };
+        return if fenced {
+            wait(format!(
+                "primary, fenced: {why}; writes resume once the operator renews the lease"
+            ))
+        } else {
+            act(
+                Action::FenceUnleased,
+                format!("primary fencing itself: {why}"),
+            )
+        };
     }
     if s.fence_hold.is_some() {
         // Made the primary again (an aborted switchover): its writes are released first.
@@ -388,6 +415,13 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     }
     if !o.read_only || (o.engine == Engine::MySql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
+    }
+    if s.fence_unleased {
+        // Fenced for want of a lease, and now a replica: nothing to hand over.
+        return act(
+            Action::ReleaseFence,
+            "demoted while fenced for want of a lease: releasing the hold",
+        );
     }
     match s.fence_hold {
         Some(left) if !left.is_zero() => {

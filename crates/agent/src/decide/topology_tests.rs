@@ -54,6 +54,8 @@ struct Case {
     start_allowed: bool,
     reconnect: bool,
     fence_hold: Option<Duration>,
+    fence_unleased: bool,
+    lease: LeaseState,
     load: LoadState,
     restored_gtid: GtidAdoption,
     semi_sync_acks: u32,
@@ -72,6 +74,8 @@ fn case(name: &'static str, role: Result<Role, String>, observed: Observed) -> C
         start_allowed: true,
         reconnect: false,
         fence_hold: None,
+        fence_unleased: false,
+        lease: LeaseState::NotRequired,
         load: LoadState::Nothing,
         restored_gtid: GtidAdoption::Nothing,
         semi_sync_acks: 0,
@@ -102,6 +106,7 @@ fn decisions() {
     let mut unapplied = status(IoState::Stopped, true);
     unapplied.relay_applied = false;
     unapplied.sql_caught_up = false;
+    let promoting = unapplied.clone();
     // The receiver stopped inside a transaction: the applier has done all it can.
     let mut cut = status(IoState::Stopped, true);
     cut.relay_applied = false;
@@ -123,6 +128,10 @@ fn decisions() {
     demoted.gtid_logged = "0-101-42".into();
     let mut mysql_half_read_only = observed(MySql, true, running());
     mysql_half_read_only.super_read_only = false;
+    let mut mysql_half_read_only_primary = observed(MySql, true, None);
+    mysql_half_read_only_primary.super_read_only = false;
+    let lapsed =
+        || LeaseState::Lapsed("the lease lapsed: no heartbeat from the operator within 6s".into());
     let restored = |g: &str| RestoredGtid {
         backup_id: "B1".into(),
         gtid_set: g.into(),
@@ -406,6 +415,117 @@ fn decisions() {
         }
         .then(Some(ReleaseFence), false, "primary again"),
         Case {
+            lease: lapsed(),
+            ..case(
+                "a writable primary whose lease lapsed fences itself",
+                primary(),
+                observed(MariaDb, false, None),
+            )
+        }
+        .then(
+            Some(FenceUnleased),
+            false,
+            "primary fencing itself: the lease lapsed",
+        ),
+        Case {
+            lease: lapsed(),
+            ..case(
+                "a read-only MariaDB primary without a lease holds its writes (root could commit)",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: lapsed(),
+            fence_hold: Some(Duration::MAX),
+            fence_unleased: true,
+            load: LoadState::Waiting("B1".into()),
+            ..case(
+                "a fenced primary waits for its lease before anything else",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(
+            None,
+            false,
+            "primary, fenced: the lease lapsed: no heartbeat from the operator within 6s; \
+             writes resume once the operator renews the lease",
+        ),
+        Case {
+            lease: lapsed(),
+            fence_hold: Some(Duration::from_secs(3)),
+            ..case(
+                "a demotion's hold is no lapsed lease's: it is made to last",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: lapsed(),
+            ..case(
+                "a MySQL primary is fenced by super_read_only",
+                primary(),
+                observed(MySql, true, None),
+            )
+        }
+        .then(None, false, "primary, fenced"),
+        Case {
+            lease: lapsed(),
+            ..case(
+                "a MySQL primary with super_read_only off is not",
+                primary(),
+                mysql_half_read_only_primary,
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: lapsed(),
+            ..case(
+                "a member promoted before its lease came fences before applying",
+                primary(),
+                observed(MariaDb, true, Some(promoting)),
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: LeaseState::Held(Duration::from_secs(4)),
+            fence_hold: Some(Duration::MAX),
+            fence_unleased: true,
+            ..case(
+                "a renewed lease releases the hold",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(Some(ReleaseFence), false, "primary again"),
+        Case {
+            lease: LeaseState::Held(Duration::from_secs(4)),
+            ..case(
+                "a primary holding its lease takes writes",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(Some(SetWritable), false, "turning read_only off"),
+        Case {
+            lease: lapsed(),
+            fence_hold: Some(Duration::MAX),
+            fence_unleased: true,
+            ..case(
+                "a replica needs no lease: a lapsed lease's hold is released",
+                replica(),
+                demoted.clone(),
+            )
+        }
+        .then(
+            Some(ReleaseFence),
+            false,
+            "demoted while fenced for want of a lease",
+        ),
+        Case {
             reconnect: true,
             ..case(
                 "a new primary: the receiver reconnects",
@@ -628,6 +748,8 @@ fn decisions() {
             start_allowed: c.start_allowed,
             reconnect: c.reconnect,
             fence_hold: c.fence_hold,
+            fence_unleased: c.fence_unleased,
+            lease: &c.lease,
             load: &c.load,
             restored_gtid: &c.restored_gtid,
             max_lag: Duration::from_secs(30),

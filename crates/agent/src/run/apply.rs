@@ -58,7 +58,8 @@ impl Agent {
                     .await
             }
             Action::SetWritable => self.send(action, sql::set_writable(engine), creds).await,
-            Action::SetReadOnly => self.demote(creds).await,
+            Action::SetReadOnly => self.demote(creds, Some(FENCE_HOLD)).await,
+            Action::FenceUnleased => self.demote(creds, None).await,
             Action::ReleaseFence => {
                 if let Some(fence) = self.fence.take() {
                     fence.release().await;
@@ -181,15 +182,28 @@ impl Agent {
         Ok(())
     }
 
-    /// Read-only, then no client session left that could still commit.
-    async fn demote(&mut self, creds: &Credentials) -> Result<(), AgentError> {
+    /// Read-only, then no client session left that could still commit. On MariaDB writes are
+    /// also held, for `hold` (a demotion) or until released (`None`: a lapsed lease).
+    async fn demote(
+        &mut self,
+        creds: &Credentials,
+        hold: Option<Duration>,
+    ) -> Result<(), AgentError> {
         let engine = self.server().engine;
         self.with_sessions_ended(&sql::set_read_only(engine), creds)
             .await?;
         // MariaDB's read_only lets READ ONLY ADMIN accounts (root) commit; MySQL's
         // super_read_only stops everyone.
         if engine == Engine::MariaDb {
-            self.hold_writes(creds).await;
+            // A hold already running is kept (one lock, one session ending the others).
+            match (
+                self.fence.as_ref().filter(|f| f.remaining().is_some()),
+                hold,
+            ) {
+                (Some(running), None) => running.keep_until_released(),
+                (Some(running), Some(hold)) => running.end_after(hold),
+                (None, hold) => self.hold_writes(creds, hold).await,
+            }
         }
         let keep = self.fence.as_ref().map(|f| f.session);
         observe::end_client_sessions(&mut self.server().conn, keep).await
@@ -231,17 +245,13 @@ impl Agent {
         result
     }
 
-    /// Holds every commit of a demoted MariaDB primary for [`FENCE_HOLD`] (`fence`). Without
-    /// it (the lock could not be taken) read_only and the ended sessions still fence, except
-    /// against READ ONLY ADMIN accounts.
-    async fn hold_writes(&mut self, creds: &Credentials) {
+    /// Holds every commit of a demoted MariaDB primary for `hold` (`None`: until released;
+    /// `fence`). Without it (the lock could not be taken) read_only and the ended sessions
+    /// still fence, except against READ ONLY ADMIN accounts.
+    async fn hold_writes(&mut self, creds: &Credentials, hold: Option<Duration>) {
         let opts = creds.connection(&self.config.socket).opts();
         let agent_session = u64::from(self.server().conn.id());
-        match tokio::time::timeout(
-            STATEMENT_TIMEOUT,
-            Fence::hold(opts, agent_session, FENCE_HOLD),
-        )
-        .await
+        match tokio::time::timeout(STATEMENT_TIMEOUT, Fence::hold(opts, agent_session, hold)).await
         {
             Ok(Ok(fence)) => self.fence = Some(fence),
             Ok(Err(e)) => tracing::warn!(error = %e, "could not hold the demoted primary's writes"),

@@ -29,6 +29,8 @@ pub struct AgentConfig {
     pub max_replica_lag: Duration,
     /// Replicas that must acknowledge each commit once the primary waits (0: asynchronous).
     pub semi_sync_acks: u32,
+    /// As the primary, take writes only while holding the operator's lease.
+    pub primary_lease: bool,
     /// Time between passes.
     pub interval: Duration,
     /// Time mysqld has to answer a health check.

@@ -5,7 +5,11 @@
 //! the account, and ends every client session (those waiting on the lock included) every
 //! fraction of a second: a client still routed here fails at once and retries, reaching the
 //! new primary once the Service does, instead of committing here or hanging.
+//!
+//! A primary whose lease lapsed holds its writes the same way, but until it is released (the
+//! lease renewed, or the member demoted).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
@@ -23,18 +27,19 @@ const ER_NO_SUCH_THREAD: u16 = 1094;
 pub struct Fence {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
-    until: Instant,
+    /// The end of the hold; `None`: until released.
+    until: Arc<Mutex<Option<Instant>>>,
     /// The session holding the lock.
     pub session: u64,
 }
 
 impl Fence {
-    /// Takes the lock on a new session and holds it for `hold`, sparing the agent's own
-    /// session `agent_session`.
+    /// Takes the lock on a new session and holds it for `hold` (`None`: until released),
+    /// sparing the agent's own session `agent_session`.
     pub async fn hold(
         opts: mysql_async::Opts,
         agent_session: u64,
-        hold: Duration,
+        hold: Option<Duration>,
     ) -> Result<Fence, mysql_async::Error> {
         let mut conn = mysql_async::Conn::new(opts).await?;
         conn.query_drop(sql::short_lock_wait().sql.as_str()).await?;
@@ -53,13 +58,13 @@ impl Fence {
             }
         }
         let session = u64::from(conn.id());
-        let until = Instant::now() + hold;
+        let until = Arc::new(Mutex::new(hold.map(|h| Instant::now() + h)));
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(guard(conn, agent_session, until, stopped));
-        tracing::info!(
-            hold_seconds = hold.as_secs(),
-            "demoted primary's writes held"
-        );
+        let task = tokio::spawn(guard(conn, agent_session, until.clone(), stopped));
+        match hold {
+            Some(h) => tracing::info!(hold_seconds = h.as_secs(), "demoted primary's writes held"),
+            None => tracing::info!("primary's writes held until its lease is renewed"),
+        }
         Ok(Fence {
             stop: Some(stop),
             task,
@@ -68,16 +73,45 @@ impl Fence {
         })
     }
 
+    fn until(&self) -> Option<Instant> {
+        *self.until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Time the hold has left; zero once over but not yet released; `None` once released.
+    /// A hold until released has [`Duration::MAX`] left.
     pub fn remaining(&self) -> Option<Duration> {
-        (!self.task.is_finished()).then(|| self.until.saturating_duration_since(Instant::now()))
+        (!self.task.is_finished()).then(|| {
+            self.until().map_or(Duration::MAX, |u| {
+                u.saturating_duration_since(Instant::now())
+            })
+        })
+    }
+
+    /// The hold lasts until it is released (a lapsed lease's), not for a time.
+    pub fn until_released(&self) -> bool {
+        !self.task.is_finished() && self.until().is_none()
+    }
+
+    /// Makes a running hold last until it is released.
+    pub fn keep_until_released(&self) {
+        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Makes a running hold end `hold` from now.
+    pub fn end_after(&self, hold: Duration) {
+        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + hold);
     }
 
     /// Waits until the hold is over (its time is up, or its server went away), ending
     /// sessions as it goes: an agent asked to stop meanwhile must not take the lock with it
     /// while clients may still reach this server.
     pub async fn wait_out(mut self) {
-        let left = self.until.saturating_duration_since(Instant::now());
+        let Some(until) = self.until() else {
+            // A lapsed lease's hold: the server is stopping with the agent, and the lock goes
+            // with its session.
+            return self.release().await;
+        };
+        let left = until.saturating_duration_since(Instant::now());
         tracing::info!(
             remaining_ms = left.as_millis() as u64,
             "stopping once the demoted primary's hold on writes is over"
@@ -108,7 +142,7 @@ impl Fence {
 async fn guard(
     mut conn: mysql_async::Conn,
     agent_session: u64,
-    until: Instant,
+    until: Arc<Mutex<Option<Instant>>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut ended = 0;
@@ -124,7 +158,11 @@ async fn guard(
                 return;
             }
         }
-        if Instant::now() >= until {
+        let over = until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|u| Instant::now() >= u);
+        if over {
             break;
         }
         tokio::select! {

@@ -135,12 +135,21 @@ pub fn limits(handler_time: Duration) -> Limits {
     }
 }
 
-/// The agent's routes: the probes, `/status` (the operator's view of the member) and the
-/// operator's role orders (`POST`, signed; see `orders`).
-pub fn routes<H, HF, R, RF, S, SF, O, OF>(healthz: H, readyz: R, status: S, order: O) -> Router
+/// The agent's routes: the probes, `/status` (the operator's view of the member), the
+/// operator's role orders and the primary's lease heartbeats (`POST`, signed; see `orders` and
+/// `lease`).
+pub fn routes<H, HF, R, RF, S, SF, O, OF, L, LF>(
+    healthz: H,
+    readyz: R,
+    status: S,
+    order: O,
+    lease: L,
+) -> Router
 where
     O: Fn(axum::body::Bytes) -> OF + Clone + Send + Sync + 'static,
     OF: Future<Output = Response> + Send + 'static,
+    L: Fn(axum::body::Bytes) -> LF + Clone + Send + Sync + 'static,
+    LF: Future<Output = Response> + Send + 'static,
     H: Fn() -> HF + Clone + Send + Sync + 'static,
     HF: Future<Output = Response> + Send + 'static,
     R: Fn() -> RF + Clone + Send + Sync + 'static,
@@ -159,6 +168,12 @@ where
         bulwark_contract::order::ORDER_PATH,
         axum::routing::post(order).layer(axum::extract::DefaultBodyLimit::max(
             bulwark_contract::order::MAX_ORDER_BYTES,
+        )),
+    )
+    .route(
+        bulwark_contract::lease::LEASE_PATH,
+        axum::routing::post(lease).layer(axum::extract::DefaultBodyLimit::max(
+            bulwark_contract::lease::MAX_HEARTBEAT_BYTES,
         )),
     )
 }

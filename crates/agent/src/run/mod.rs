@@ -1,7 +1,7 @@
 //! The agent's I/O side. The sidecar: `server` (configured by `config`) runs passes (`pass`)
 //! that `observe` the server and `apply` what [`crate::decide`] names, with the passwords of
 //! `credentials`, what a bootstrap left (`restoring`) and its failures as `error`; it
-//! [`fence`]s a demoted primary, takes [`orders`], and serves [`http`] endpoints, the
+//! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves [`http`] endpoints, the
 //! exporter's [`metrics`] and [`clone`]s. The subcommands that prepare a datadir before mysqld
 //! starts: [`init`] (with the exporter's option file, [`exporter`]), [`bootstrap`] (restore),
 //! [`seed`], and [`pending`] (the logical load a bootstrap leaves). Files the agent keeps go through [`files`].
@@ -18,6 +18,7 @@ pub mod files;
 mod handover;
 pub mod http;
 pub mod init;
+pub mod lease;
 pub mod metrics;
 mod observe;
 pub mod orders;

@@ -11,10 +11,12 @@ use super::config::AgentConfig;
 use super::credentials::Credentials;
 use super::error::AgentError;
 use super::fence::Fence;
+use super::lease::Lease;
 use super::observe::Server;
 use super::orders::Orders;
 use super::restoring::RestoreState;
 use crate::decide::labels::{self, Role};
+use crate::decide::lease::LeaseState;
 use crate::decide::sql::Source;
 use crate::decide::topology::{self, Decision, Observed, Situation};
 
@@ -68,6 +70,8 @@ pub(super) struct Agent {
     pub(super) role: RoleView,
     /// Accepted role orders.
     pub(super) orders: Arc<Orders>,
+    /// The primary's lease, as the operator's heartbeats renew it.
+    pub(super) lease: Arc<Lease>,
     /// A demoted primary's hold on writes, while it runs.
     pub(super) fence: Option<Fence>,
     pub(super) restore: RestoreState,
@@ -75,7 +79,7 @@ pub(super) struct Agent {
 }
 
 impl Agent {
-    pub(super) fn new(config: AgentConfig, orders: Arc<Orders>) -> Self {
+    pub(super) fn new(config: AgentConfig, orders: Arc<Orders>, lease: Arc<Lease>) -> Self {
         Agent {
             role: RoleView {
                 last: None,
@@ -86,6 +90,7 @@ impl Agent {
             server: None,
             converged: Converged::default(),
             orders,
+            lease,
             fence: None,
             restore: RestoreState::default(),
             last: LastPass::default(),
@@ -202,6 +207,11 @@ impl Agent {
                 && c.last_change.is_none_or(|t| t.elapsed() > CHANGE_RETRY);
             changed || denied
         });
+        let lease = LeaseState::of(
+            self.config.primary_lease,
+            self.role.epoch,
+            self.lease.granted(),
+        );
         let mut decision = topology::decide(&Situation {
             role,
             observed: &observed,
@@ -213,6 +223,8 @@ impl Agent {
             // Unknown after an agent restart: the receiver may predate the current primary.
             reconnect: c.io_epoch.is_none_or(|e| e < self.role.epoch),
             fence_hold: self.fence.as_ref().and_then(Fence::remaining),
+            fence_unleased: self.fence.as_ref().is_some_and(Fence::until_released),
+            lease: &lease,
             load: &load,
             restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,

@@ -1,7 +1,7 @@
 //! The agent sidecar's life: it binds the endpoints (`/healthz`, `/readyz`, `/status`, the
-//! operator's `/order`), the copy server and the metrics, then runs passes (on the interval,
-//! when an order wakes it, back to back while each acts) and publishes each pass's readiness
-//! and report until shutdown.
+//! operator's `/role` and `/lease`), the copy server and the metrics, then runs passes (on the
+//! interval, when an order or a renewed lease wakes it, when the lease runs out, back to back
+//! while each acts) and publishes each pass's readiness and report until shutdown.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use super::config::AgentConfig;
 use super::error::AgentError;
 use super::handover::HandoverMark;
 use super::http::{self, Readiness};
+use super::lease::Lease;
 use super::observe::{self, STATEMENT_TIMEOUT};
 use super::orders::Orders;
 use super::pass::Agent;
@@ -59,12 +60,13 @@ pub async fn run(
         config.pod_name.clone(),
         config.order_file.clone(),
     ));
+    let lease = Arc::new(Lease::new(config.pod_name.clone()));
     let wake = Arc::new(tokio::sync::Notify::new());
     let (passed, passes) = tokio::sync::watch::channel(());
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let endpoints = tokio::spawn(http::serve(
         listener,
-        routes(&config, &orders, &readiness, &wake, passes),
+        routes(&config, &orders, &lease, &readiness, &wake, passes),
         http::limits(config.health_timeout),
         async {
             let _ = http_stopped.await;
@@ -77,7 +79,7 @@ pub async fn run(
             .socket
             .with_file_name(bulwark_contract::paths::HANDOVER_FILE),
     );
-    let mut agent = Agent::new(config, orders);
+    let mut agent = Agent::new(config, orders, lease);
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -86,9 +88,15 @@ pub async fn run(
     loop {
         if busy_passes == 0 || busy_passes >= MAX_BUSY_PASSES {
             busy_passes = 0;
+            // A primary fences itself as soon as its lease runs out, not up to an interval later.
+            let lapse = agent
+                .lease
+                .deadline()
+                .filter(|d| *d > Instant::now() && agent.config.primary_lease);
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wake.notified() => {}
+                _ = sleep_until(lapse) => {}
                 _ = &mut shutdown => break,
             }
         }
@@ -144,10 +152,19 @@ pub async fn run(
     Ok(())
 }
 
+/// Until `deadline`, or for ever.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The endpoints' handlers over the state the passes publish.
 fn routes(
     config: &AgentConfig,
     orders: &Arc<Orders>,
+    lease: &Arc<Lease>,
     readiness: &Arc<Mutex<Readiness>>,
     wake: &Arc<tokio::sync::Notify>,
     passes: tokio::sync::watch::Receiver<()>,
@@ -194,7 +211,8 @@ fn routes(
             http::status(board.clone(), query)
         }
     };
-    http::routes(healthz, readyz, status, order)
+    let lease = super::lease::handler(lease.clone(), config.credentials_dir.clone(), wake.clone());
+    http::routes(healthz, readyz, status, order, lease)
 }
 
 /// Serves copies of this member's data beside the probes, when configured: the port (0 when

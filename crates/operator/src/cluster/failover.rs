@@ -7,7 +7,8 @@
 //! replica is one that received every transaction any of them received (by GTID, applied or
 //! not: a promotion applies the relay log first), and whose applier has not failed. Otherwise
 //! the cluster waits and says why; a human who knows the silent members are gone for good can
-//! force the choice with [`FORCE_FAILOVER_ANNOTATION`], which is recorded.
+//! force the choice with [`FORCE_FAILOVER_ANNOTATION`], which is recorded. In every case the
+//! lost primary's lease must have lapsed first, so that it has fenced itself.
 
 use std::time::Duration;
 
@@ -135,6 +136,9 @@ pub struct Rules<'a> {
     pub after: Duration,
     /// A pending force-failover request: the annotation's value and the pod it names.
     pub forced: Option<(&'a str, &'a str)>,
+    /// How long the lost primary may still hold a lease the operator granted it, and fence
+    /// itself after it (`Leases::outstanding`): nothing is promoted before it is zero.
+    pub lease_outstanding: Duration,
 }
 
 /// Decides. `lost_for`: how long the primary has been lost (`None`: it is not).
@@ -160,6 +164,13 @@ pub fn decide(
         return Failover::Waiting(format!(
             "{why}; a replica takes over once it has been lost for {}s (status.primaryLostSince)",
             after.as_secs()
+        ));
+    }
+    if !rules.lease_outstanding.is_zero() {
+        // Also for a forced failover: the human knows the node is gone, not that the lease is.
+        return Failover::Waiting(format!(
+            "{why}; it may still hold the lease the operator last granted it: no replica is \
+             promoted before that lease has lapsed and {primary} has fenced itself"
         ));
     }
     let replicas: Vec<_> = members

@@ -319,6 +319,7 @@ fn rules(
         },
         after: AFTER,
         forced,
+        lease_outstanding: Duration::ZERO,
     }
 }
 
@@ -504,4 +505,39 @@ fn lost_is_judged_from_the_reports() {
         &[gone("db-0"), replica("db-1", "", IoState::Connecting, true)]
     )
     .is_some_and(|w| w.contains("db-0 does not report")));
+}
+
+#[test]
+fn nothing_is_promoted_while_the_lost_primary_may_still_hold_its_lease() {
+    let members = vec![
+        gone("db-0"),
+        replica("db-1", "0-100-9", IoState::Stopped, true),
+        replica("db-2", "0-100-8", IoState::Stopped, true),
+    ];
+    let held = |outstanding: u64, forced| Rules {
+        lease_outstanding: Duration::from_secs(outstanding),
+        ..rules(2, 1, forced)
+    };
+    let cases = [
+        (
+            "lease outstanding",
+            held(3, None),
+            Waiting("may still hold the lease"),
+        ),
+        (
+            "forced, lease outstanding",
+            held(3, Some(("db-2", "db-2"))),
+            Waiting("before that lease has lapsed and db-0 has fenced itself"),
+        ),
+        ("lease lapsed", held(0, None), Promote("db-1")),
+    ];
+    for (name, rules, want) in cases {
+        check(name, &decide(&rules, "db-0", &members, lost(300)), &want);
+    }
+    // Before the takeover time is up, that is what the message says.
+    check(
+        "not lost long enough",
+        &decide(&held(3, None), "db-0", &members, lost(1)),
+        &Waiting("once it has been lost for 30s"),
+    );
 }

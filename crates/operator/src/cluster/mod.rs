@@ -92,6 +92,13 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     }
     let unsettled =
         hold.is_some_and(|h| h.scale_down_blocked.is_some() || h.rollout != rollout::Step::Done);
+    let failover_on =
+        cluster.spec.replication.failover_after_seconds > 0 && cluster.spec.replicas > 1;
+    if failover_on && settled.primary_silent && plan.lost_since.is_none() {
+        // Its replicas may stop receiving any moment (their network timeout), which no pod
+        // event announces at once: the loss is counted from the first pass that sees it.
+        return Ok(Action::requeue(plan::SILENT_POLL));
+    }
     if settled.withheld.is_some()
         || plan.lost_since.is_some()
         || unsettled
@@ -103,7 +110,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         let after = primary::seconds(cluster.spec.replication.failover_after_seconds);
         return Ok(Action::requeue(
             plan.lost_since.as_ref().map_or(plan::LOST_POLL, |since| {
-                plan::recheck_lost(since.0, Utc::now(), after)
+                plan::recheck_lost(since.0, Utc::now(), after, settled.lease_outstanding)
             }),
         ));
     }

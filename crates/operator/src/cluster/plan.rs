@@ -52,6 +52,9 @@ pub struct Inputs<'a> {
     /// Server pods being deleted (a drain, an eviction, a human): a primary among them is
     /// handed over while its pod waits in its preStop hook.
     pub deleting: &'a [String],
+    /// How long the status' primary may still hold a lease the operator granted it, and fence
+    /// itself after it (`Leases::outstanding`).
+    pub lease_outstanding: Duration,
     pub now: DateTime<Utc>,
 }
 
@@ -211,6 +214,7 @@ pub fn plan(i: &Inputs) -> Plan {
                     .as_ref()
                     .and_then(|f| f.request.as_deref()),
             ),
+            lease_outstanding: i.lease_outstanding,
         };
         match failover::decide(&rules, &primary, i.views, lost_for) {
             Failover::Healthy => {}
@@ -347,16 +351,24 @@ pub fn lost_for(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 /// How often a pass looks again while the primary is lost and no event may announce a change.
 pub const LOST_POLL: Duration = Duration::from_secs(5);
 
+/// How often a pass looks again while the primary gives no report but is not known lost yet.
+pub const SILENT_POLL: Duration = Duration::from_secs(2);
+
 /// When the next pass should run while the primary has been lost since `since`: just after
-/// the takeover time is up, so a failover is not late by up to a [`LOST_POLL`], and every
-/// [`LOST_POLL`] until then and after it (reports may still change the decision).
+/// the takeover time is up, or the lease it may hold has run out (`lease_outstanding` from
+/// now), so a failover is not late by up to a [`LOST_POLL`], and every [`LOST_POLL`] until
+/// then and after it (reports may still change the decision).
 pub fn recheck_lost(
     since: DateTime<Utc>,
     now: DateTime<Utc>,
     failover_after: Duration,
+    lease_outstanding: Duration,
 ) -> Duration {
-    match failover_after.checked_sub(lost_for(since, now)) {
-        Some(left) if !failover_after.is_zero() && !left.is_zero() => {
+    let left = failover_after
+        .saturating_sub(lost_for(since, now))
+        .max(lease_outstanding);
+    match left {
+        left if !failover_after.is_zero() && !left.is_zero() => {
             // Past the deadline by a little: a pass exactly at it would find it not yet up.
             (left + Duration::from_millis(100)).min(LOST_POLL)
         }

@@ -198,6 +198,7 @@ impl Case {
             rollout: self.rollout.as_deref(),
             backup_sources: &[],
             deleting: &self.deleting,
+            lease_outstanding: Duration::ZERO,
             now: now(),
         })
     }
@@ -625,17 +626,39 @@ fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
     let at = |secs: i64| since + chrono::Duration::seconds(secs);
     let after = Duration::from_secs(10);
     // The status keeps whole seconds: a second is allowed for the cut.
+    let s = Duration::from_secs;
     let cases = [
-        ("just lost: every poll", at(0), after, LOST_POLL),
+        ("just lost: every poll", at(0), after, s(0), LOST_POLL),
         (
             "3 s left: just after them",
             at(8),
             after,
+            s(0),
             Duration::from_millis(3100),
         ),
-        ("time up: every poll", at(11), after, LOST_POLL),
-        ("long past: every poll", at(60), after, LOST_POLL),
-        ("failover off: every poll", at(3), Duration::ZERO, LOST_POLL),
+        ("time up: every poll", at(11), after, s(0), LOST_POLL),
+        (
+            "time up, a lease outstanding: just after it runs out",
+            at(11),
+            after,
+            s(2),
+            Duration::from_millis(2100),
+        ),
+        (
+            "a lease outstanding longer than the takeover time",
+            at(8),
+            after,
+            s(4),
+            Duration::from_millis(4100),
+        ),
+        ("long past: every poll", at(60), after, s(0), LOST_POLL),
+        (
+            "failover off: every poll",
+            at(3),
+            Duration::ZERO,
+            s(2),
+            LOST_POLL,
+        ),
     ];
     assert_eq!(
         super::lost_for(since, at(10)),
@@ -647,7 +670,7 @@ fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
         Duration::ZERO,
         "never negative"
     );
-    for (name, now, after, want) in cases {
-        assert_eq!(recheck_lost(since, now, after), want, "{name}");
+    for (name, now, after, outstanding, want) in cases {
+        assert_eq!(recheck_lost(since, now, after, outstanding), want, "{name}");
     }
 }

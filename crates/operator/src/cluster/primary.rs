@@ -24,7 +24,9 @@ use super::rollout;
 use crate::apply::{self, ROLE_MANAGER};
 use crate::context::{Context, Reason};
 use crate::error::Result;
+use crate::leases::Holder;
 use crate::names;
+use bulwark_contract::lease::lease_for;
 
 /// Fresh reports of a switchover's new primary read in one pass while it catches up.
 const SWITCHOVER_COMPARISONS: u32 = 10;
@@ -45,6 +47,10 @@ pub struct Settled {
     /// Members whose agent reported not ready in this pass (after any order it was sent), with
     /// the reason it gave.
     pub unready: Vec<(String, String)>,
+    /// The primary's agent gave no report in this pass (lost, or not yet known to be).
+    pub primary_silent: bool,
+    /// How long the primary may still hold a lease the operator sent it, plus the margin.
+    pub lease_outstanding: Duration,
 }
 
 /// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
@@ -71,6 +77,13 @@ pub async fn settle(
     let mut views = crate::members::views(ctx.members.as_ref(), &pods).await;
     let status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
+    let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
+    let lease = lease_for(failover_after);
+    let lease_key = format!("{ns}/{name}");
+    let lease_outstanding = lease.map_or(Duration::ZERO, |lease| {
+        let primary = plan::current_primary(&name, &status);
+        ctx.leases.outstanding(&lease_key, &primary, lease)
+    });
     let rollout_pods = rollout::pods_of(&name, set, &pods);
     let deleting: Vec<String> = pods
         .iter()
@@ -81,7 +94,7 @@ pub async fn settle(
         cluster: &name,
         engine,
         members: cluster.spec.replicas,
-        failover_after: seconds(cluster.spec.replication.failover_after_seconds),
+        failover_after,
         switchover_timeout: seconds(cluster.spec.replication.switchover_timeout_seconds),
         status: &status,
         annotation: cluster
@@ -97,6 +110,7 @@ pub async fn settle(
         rollout: rollout_pods.as_deref(),
         backup_sources: read,
         deleting: &deleting,
+        lease_outstanding,
         now: Utc::now(),
     });
     let mut settled = Settled {
@@ -106,12 +120,18 @@ pub async fn settle(
         broken: Vec::new(),
         foreign,
         unready: Vec::new(),
+        primary_silent: false,
+        lease_outstanding,
     };
     if settled.plan.changed() {
         return Ok(settled);
     }
     let primary = settled.plan.primary.clone();
     let epoch = settled.plan.epoch;
+    settled.primary_silent = views
+        .iter()
+        .find(|v| v.pod == primary)
+        .is_some_and(|v| v.report.is_err());
     let had_primary = status.primary_since.is_some();
     let pods = &settled.pods;
 
@@ -122,6 +142,24 @@ pub async fn settle(
         key: None,
         primary_host: names::pod_host(&name, &primary),
     };
+    match lease {
+        None => ctx.leases.forget(&lease_key),
+        // A failover may be counting: nothing may renew the lost primary's lease from now on.
+        Some(_) if settled.plan.lost_since.is_some() => ctx.leases.stop(&lease_key),
+        Some(lease) => {
+            renew_lease(
+                ctx,
+                &lease_key,
+                pods,
+                &views,
+                &primary,
+                epoch,
+                lease,
+                &mut order_keys,
+            )
+            .await
+        }
+    }
     // Members whose role changes go first; replicas only told of the new epoch go after the
     // promotion, so that they reconnect once the new primary is there.
     let (demotions, epoch_only): (Vec<Step>, Vec<Step>) =
@@ -162,6 +200,12 @@ pub async fn settle(
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
+                if lease.is_some() {
+                    // The lease first, so that the promoted member takes writes at once.
+                    if let Err(e) = ctx.leases.beat(&lease_key, ctx.members.as_ref()).await {
+                        tracing::warn!(namespace = ns, pod = %primary, error = %e, "lease heartbeat before the promotion not answered");
+                    }
+                }
                 move_member(&api, ns, pods, &mut views, &step, &mut order_keys).await?;
             }
         }
@@ -234,6 +278,42 @@ pub(super) async fn announce(ctx: &Context, cluster: &MySQLCluster, ns: &str, pl
 /// A spec's seconds as a duration (a negative number reads as zero).
 pub(super) fn seconds(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+/// Renews the lease of `primary` at `epoch` while its agent reports (one that does not may be
+/// cut off; the heartbeats it missed then are what fences it). Without the order key, or an
+/// address, nothing is renewed: the primary fences itself and says why.
+#[allow(clippy::too_many_arguments)]
+async fn renew_lease(
+    ctx: &Context,
+    lease_key: &str,
+    pods: &[Pod],
+    views: &[MemberView],
+    primary: &str,
+    epoch: u64,
+    lease: Duration,
+    orders: &mut Orders<'_>,
+) {
+    if !views.iter().any(|v| v.pod == primary && v.report.is_ok()) {
+        return;
+    }
+    let Some(addr) = pods
+        .iter()
+        .find(|p| p.name_any() == primary)
+        .and_then(|p| crate::members::agent_address(p).ok())
+    else {
+        return;
+    };
+    let Some(key) = orders.key().await else {
+        return;
+    };
+    let holder = Holder {
+        pod: primary.to_owned(),
+        addr,
+        epoch,
+        lease,
+    };
+    ctx.leases.renew(lease_key, holder, key);
 }
 
 /// The key that signs role orders, from the generated Secret; `None` (logged) when it cannot be

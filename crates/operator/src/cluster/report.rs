@@ -411,6 +411,8 @@ mod tests {
             broken: broken.iter().map(|b| (*b).to_owned()).collect(),
             foreign: Vec::new(),
             unready: Vec::new(),
+            primary_silent: false,
+            lease_outstanding: std::time::Duration::ZERO,
         }
     }
 

@@ -10,6 +10,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
+
+use bulwark_contract::lease::Heartbeat;
 
 use bulwark_contract::member::{IoState, MemberReplication, MemberStatus};
 use bulwark_contract::order::RoleOrder;
@@ -28,8 +31,11 @@ pub struct Member {
     pub answers: bool,
     /// The cluster's order key, which its orders must be signed with.
     pub order_key: Vec<u8>,
-    /// The orders it accepted, oldest first.
+    /// The orders it accepted, oldest first, with when.
     pub orders: Vec<RoleOrder>,
+    pub order_times: Vec<Instant>,
+    /// The lease heartbeats sent to it (signed with its key), with when, answered or not.
+    pub heartbeats: Vec<(Instant, Heartbeat)>,
 }
 
 /// Every scripted member of a test binary, by namespace and pod.
@@ -70,6 +76,8 @@ impl ScriptedMembers {
                 answers: true,
                 order_key: order_key.to_owned(),
                 orders: Vec::new(),
+                order_times: Vec::new(),
+                heartbeats: Vec::new(),
             },
         );
     }
@@ -180,9 +188,33 @@ impl Members for ScriptedMembers {
             self.update(&ns, &pod.name_any(), |m| {
                 obey(&mut m.report, &order);
                 m.orders.push(order);
+                m.order_times.push(Instant::now());
                 report = Some(m.report.clone());
             });
             Ok(report)
         })
+    }
+
+    /// Kept by the member whose name it carries and whose key signed it (the same pod names
+    /// run in several namespaces at once); answered as its agent would when it answers.
+    fn send_heartbeat<'a>(
+        &'a self,
+        addr: &'a str,
+        signed: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        let mut members = self.lock();
+        let taken = members.iter_mut().find_map(|((_, pod), m)| {
+            let h = Heartbeat::verify(signed, &m.order_key).ok()?;
+            (h.member == *pod).then(|| {
+                m.heartbeats.push((Instant::now(), h));
+                m.answers
+            })
+        });
+        let answer = match taken {
+            Some(true) => Ok(()),
+            Some(false) => Err(format!("{addr} does not answer (scripted)")),
+            None => Err(format!("{addr}: no scripted member takes {signed}")),
+        };
+        Box::pin(async move { answer })
     }
 }

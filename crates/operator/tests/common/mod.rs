@@ -322,11 +322,19 @@ pub async fn make_ready(client: &Client, ns: &str, pod: &str, node: &str) {
         &PatchParams::default(),
         &Patch::Merge(json!({"status": {
             "phase": "Running",
+            "podIP": pod_ip(pod),
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]
         }})),
     )
     .await
     .expect("pod status");
+}
+
+/// The address a ready pod is given: `10.1.0.<ordinal + 1>` (scripted members are found by name,
+/// not by address, so namespaces may share them).
+pub fn pod_ip(pod: &str) -> String {
+    let ordinal = pod.rsplit('-').next().and_then(|o| o.parse::<u8>().ok());
+    format!("10.1.0.{}", ordinal.map_or(250, |o| o.saturating_add(1)))
 }
 
 /// Marks a running pod not ready, as a kubelet would when its readiness probe fails.

@@ -332,6 +332,8 @@ fn agent_container(
         acks,
         restore.map(|a| a.repository.clone()),
         metrics,
+        // A primary that may be replaced without its word must be able to fence itself.
+        cluster.spec.replication.failover_after_seconds > 0,
     )
     .argv();
     let mut mounts = vec![

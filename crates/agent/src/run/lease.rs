@@ -1,0 +1,163 @@
+//! The primary's lease as this agent holds it: the `POST /lease` handler takes the operator's
+//! signed heartbeats (`bulwark_contract::lease`) and the passes read what was last taken. A
+//! lease counts from the heartbeat's receipt on this agent's monotonic clock, so a clock that
+//! jumps cannot stretch it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use bulwark_contract::lease::{Heartbeat, HeartbeatRefusal};
+use bulwark_contract::order::{OrderError, ORDER_KEY};
+
+use crate::decide::lease::Granted;
+use crate::run::files::read_secret;
+use crate::run::http::Response;
+use crate::run::orders::Answer;
+
+/// The last heartbeat taken.
+#[derive(Debug, Clone, Copy)]
+struct Taken {
+    epoch: u64,
+    at: Instant,
+    lease: std::time::Duration,
+    sent_ms: i64,
+}
+
+/// The lease of this member.
+pub struct Lease {
+    pod_name: Option<String>,
+    taken: Mutex<Option<Taken>>,
+    /// The last refusal logged, so that one repeated every second is logged once.
+    refused: Mutex<Option<String>>,
+}
+
+impl Lease {
+    pub fn new(pod_name: Option<String>) -> Lease {
+        Lease {
+            pod_name,
+            taken: Mutex::new(None),
+            refused: Mutex::new(None),
+        }
+    }
+
+    /// The last lease taken, as of now.
+    pub fn granted(&self) -> Option<Granted> {
+        self.lock().map(|t| Granted {
+            epoch: t.epoch,
+            age: t.at.elapsed(),
+            lease: t.lease,
+        })
+    }
+
+    /// When the last lease taken runs out.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.lock().map(|t| t.at + t.lease)
+    }
+
+    fn lock(&self) -> Option<Taken> {
+        *self.taken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a heartbeat line verified under `key`; `Ok(true)` when it renews a lease that had
+    /// lapsed or was for another epoch (a pass should run at once).
+    fn take(&self, line: &str, key: &[u8]) -> Result<(Heartbeat, bool), Refusal> {
+        let pod = self.pod_name.as_deref().ok_or(Refusal::NoPodName)?;
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let last = *taken;
+        let h = Heartbeat::accept(line, key, pod, now_ms, last.map(|t| t.sent_ms))?;
+        let now = Instant::now();
+        let renews = last.is_none_or(|t| t.epoch != h.epoch || now >= t.at + t.lease);
+        *taken = Some(Taken {
+            epoch: h.epoch,
+            at: now,
+            lease: h.lease(),
+            sent_ms: h.sent_ms,
+        });
+        Ok((h, renews))
+    }
+
+    fn log_refusal(&self, r: &Refusal) {
+        let line = r.to_string();
+        let mut last = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() != Some(line.as_str()) {
+            tracing::warn!(reason = %line, "lease heartbeat refused");
+            *last = Some(line);
+        }
+    }
+}
+
+/// Why a heartbeat was refused, with the HTTP status it is answered with.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Heartbeat(#[from] HeartbeatRefusal),
+    #[error("the order key cannot be read: {0}")]
+    NoKey(String),
+    #[error("this agent was started without --pod-name and takes no heartbeats")]
+    NoPodName,
+}
+
+impl Refusal {
+    fn status(&self) -> u16 {
+        match self {
+            Refusal::Heartbeat(HeartbeatRefusal::Invalid(OrderError::Unreadable(_))) => 400,
+            Refusal::Heartbeat(HeartbeatRefusal::Invalid(OrderError::BadSignature))
+            | Refusal::Heartbeat(HeartbeatRefusal::OtherMember(_)) => 403,
+            Refusal::Heartbeat(_) => 409,
+            Refusal::NoKey(_) | Refusal::NoPodName => 500,
+        }
+    }
+}
+
+/// The `POST /lease` handler: 200 once the heartbeat is taken (a pass starts at once when it
+/// lifts a lapse), 4xx/5xx with the cause when refused.
+pub(crate) fn handler(
+    lease: Arc<Lease>,
+    credentials_dir: PathBuf,
+    wake: Arc<tokio::sync::Notify>,
+) -> impl Fn(Bytes) -> Answer + Clone + Send + Sync + 'static {
+    move |body: Bytes| {
+        let lease = lease.clone();
+        let key_file = credentials_dir.join(ORDER_KEY);
+        let wake = wake.clone();
+        Box::pin(async move {
+            let key = match read_secret(&key_file) {
+                Ok(Some(k)) if !k.is_empty() => k,
+                Ok(_) => {
+                    let why = format!("{} is missing or empty", key_file.display());
+                    return refused(&lease, Refusal::NoKey(why));
+                }
+                Err(e) => {
+                    let why = bulwark_engine::error::chain(&e);
+                    return refused(&lease, Refusal::NoKey(why));
+                }
+            };
+            match lease.take(&String::from_utf8_lossy(&body), key.as_bytes()) {
+                Ok((h, renews)) => {
+                    if renews {
+                        tracing::info!(epoch = h.epoch, lease_ms = h.lease_ms, "lease taken");
+                        wake.notify_one();
+                    }
+                    lease
+                        .refused
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    Response::new(
+                        200,
+                        format!("lease held for {} ms at epoch {}", h.lease_ms, h.epoch),
+                    )
+                }
+                Err(r) => refused(&lease, r),
+            }
+        })
+    }
+}
+
+fn refused(lease: &Lease, r: Refusal) -> Response {
+    lease.log_refusal(&r);
+    Response::new(r.status(), format!("heartbeat refused: {r}"))
+}

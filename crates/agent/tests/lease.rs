@@ -1,0 +1,191 @@
+//! The primary's lease against a real MariaDB server and its agent: a primary started with
+//! `--primary-lease` takes writes only once the operator's heartbeat comes, fences itself
+//! (client sessions ended, read-only, every commit held, root's too) as soon as the lease runs
+//! out, and takes writes again once it is renewed; forged, replayed, misaddressed, late and
+//! other-epoch heartbeats renew nothing.
+
+mod common;
+
+use bulwark_contract::lease::Heartbeat;
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LEASE: Duration = Duration::from_secs(3);
+
+fn heartbeat(member: &str, epoch: u64, sent_ms: i64, key: &[u8]) -> String {
+    Heartbeat {
+        member: member.into(),
+        epoch,
+        lease_ms: LEASE.as_millis() as u64,
+        sent_ms,
+    }
+    .sign(key)
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A root write over the socket: `Ok` once committed.
+fn root_write(db: &MariaDb, id: u32) -> Result<(), String> {
+    let out = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", db.socket().display()))
+        .args(["-e", &format!("INSERT INTO harbor.ships VALUES ({id})")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+#[test]
+fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
+    let Pair {
+        work,
+        a_db,
+        b_db: _,
+        creds,
+        a_labels,
+        b_labels: _,
+    } = Pair::new();
+    let w = work.path();
+    let key = b"order-key";
+    let a = member_agent(
+        "a",
+        w,
+        &a_db,
+        &a_labels,
+        &creds,
+        "3306",
+        &["--pod-name", "quay-0", "--primary-lease"],
+    );
+    // No heartbeat yet: the primary is read-only and holds its writes.
+    wait_status(
+        &a,
+        &[],
+        "/readyz",
+        503,
+        "primary, fenced: no lease from the operator yet",
+    );
+    assert_eq!(read_only(&a_db), "1");
+
+    let (code, body) = a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, "lease held for 3000 ms at epoch 0");
+    wait_status(&a, &[], "/readyz", 200, "primary: writable");
+    a_db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+
+    // Renewed every second, the lease holds: writes go on for longer than one lease.
+    for id in 1..=5 {
+        let (code, body) = a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key));
+        assert_eq!(code, 200, "{body}");
+        root_write(&a_db, id).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+
+    // Refused, and none renews: another key, another member, a replay, a late stamp, one from
+    // the future, an unreadable body.
+    let replay = heartbeat("quay-0", 0, now_ms(), key);
+    assert_eq!(a.post("/lease", &replay).0, 200);
+    let last = Instant::now();
+    let refusals = [
+        (
+            heartbeat("quay-0", 0, now_ms(), b"other"),
+            403,
+            "its signature does not match",
+        ),
+        (heartbeat("quay-1", 0, now_ms(), key), 403, "for quay-1"),
+        (replay, 409, "not newer"),
+        (
+            heartbeat("quay-0", 0, now_ms() - 5000, key),
+            409,
+            "before this agent's clock",
+        ),
+        (
+            heartbeat("quay-0", 0, now_ms() + 5000, key),
+            409,
+            "after this agent's clock",
+        ),
+        ("{".to_owned(), 400, "it is not readable"),
+    ];
+    for (line, want, says) in refusals {
+        let (code, body) = a.post("/lease", &line);
+        assert_eq!((code, body.contains(says)), (want, true), "{body}");
+    }
+    // A client that would write on is connected when the lease runs out.
+    let mut idle = Command::new("mariadb")
+        .args(["--no-defaults", "--user=root"])
+        .arg(format!("--socket={}", a_db.socket().display()))
+        .args(["-e", "SELECT SLEEP(60)"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the primary to fence itself", &[&a], || {
+        (read_only(&a_db) == "1").then_some(())
+    });
+    let fenced_after = last.elapsed();
+    bulwark_e2e_figure(&format!(
+        "primary read-only {:.2}s after its last heartbeat ({}s lease)",
+        fenced_after.as_secs_f64(),
+        LEASE.as_secs()
+    ));
+    assert!(
+        fenced_after < LEASE + Duration::from_secs(2),
+        "fenced {fenced_after:?} after the last heartbeat: {}",
+        a.logs()
+    );
+    assert!(
+        fenced_after >= LEASE - Duration::from_millis(100),
+        "fenced before the lease ran out: {fenced_after:?}"
+    );
+    let idle = wait_for("the connected client's session to be ended", &[&a], || {
+        idle.try_wait().unwrap()
+    });
+    assert!(!idle.success());
+    wait_status(&a, &[], "/readyz", 503, "primary, fenced: the lease lapsed");
+    // Root, whom MariaDB's read_only lets commit, cannot either.
+    let refused = root_write(&a_db, 100).unwrap_err();
+    assert!(!refused.is_empty());
+    // A heartbeat for another epoch is taken but renews nothing for this one.
+    assert_eq!(
+        a.post("/lease", &heartbeat("quay-0", 1, now_ms(), key)).0,
+        200
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    wait_status(&a, &[], "/readyz", 503, "no lease for epoch 0");
+    assert_eq!(read_only(&a_db), "1");
+
+    // Renewed: writes again, at once.
+    let renewed = Instant::now();
+    assert_eq!(
+        a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key)).0,
+        200
+    );
+    wait_status(&a, &[], "/readyz", 200, "primary: writable");
+    bulwark_e2e_figure(&format!(
+        "writable again {:.2}s after the renewing heartbeat",
+        renewed.elapsed().as_secs_f64()
+    ));
+    root_write(&a_db, 101).unwrap();
+    // Nothing of the fenced time committed: the five rows before it and the one after.
+    assert_eq!(
+        scalar(
+            &a_db,
+            "SELECT GROUP_CONCAT(id ORDER BY id) FROM harbor.ships"
+        ),
+        "1,2,3,4,5,101"
+    );
+}
+
+/// Prints a measured figure for the note.
+fn bulwark_e2e_figure(line: &str) {
+    println!("figure: {line}");
+}

@@ -1,0 +1,249 @@
+//! The primary's lease: with automatic failover on, a primary takes writes only while it holds a
+//! lease that the operator renews with signed, time-stamped heartbeats; once the lease lapses,
+//! its agent fences the server (client sessions ended, read-only) on its own. The operator
+//! promotes another member only once every lease it may have granted has surely lapsed and the
+//! old primary has had time to fence itself, so a primary cut off from the operator never takes
+//! writes beside a new one.
+//!
+//! The bound rests on two checks. The agent counts a lease from when it received the heartbeat,
+//! on its own monotonic clock, and refuses a heartbeat stamped more than [`MAX_HEARTBEAT_AGE`]
+//! away from its wall clock (or not newer than the last one it took), so a delayed or replayed
+//! heartbeat renews nothing. The operator counts from when it sent its last heartbeat:
+//! `sent + seconds + LEASE_MARGIN` is past any lapse as long as the nodes' clocks agree within
+//! [`CLOCK_SKEW`].
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::order::{constant_time_eq, hex, hmac_sha256, OrderError};
+
+/// Path on the agent port that takes a `POST`ed heartbeat.
+pub const LEASE_PATH: &str = "/lease";
+/// Longest heartbeat body an agent reads.
+pub const MAX_HEARTBEAT_BYTES: usize = 512;
+/// How often the operator renews a primary's lease.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// Oldest (or furthest in the future) a heartbeat's stamp may be by the agent's clock.
+pub const MAX_HEARTBEAT_AGE: Duration = Duration::from_secs(2);
+/// How far the nodes' clocks may disagree for the bound to hold (NTP keeps them far closer).
+pub const CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// Time after a lease lapses by the operator's count before a failover may promote: the
+/// heartbeat's delivery ([`MAX_HEARTBEAT_AGE`] plus [`CLOCK_SKEW`]) and the agent's fencing (a
+/// pass, its sessions ended and `read_only` set).
+pub const LEASE_MARGIN: Duration = Duration::from_secs(4);
+/// The shortest lease granted.
+pub const MIN_LEASE: Duration = Duration::from_secs(2);
+
+/// The lease a primary is granted when a replica takes over after `failover_after`: short
+/// enough that it lapses, and the primary fences itself, before the takeover time is up.
+/// `None` when automatic failover is off (a primary then needs no lease).
+pub fn lease_for(failover_after: Duration) -> Option<Duration> {
+    (!failover_after.is_zero()).then(|| failover_after.saturating_sub(LEASE_MARGIN).max(MIN_LEASE))
+}
+
+/// One renewal of `member`'s lease as the primary at `epoch`, for `seconds` from its receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub member: String,
+    pub epoch: u64,
+    /// Length of the lease, in milliseconds.
+    pub lease_ms: u64,
+    /// When the operator sent it: milliseconds since the Unix epoch, by its clock.
+    pub sent_ms: i64,
+}
+
+/// The wire form: the heartbeat and its HMAC-SHA256 under the order key, hex.
+#[derive(Serialize, Deserialize)]
+struct Signed {
+    member: String,
+    epoch: u64,
+    lease_ms: u64,
+    sent_ms: i64,
+    mac: String,
+}
+
+/// Why a heartbeat renews nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeartbeatRefusal {
+    #[error(transparent)]
+    Invalid(#[from] OrderError),
+    #[error("the heartbeat is for {0}, not this pod")]
+    OtherMember(String),
+    #[error(
+        "the heartbeat was stamped {off_ms} ms {} this agent's clock (at most {max_ms} ms): the \
+         clocks disagree or it was held up on the way",
+        if *off_ms < 0 { "before" } else { "after" }
+    )]
+    Stale { off_ms: i64, max_ms: u64 },
+    #[error("the heartbeat is not newer than the last one taken")]
+    Replayed,
+}
+
+impl Heartbeat {
+    /// What the signature covers: every field, unambiguously, apart from role orders.
+    fn signed_text(&self) -> String {
+        format!(
+            "bulwark-lease-heartbeat\n{}\n{}\n{}\n{}",
+            self.member, self.epoch, self.lease_ms, self.sent_ms
+        )
+    }
+
+    /// The heartbeat as one line of JSON, signed with `key`.
+    pub fn sign(&self, key: &[u8]) -> String {
+        serde_json::to_string(&Signed {
+            member: self.member.clone(),
+            epoch: self.epoch,
+            lease_ms: self.lease_ms,
+            sent_ms: self.sent_ms,
+            mac: hex(&hmac_sha256(key, self.signed_text().as_bytes())),
+        })
+        .unwrap_or_default()
+    }
+
+    /// The heartbeat a signed line carries, when `key` signed it.
+    pub fn verify(line: &str, key: &[u8]) -> Result<Heartbeat, OrderError> {
+        let s: Signed =
+            serde_json::from_str(line.trim()).map_err(|e| OrderError::Unreadable(e.to_string()))?;
+        let heartbeat = Heartbeat {
+            member: s.member,
+            epoch: s.epoch,
+            lease_ms: s.lease_ms,
+            sent_ms: s.sent_ms,
+        };
+        let want = hex(&hmac_sha256(key, heartbeat.signed_text().as_bytes()));
+        if !constant_time_eq(want.as_bytes(), s.mac.as_bytes()) {
+            return Err(OrderError::BadSignature);
+        }
+        Ok(heartbeat)
+    }
+
+    /// Whether `pod` may take this heartbeat (verified under `key`) at `now_ms` by its clock,
+    /// having last taken one stamped `last_sent_ms`.
+    pub fn accept(
+        line: &str,
+        key: &[u8],
+        pod: &str,
+        now_ms: i64,
+        last_sent_ms: Option<i64>,
+    ) -> Result<Heartbeat, HeartbeatRefusal> {
+        let h = Heartbeat::verify(line, key)?;
+        if h.member != pod {
+            return Err(HeartbeatRefusal::OtherMember(h.member));
+        }
+        let off_ms = h.sent_ms.saturating_sub(now_ms);
+        let max_ms = MAX_HEARTBEAT_AGE.as_millis() as u64;
+        if off_ms.unsigned_abs() > max_ms {
+            return Err(HeartbeatRefusal::Stale { off_ms, max_ms });
+        }
+        if last_sent_ms.is_some_and(|last| h.sent_ms <= last) {
+            return Err(HeartbeatRefusal::Replayed);
+        }
+        Ok(h)
+    }
+
+    /// The lease's length.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(sent_ms: i64) -> Heartbeat {
+        Heartbeat {
+            member: "quay-0".into(),
+            epoch: 3,
+            lease_ms: 6000,
+            sent_ms,
+        }
+    }
+
+    #[test]
+    fn the_lease_lapses_before_the_takeover_time_is_up() {
+        let s = Duration::from_secs;
+        assert_eq!(lease_for(s(0)), None);
+        assert_eq!(lease_for(s(10)), Some(s(6)));
+        assert_eq!(lease_for(s(30)), Some(s(26)));
+        // Shorter takeover times still get a usable lease; the failover waits for its bound.
+        assert_eq!(lease_for(s(3)), Some(MIN_LEASE));
+        for after in 6..100 {
+            let lease = lease_for(s(after)).unwrap();
+            assert!(lease + LEASE_MARGIN <= s(after), "{after}");
+        }
+        // The margin covers delivery at the clocks' worst and a pass of the agent.
+        assert!(LEASE_MARGIN > MAX_HEARTBEAT_AGE + CLOCK_SKEW);
+    }
+
+    #[test]
+    fn heartbeats_are_taken_only_signed_for_this_pod_fresh_and_newer() {
+        let key = b"order key";
+        let now = 1_800_000_000_000;
+        let line = beat(now - 500).sign(key);
+        assert_eq!(
+            Heartbeat::accept(&line, key, "quay-0", now, Some(now - 1500)),
+            Ok(beat(now - 500))
+        );
+        type Case<'a> = (&'a str, String, &'a [u8], &'a str, i64, Option<i64>);
+        let cases: [Case; 7] = [
+            ("another key", line.clone(), b"other", "quay-0", now, None),
+            (
+                "edited lease",
+                line.replace("6000", "60000"),
+                key,
+                "quay-0",
+                now,
+                None,
+            ),
+            ("another pod", line.clone(), key, "quay-1", now, None),
+            (
+                "held up on the way",
+                beat(now - 2500).sign(key),
+                key,
+                "quay-0",
+                now,
+                None,
+            ),
+            (
+                "stamped ahead",
+                beat(now + 2500).sign(key),
+                key,
+                "quay-0",
+                now,
+                None,
+            ),
+            (
+                "replayed",
+                line.clone(),
+                key,
+                "quay-0",
+                now,
+                Some(now - 500),
+            ),
+            ("unreadable", "{".into(), key, "quay-0", now, None),
+        ];
+        for (name, line, key, pod, now, last) in cases {
+            let refused = Heartbeat::accept(&line, key, pod, now, last);
+            assert!(refused.is_err(), "{name}: {refused:?}");
+        }
+        let stale = Heartbeat::accept(&beat(now - 2500).sign(key), key, "quay-0", now, None)
+            .unwrap_err()
+            .to_string();
+        assert!(stale.contains("2500 ms before"), "{stale}");
+    }
+
+    #[test]
+    fn a_heartbeat_never_verifies_as_an_order_or_the_other_way() {
+        let key = b"k";
+        let order = crate::order::RoleOrder {
+            member: "quay-0".into(),
+            role: crate::Role::Primary,
+            epoch: 3,
+            source: None,
+        };
+        assert!(Heartbeat::verify(&order.sign(key), key).is_err());
+        assert!(crate::order::RoleOrder::verify(&beat(5).sign(key), key).is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! The primaries' leases (`bulwark_contract::lease`), the operator's side: each pass names the
+//! member its cluster's lease goes to (or stops it once the primary is lost), a loop renews it
+//! every [`HEARTBEAT_INTERVAL`] with a signed, time-stamped heartbeat, and a failover asks how
+//! long any lease it may have granted could still run. What was sent is kept in memory: after
+//! a restart the operator counts as if it had renewed every lease just before it started.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bulwark_contract::lease::{Heartbeat, HEARTBEAT_INTERVAL, LEASE_MARGIN};
+
+use crate::members::Members;
+
+/// Heartbeats that go unanswered this long stop (a deleted cluster's, or a primary that
+/// was replaced long ago).
+const FORGET_AFTER: Duration = Duration::from_secs(300);
+
+/// Who a cluster's lease goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pod: String,
+    /// The agent's address (`ip:port`).
+    pub addr: String,
+    pub epoch: u64,
+    pub lease: Duration,
+}
+
+struct Renewal {
+    holder: Holder,
+    key: Vec<u8>,
+    /// No heartbeat goes out: the primary is lost, and a failover may be counting.
+    stopped: bool,
+}
+
+/// The leases of every cluster this operator runs, by `namespace/name`.
+pub struct Leases {
+    started: Instant,
+    renewals: Mutex<HashMap<String, Renewal>>,
+    /// By `namespace/name/pod`: when the longest lease sent to that pod runs out, by the send
+    /// time (the agent counts from the receipt, at most [`LEASE_MARGIN`] later).
+    granted: Mutex<HashMap<String, Instant>>,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            started: Instant::now(),
+            renewals: Mutex::default(),
+            granted: Mutex::default(),
+        }
+    }
+}
+
+impl Leases {
+    /// Renews `holder`'s lease from now on (signed with `key`), in place of whoever held the
+    /// cluster's.
+    pub fn renew(&self, cluster: &str, holder: Holder, key: Vec<u8>) {
+        let mut r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+        if r.get(cluster)
+            .is_none_or(|old| old.holder != holder || old.stopped)
+        {
+            tracing::info!(cluster, pod = %holder.pod, epoch = holder.epoch, lease_ms = holder.lease.as_millis() as u64, "renewing the primary's lease");
+        }
+        r.insert(
+            cluster.to_owned(),
+            Renewal {
+                holder,
+                key,
+                stopped: false,
+            },
+        );
+    }
+
+    /// Sends no more heartbeats for `cluster` (its primary is lost).
+    pub fn stop(&self, cluster: &str) {
+        let mut r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(renewal) = r.get_mut(cluster).filter(|r| !r.stopped) {
+            tracing::info!(cluster, pod = %renewal.holder.pod, "no longer renewing the lost primary's lease");
+            renewal.stopped = true;
+        }
+    }
+
+    /// Forgets `cluster` (deleted, or automatic failover turned off).
+    pub fn forget(&self, cluster: &str) {
+        self.renewals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
+    }
+
+    /// How long `pod` of `cluster` may still hold a lease this operator sent it (of at most
+    /// `lease` when it sent none since it started), plus the margin for its delivery and for
+    /// the agent to fence itself: zero once a failover may promote another member.
+    pub fn outstanding(&self, cluster: &str, pod: &str, lease: Duration) -> Duration {
+        let sent = self
+            .granted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&format!("{cluster}/{pod}"))
+            .copied();
+        let ends = sent
+            .unwrap_or(self.started + lease)
+            .max(self.started + lease);
+        (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
+    }
+
+    /// Sends one heartbeat to `cluster`'s holder now, if it has one: the lease counts before
+    /// the answer, since the agent may take it even when the answer is lost.
+    pub async fn beat(&self, cluster: &str, members: &dyn Members) -> Result<(), String> {
+        let Some((holder, line)) = self.prepare(cluster) else {
+            return Ok(());
+        };
+        members.send_heartbeat(&holder.addr, &line).await
+    }
+
+    fn prepare(&self, cluster: &str) -> Option<(Holder, String)> {
+        let (holder, key) = {
+            let r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+            let renewal = r.get(cluster).filter(|r| !r.stopped)?;
+            (renewal.holder.clone(), renewal.key.clone())
+        };
+        let ends = Instant::now() + holder.lease;
+        self.granted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(format!("{cluster}/{}", holder.pod))
+            .and_modify(|e| *e = (*e).max(ends))
+            .or_insert(ends);
+        let line = Heartbeat {
+            member: holder.pod.clone(),
+            epoch: holder.epoch,
+            lease_ms: holder.lease.as_millis() as u64,
+            sent_ms: chrono::Utc::now().timestamp_millis(),
+        }
+        .sign(&key);
+        Some((holder, line))
+    }
+
+    /// Renews every lease every [`HEARTBEAT_INTERVAL`], for ever. A heartbeat that fails is
+    /// logged once per failure streak; the next one goes out on time regardless.
+    pub async fn run(&self, members: &dyn Members) {
+        let mut ticker = tokio::time::interval(HEARTBEAT_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing: HashMap<String, Instant> = HashMap::new();
+        loop {
+            ticker.tick().await;
+            let clusters: Vec<String> = self
+                .renewals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            // Each within the interval: one unreachable agent must not delay the others.
+            let results = futures::future::join_all(clusters.iter().map(|c| async move {
+                let sent = tokio::time::timeout(HEARTBEAT_INTERVAL, self.beat(c, members)).await;
+                (
+                    c,
+                    sent.unwrap_or_else(|_| Err("no answer within 1s".to_owned())),
+                )
+            }))
+            .await;
+            for (cluster, result) in results {
+                match result {
+                    Ok(()) => {
+                        if failing.remove(cluster).is_some() {
+                            tracing::info!(cluster = %cluster, "lease heartbeats answered again");
+                        }
+                    }
+                    Err(e) => {
+                        let since = *failing.entry(cluster.clone()).or_insert_with(|| {
+                            tracing::warn!(cluster = %cluster, error = %e, "lease heartbeat not answered");
+                            Instant::now()
+                        });
+                        // A deleted cluster's: its next pass, if it has one, names the holder
+                        // again.
+                        if since.elapsed() > FORGET_AFTER {
+                            tracing::info!(cluster = %cluster, "lease heartbeats unanswered for 5 minutes: no longer sent");
+                            self.forget(cluster);
+                            failing.remove(cluster);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pod: &str, lease: u64) -> Holder {
+        Holder {
+            pod: pod.into(),
+            addr: "10.0.0.1:9081".into(),
+            epoch: 2,
+            lease: Duration::from_secs(lease),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_outstanding_until_the_last_one_sent_ran_out_plus_the_margin() {
+        let leases = Leases::default();
+        // Nothing sent since the start: as if renewed just before it.
+        let before = leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6));
+        assert!(before > Duration::from_secs(9) && before <= Duration::from_secs(10));
+        leases.renew("ns/quay", holder("quay-0", 20), b"k".to_vec());
+        let (sent_to, line) = leases.prepare("ns/quay").unwrap();
+        assert_eq!(sent_to.pod, "quay-0");
+        let taken = Heartbeat::verify(&line, b"k").unwrap();
+        assert_eq!((taken.epoch, taken.lease_ms), (2, 20_000));
+        let left = leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6));
+        assert!(left > Duration::from_secs(23) && left <= Duration::from_secs(24));
+        // A shorter lease sent later does not shorten the count of the longer one.
+        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
+        leases.prepare("ns/quay").unwrap();
+        assert!(
+            leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6))
+                > Duration::from_secs(23)
+        );
+        // Another member was never sent one.
+        assert!(
+            leases.outstanding("ns/quay", "quay-1", Duration::from_secs(6))
+                <= Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn a_stopped_or_forgotten_lease_sends_nothing() {
+        let leases = Leases::default();
+        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
+        leases.stop("ns/quay");
+        assert!(leases.prepare("ns/quay").is_none());
+        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
+        assert_eq!(leases.prepare("ns/quay").unwrap().0.pod, "quay-1");
+        leases.forget("ns/quay");
+        assert!(leases.prepare("ns/quay").is_none());
+    }
+}
