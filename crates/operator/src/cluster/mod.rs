@@ -86,6 +86,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // write wakes the controller too).
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    if hold.is_some_and(|h| h.stale.is_some()) {
+        // A watch brings the newer status within moments.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if plan.switching().is_some() {
         // Writes are paused until the new primary takes them: look again soon.
         return Ok(Action::requeue(Duration::from_millis(500)));

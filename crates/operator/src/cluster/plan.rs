@@ -120,6 +120,9 @@ pub struct Hold {
     pub scale_down_blocked: Option<String>,
     /// The next step of a rolling change of the pods.
     pub rollout: rollout::Step,
+    /// Members stand at a newer epoch than the status this pass read (an older copy, or a
+    /// status that went back) and none is its primary: nothing is moved, and why.
+    pub stale: Option<String>,
 }
 
 /// A switchover that ended in a pass that keeps the primary.
@@ -184,11 +187,52 @@ pub fn current_primary(cluster: &str, status: &MySQLClusterStatus) -> String {
         .unwrap_or_else(|| names::pod(cluster, 0))
 }
 
+/// The newest epoch a member stands at, by its labels or its agent's report, and the member
+/// that is the primary at it, if one is.
+fn newest_standing(views: &[MemberView]) -> Option<(u64, Option<&str>)> {
+    let at = |v: &MemberView| {
+        let reported = v.report.as_ref().ok().map(|r| (r.epoch, r.role));
+        let labelled = v.labelled_epoch.map(|e| (e, v.labelled));
+        [reported, labelled].into_iter().flatten()
+    };
+    let newest = views.iter().flat_map(at).map(|(e, _)| e).max()?;
+    let primary = views
+        .iter()
+        .find(|v| at(v).any(|(e, role)| e == newest && role == Some(Role::Primary)))
+        .map(|v| v.pod.as_str());
+    Some((newest, primary))
+}
+
 /// Decides the pass.
 pub fn plan(i: &Inputs) -> Plan {
     let status = i.status;
-    let epoch = status.epoch.map_or(0, |e| u64::try_from(e).unwrap_or(0));
-    let primary = current_primary(i.cluster, status);
+    let mut epoch = status.epoch.map_or(0, |e| u64::try_from(e).unwrap_or(0));
+    let mut primary = current_primary(i.cluster, status);
+    // Members never run ahead of the status the operator wrote: ahead of this copy, it is an
+    // older one (a lagging cache) or the status went back. The members' kept orders then say
+    // who the primary is; the status write that follows is refused if this copy was old. With
+    // no member primary at that epoch, nothing moves: moving the members to an older epoch
+    // would undo a newer decision.
+    if let Some((newest, newest_primary)) = newest_standing(i.views).filter(|(e, _)| *e > epoch) {
+        match newest_primary {
+            Some(p) => (primary, epoch) = (p.to_owned(), newest),
+            None => {
+                return Plan {
+                    primary,
+                    epoch,
+                    lost_since: None,
+                    transition: Transition::Hold(Hold {
+                        stale: Some(format!(
+                            "the status (epoch {epoch}) is older than the members (epoch \
+                             {newest}), and none of them is the primary at {newest}: waiting \
+                             for the newer status"
+                        )),
+                        ..Hold::default()
+                    }),
+                };
+            }
+        }
+    }
     let had_primary = status.primary_since.is_some();
     let changed = |primary: String, transition| Plan {
         primary,

@@ -104,6 +104,8 @@ enum Outcome {
     Steady,
     /// The primary is lost and not replaced yet.
     Waiting,
+    /// The status read is older than the members: nothing moves.
+    Stale,
     FailoverTo(String),
     SwitchoverRunning,
     SwitchoverCompleted,
@@ -125,6 +127,7 @@ fn outcome(plan: &Plan) -> Outcome {
             (Some(Finished::Completed(_)), _) => Outcome::SwitchoverCompleted,
             (Some(Finished::Refused(_)), _) => Outcome::SwitchoverRefused,
             (None, Some(_)) => Outcome::SwitchoverRunning,
+            (None, None) if h.stale.is_some() => Outcome::Stale,
             (None, None) if h.waiting.is_some() => Outcome::Waiting,
             (None, None) if h.scale_down_blocked.is_some() => Outcome::ScaleDownBlocked,
             (None, None) if h.rollout != Step::Done => Outcome::Rollout(h.rollout.clone()),
@@ -221,6 +224,11 @@ fn healthy() -> Vec<MemberView> {
     ]
 }
 
+/// quay-1 took over from the silent quay-0 at epoch 2, quay-2 follows it.
+fn promoted_at_2() -> Vec<MemberView> {
+    vec![silent("quay-0"), primary("quay-1", 2), replica("quay-2", 2)]
+}
+
 /// The primary quay-0 gives no report; quay-1 holds more than quay-2.
 fn primary_gone() -> Vec<MemberView> {
     vec![
@@ -244,6 +252,18 @@ fn the_pass_takes_one_transition_in_priority_order() {
             "a healthy cluster is left as it is",
             serving("quay-0", 1),
             healthy(),
+            Steady,
+        ),
+        case(
+            "an older copy of the status, members moved on but none promoted yet: nothing moves",
+            lost_for(serving("quay-0", 1), 60),
+            vec![silent("quay-0"), replica("quay-1", 2), replica("quay-2", 2)],
+            Stale,
+        ),
+        case(
+            "an older copy of the status never fails over again",
+            lost_for(serving("quay-0", 1), 60),
+            promoted_at_2(),
             Steady,
         ),
         case(
@@ -467,6 +487,49 @@ fn the_pass_takes_one_transition_in_priority_order() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn members_ahead_of_the_status_name_the_primary_it_lost() {
+    let run = |status: MySQLClusterStatus, views: Vec<MemberView>| {
+        let c = case("", status, views, Outcome::Steady);
+        c.plan()
+    };
+    // A status that went back (or an older copy of it): the members' kept orders say quay-1
+    // is the primary at epoch 2, and the pass keeps them there instead of failing over again.
+    let p = run(lost_for(serving("quay-0", 1), 60), promoted_at_2());
+    assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
+    assert!(matches!(
+        p.transition,
+        Transition::Hold(Hold { stale: None, .. })
+    ));
+    // Labels alone tell too (the agent is down).
+    let mut views = promoted_at_2();
+    views[1].report = Err("connection refused".into());
+    views[1].labelled_epoch = Some(2);
+    let p = run(MySQLClusterStatus::default(), views);
+    assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
+    // Nobody is the primary at the newest epoch: the status stays, and says why.
+    let p = run(
+        serving("quay-0", 1),
+        vec![
+            replica("quay-0", 2),
+            replica("quay-1", 2),
+            replica("quay-2", 2),
+        ],
+    );
+    assert_eq!((p.primary.as_str(), p.epoch), ("quay-0", 1));
+    let Transition::Hold(Hold {
+        stale: Some(why), ..
+    }) = p.transition
+    else {
+        panic!("{p:?}")
+    };
+    assert_eq!(
+        why,
+        "the status (epoch 1) is older than the members (epoch 2), and none of them is the \
+         primary at 2: waiting for the newer status"
+    );
 }
 
 #[test]

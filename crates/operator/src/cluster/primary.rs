@@ -123,7 +123,7 @@ pub async fn settle(
         primary_silent: false,
         lease_outstanding,
     };
-    if settled.plan.changed() {
+    if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
     let primary = settled.plan.primary.clone();

@@ -208,9 +208,10 @@ fn not_primary(plan: &Plan, withheld: Option<&str>) -> Option<(&'static str, Str
             },
         )),
         (_, None) => plan.hold().and_then(|h| {
-            h.waiting
+            h.stale
                 .clone()
-                .map(|w| ("PrimaryLost", w))
+                .map(|w| ("StatusBehind", w))
+                .or_else(|| h.waiting.clone().map(|w| ("PrimaryLost", w)))
                 .or_else(|| withheld.map(|w| ("PrimaryWithheld", w.to_owned())))
                 .or_else(|| {
                     h.scale_down_blocked
