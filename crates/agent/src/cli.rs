@@ -252,7 +252,7 @@ pub struct AgentArgs {
     /// made read-only until a heartbeat comes again. The operator passes it when automatic
     /// failover is on, so that a primary cut off from it fences itself before a replica is
     /// promoted.
-    #[arg(long, env = "BULWARK_AGENT_PRIMARY_LEASE")]
+    #[arg(long, env = "BULWARK_AGENT_PRIMARY_LEASE", requires = "pod_name")]
     pub primary_lease: bool,
     /// Repository of the pending backup: a path, file:///path or s3://bucket/prefix.
     #[arg(long, env = "MYSQL_BACKUP_REPO")]

@@ -6,11 +6,12 @@
 //! writes beside a new one.
 //!
 //! The bound rests on two checks. The agent counts a lease from when it received the heartbeat,
-//! on its own monotonic clock, and refuses a heartbeat stamped more than [`MAX_HEARTBEAT_AGE`]
-//! away from its wall clock (or not newer than the last one it took), so a delayed or replayed
-//! heartbeat renews nothing. The operator counts from when it sent its last heartbeat:
-//! `sent + seconds + LEASE_MARGIN` is past any lapse as long as the nodes' clocks agree within
-//! [`CLOCK_SKEW`].
+//! on its own monotonic clock, less the time the heartbeat spent on the way by its stamp; it
+//! refuses one stamped more than [`MAX_HEARTBEAT_AGE`] away from its wall clock, or not newer
+//! than the last one it took, so a delayed or replayed heartbeat renews nothing. So a lease
+//! ends by `sent + seconds`, give or take how far the clocks disagree ([`CLOCK_SKEW`]). The
+//! operator counts from when it sent its last heartbeat and promotes nobody before
+//! `sent + seconds + LEASE_MARGIN`: the rest of the margin is the agent's time to fence.
 
 use std::time::Duration;
 
@@ -29,11 +30,16 @@ pub const MAX_HEARTBEAT_AGE: Duration = Duration::from_secs(2);
 /// How far the nodes' clocks may disagree for the bound to hold (NTP keeps them far closer).
 pub const CLOCK_SKEW: Duration = Duration::from_secs(1);
 /// Time after a lease lapses by the operator's count before a failover may promote: the
-/// heartbeat's delivery ([`MAX_HEARTBEAT_AGE`] plus [`CLOCK_SKEW`]) and the agent's fencing (a
-/// pass, its sessions ended and `read_only` set).
+/// clocks' disagreement ([`CLOCK_SKEW`]) and the agent's fencing (its sessions ended and
+/// `read_only` set).
 pub const LEASE_MARGIN: Duration = Duration::from_secs(4);
-/// The shortest lease granted.
-pub const MIN_LEASE: Duration = Duration::from_secs(2);
+/// The shortest lease granted: several heartbeats long, so that one late heartbeat does not
+/// fence a primary that is in reach.
+pub const MIN_LEASE: Duration = Duration::from_secs(4);
+/// The lease of a primary whose pod still runs with `--primary-lease` while automatic failover
+/// is off (until its pod is rolled without it): nothing is promoted then, so its length only
+/// says how long the operator may be away.
+pub const LEASE_WITHOUT_FAILOVER: Duration = Duration::from_secs(60);
 
 /// The lease a primary is granted when a replica takes over after `failover_after`: short
 /// enough that it lapses, and the primary fences itself, before the takeover time is up.
@@ -71,8 +77,9 @@ pub enum HeartbeatRefusal {
     #[error("the heartbeat is for {0}, not this pod")]
     OtherMember(String),
     #[error(
-        "the heartbeat was stamped {off_ms} ms {} this agent's clock (at most {max_ms} ms): the \
+        "the heartbeat was stamped {} ms {} this agent's clock (at most {max_ms} ms): the \
          clocks disagree or it was held up on the way",
+        off_ms.unsigned_abs(),
         if *off_ms < 0 { "before" } else { "after" }
     )]
     Stale { off_ms: i64, max_ms: u64 },
@@ -146,6 +153,15 @@ impl Heartbeat {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
+
+    /// What is left of the lease when it is taken at `now_ms`: its length less the time it
+    /// spent on the way, so that it ends by its sender's count (give or take the clocks'
+    /// disagreement), however late it came.
+    pub fn left_at(&self, now_ms: i64) -> Duration {
+        let travelled = u64::try_from(now_ms.saturating_sub(self.sent_ms)).unwrap_or(0);
+        self.lease()
+            .saturating_sub(Duration::from_millis(travelled))
+    }
 }
 
 #[cfg(test)]
@@ -169,12 +185,12 @@ mod tests {
         assert_eq!(lease_for(s(30)), Some(s(26)));
         // Shorter takeover times still get a usable lease; the failover waits for its bound.
         assert_eq!(lease_for(s(3)), Some(MIN_LEASE));
-        for after in 6..100 {
+        for after in 8..100 {
             let lease = lease_for(s(after)).unwrap();
             assert!(lease + LEASE_MARGIN <= s(after), "{after}");
         }
-        // The margin covers delivery at the clocks' worst and a pass of the agent.
-        assert!(LEASE_MARGIN > MAX_HEARTBEAT_AGE + CLOCK_SKEW);
+        // The margin covers the clocks' disagreement and leaves the agent time to fence.
+        assert!(LEASE_MARGIN >= CLOCK_SKEW + Duration::from_secs(3));
     }
 
     #[test]
@@ -231,7 +247,17 @@ mod tests {
         let stale = Heartbeat::accept(&beat(now - 2500).sign(key), key, "quay-0", now, None)
             .unwrap_err()
             .to_string();
-        assert!(stale.contains("2500 ms before"), "{stale}");
+        assert!(stale.contains("stamped 2500 ms before"), "{stale}");
+    }
+
+    #[test]
+    fn a_lease_ends_by_its_senders_count() {
+        let sent = 1_800_000_000_000;
+        let ms = Duration::from_millis;
+        assert_eq!(beat(sent).left_at(sent + 1500), ms(4500));
+        // Stamped ahead of this clock: never longer than granted.
+        assert_eq!(beat(sent).left_at(sent - 800), ms(6000));
+        assert_eq!(beat(sent).left_at(sent + 7000), Duration::ZERO);
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub const SOCKET: &str = "/run/mysqld/mysqld.sock";
 /// (or a demoted one still holding its writes): the pod's preStop hooks wait while it is, so
 /// that a deleted primary pod stops only once its role has been handed over.
 pub const HANDOVER_FILE: &str = "handover-pending";
+/// The primary's lease as the agent last took it, beside [`HANDOVER_FILE`]: the run directory
+/// outlives a restart of the agent's container (not of the pod), so a restarted agent keeps
+/// what is left of its lease instead of fencing a primary the operator still renews.
+pub const LEASE_FILE: &str = "lease";
 /// How long a preStop hook waits for [`HANDOVER_FILE`] to go: longer than a switchover takes,
 /// shorter than the pod's grace period; after it the pod stops and a failover follows.
 pub const HANDOVER_WAIT_SECONDS: u32 = 60;

@@ -141,6 +141,9 @@ pub enum Action {
     /// The primary's lease lapsed: end the client sessions, turn read_only on and (MariaDB)
     /// hold writes until the lease is renewed.
     FenceUnleased,
+    /// A hold until released (a lapsed lease's) on a member now a replica ends after a
+    /// demotion's time instead.
+    EndFenceAfterHold,
     /// Load the pending logical backup.
     LoadPendingRestore {
         /// Backup id.
@@ -181,6 +184,7 @@ impl Action {
             Action::RestartReplicationIo => "restart-replication-io",
             Action::ReleaseFence => "release-fence",
             Action::FenceUnleased => "fence-unleased",
+            Action::EndFenceAfterHold => "end-fence-after-hold",
             Action::LoadPendingRestore { .. } => "load-pending-restore",
             Action::DiscardPendingRestore { .. } => "discard-pending-restore",
             Action::AdoptRestoredGtid { .. } => "adopt-restored-gtid",
@@ -231,9 +235,52 @@ fn errors(r: &ReplicaStatus) -> String {
     }
 }
 
+/// The fence of a member that is not known to be a replica and whose lease lapsed, while it is
+/// not fenced yet; `None` once it is (or when it holds its lease). `decide` takes it before
+/// anything else.
+fn fence_unleased(s: &Situation<'_>, o: &Observed) -> Option<Decision> {
+    let why = s.lease.lapsed()?;
+    let fenced = o.read_only
+        && match o.engine {
+            Engine::MySql => o.super_read_only,
+            Engine::MariaDb => s.fence_unleased,
+        };
+    (!fenced).then(|| {
+        act(
+            Action::FenceUnleased,
+            format!("primary fencing itself: {why}"),
+        )
+    })
+}
+
 /// The next action and the readiness.
 pub fn decide(s: &Situation<'_>) -> Decision {
     let o = s.observed;
+    // Ahead of everything that could fail or wait (accounts, a restored position, an unknown
+    // role): the operator may promote another member once the lease has run out. Fenced,
+    // nothing else is done (the held lock would stop it) until the lease is renewed.
+    if let (false, Some(why)) = (matches!(s.role, Ok(Role::Replica)), s.lease.lapsed()) {
+        return fence_unleased(s, o).unwrap_or_else(|| {
+            wait(format!(
+                "primary, fenced: {why}; writes resume once the operator renews the lease"
+            ))
+        });
+    }
+    // A lapsed lease's hold goes before anything that writes (which it would stop): at once
+    // for a primary whose lease is back, after a demotion's time for a member now a replica,
+    // while clients still routed to it move on.
+    if s.fence_unleased {
+        return match s.role {
+            Ok(Role::Primary) => act(
+                Action::ReleaseFence,
+                "the lease is renewed: ending the client sessions held, then releasing the hold",
+            ),
+            _ => act(
+                Action::EndFenceAfterHold,
+                "demoted while fenced for want of a lease: holding writes while clients move",
+            ),
+        };
+    }
     if !s.accounts_current {
         return act(Action::EnsureAccounts, "ensuring accounts");
     }
@@ -280,24 +327,6 @@ pub fn decide(s: &Situation<'_>) -> Decision {
 fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
     if let Some(why) = semisync::lossy_crash_recovery(o.engine, &o.version) {
         return wait(why);
-    }
-    // Before anything else: the operator may promote another member once the lease is out.
-    if let Some(why) = s.lease.lapsed() {
-        let fenced = o.read_only
-            && match o.engine {
-                Engine::MySql => o.super_read_only,
-                Engine::MariaDb => s.fence_unleased,
-            };
-        return if fenced {
-            wait(format!(
-                "primary, fenced: {why}; writes resume once the operator renews the lease"
-            ))
-        } else {
-            act(
-                Action::FenceUnleased,
-                format!("primary fencing itself: {why}"),
-            )
-        };
     }
     if s.fence_hold.is_some() {
         // Made the primary again (an aborted switchover): its writes are released first.
@@ -415,13 +444,6 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
     }
     if !o.read_only || (o.engine == Engine::MySql && !o.super_read_only) {
         return act(Action::SetReadOnly, "demoting: turning read_only on");
-    }
-    if s.fence_unleased {
-        // Fenced for want of a lease, and now a replica: nothing to hand over.
-        return act(
-            Action::ReleaseFence,
-            "demoted while fenced for want of a lease: releasing the hold",
-        );
     }
     match s.fence_hold {
         Some(left) if !left.is_zero() => {

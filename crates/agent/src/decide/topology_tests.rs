@@ -494,13 +494,14 @@ fn decisions() {
             lease: LeaseState::Held(Duration::from_secs(4)),
             fence_hold: Some(Duration::MAX),
             fence_unleased: true,
+            accounts: false,
             ..case(
-                "a renewed lease releases the hold",
+                "a renewed lease releases the hold before the accounts are converged",
                 primary(),
                 observed(MariaDb, true, None),
             )
         }
-        .then(Some(ReleaseFence), false, "primary again"),
+        .then(Some(ReleaseFence), false, "the lease is renewed"),
         Case {
             lease: LeaseState::Held(Duration::from_secs(4)),
             ..case(
@@ -521,10 +522,51 @@ fn decisions() {
             )
         }
         .then(
-            Some(ReleaseFence),
+            Some(EndFenceAfterHold),
             false,
-            "demoted while fenced for want of a lease",
+            "demoted while fenced for want of a lease: holding writes",
         ),
+        Case {
+            lease: lapsed(),
+            accounts: false,
+            fence_hold: Some(Duration::MAX),
+            fence_unleased: true,
+            ..case(
+                "a fenced primary converges nothing while its writes are held",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(None, false, "primary, fenced"),
+        Case {
+            lease: lapsed(),
+            accounts: false,
+            ..case(
+                "a lapsed lease fences before the accounts are converged",
+                primary(),
+                observed(MariaDb, false, None),
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: lapsed(),
+            ..case(
+                "and while the role is unknown",
+                Err("role unknown: the labels file is unreadable".into()),
+                observed(MariaDb, false, None),
+            )
+        }
+        .then(Some(FenceUnleased), false, "fencing itself"),
+        Case {
+            lease: lapsed(),
+            accounts: false,
+            ..case(
+                "a replica is no primary to fence",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(Some(EnsureAccounts), false, "ensuring accounts"),
         Case {
             reconnect: true,
             ..case(

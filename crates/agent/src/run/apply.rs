@@ -60,6 +60,12 @@ impl Agent {
             Action::SetWritable => self.send(action, sql::set_writable(engine), creds).await,
             Action::SetReadOnly => self.demote(creds, Some(FENCE_HOLD)).await,
             Action::FenceUnleased => self.demote(creds, None).await,
+            Action::EndFenceAfterHold => {
+                if let Some(fence) = &self.fence {
+                    fence.end_after(FENCE_HOLD);
+                }
+                Ok(())
+            }
             Action::ReleaseFence => {
                 if let Some(fence) = self.fence.take() {
                     fence.release().await;
@@ -212,8 +218,8 @@ impl Agent {
     /// Runs `statements`, which take the global read lock, with the client sessions ended
     /// first and again after each short lock wait: a commit hung waiting for a semi-sync
     /// acknowledgement that no replica will give holds that lock, and without this the demotion
-    /// would wait for it for ever. Gives up after [`DEMOTE_LOCK_ROUNDS`] rounds (the next pass tries
-    /// again).
+    /// would wait for it for ever. Gives up after [`DEMOTE_LOCK_ROUNDS`] rounds (the next pass
+    /// tries again).
     async fn with_sessions_ended(
         &mut self,
         statements: &[Statement],

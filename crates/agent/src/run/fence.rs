@@ -9,6 +9,7 @@
 //! A primary whose lease lapsed holds its writes the same way, but until it is released (the
 //! lease renewed, or the member demoted).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,8 @@ use crate::decide::sql;
 const ROUND: Duration = Duration::from_millis(200);
 /// Attempts at the lock, each after the client sessions were ended.
 const FENCE_LOCK_ROUNDS: u32 = 5;
+/// How long a lapsed lease's hold is kept when the agent stops.
+const SHUTDOWN_HOLD: Duration = Duration::from_secs(5);
 /// `KILL` of a session that no longer exists.
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
@@ -29,6 +32,8 @@ pub struct Fence {
     task: tokio::task::JoinHandle<()>,
     /// The end of the hold; `None`: until released.
     until: Arc<Mutex<Option<Instant>>>,
+    /// The agent's own session, which the hold spares (it changes when the agent reconnects).
+    spared: Arc<AtomicU64>,
     /// The session holding the lock.
     pub session: u64,
 }
@@ -60,7 +65,8 @@ impl Fence {
         let session = u64::from(conn.id());
         let until = Arc::new(Mutex::new(hold.map(|h| Instant::now() + h)));
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(guard(conn, agent_session, until.clone(), stopped));
+        let spared = Arc::new(AtomicU64::new(agent_session));
+        let task = tokio::spawn(guard(conn, spared.clone(), until.clone(), stopped));
         match hold {
             Some(h) => tracing::info!(hold_seconds = h.as_secs(), "demoted primary's writes held"),
             None => tracing::info!("primary's writes held until its lease is renewed"),
@@ -69,6 +75,7 @@ impl Fence {
             stop: Some(stop),
             task,
             until,
+            spared,
             session,
         })
     }
@@ -92,6 +99,11 @@ impl Fence {
         !self.task.is_finished() && self.until().is_none()
     }
 
+    /// Spares the agent's new session from now on (it reconnected).
+    pub fn spare(&self, agent_session: u64) {
+        self.spared.store(agent_session, Ordering::Relaxed);
+    }
+
     /// Makes a running hold last until it is released.
     pub fn keep_until_released(&self) {
         *self.until.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -106,11 +118,13 @@ impl Fence {
     /// sessions as it goes: an agent asked to stop meanwhile must not take the lock with it
     /// while clients may still reach this server.
     pub async fn wait_out(mut self) {
-        let Some(until) = self.until() else {
-            // A lapsed lease's hold: the server is stopping with the agent, and the lock goes
-            // with its session.
-            return self.release().await;
-        };
+        if self.until().is_none() {
+            // A lapsed lease's hold: the server is stopping with the pod. It is kept as long
+            // as a demotion's, or until the server closes it, not dropped at once for clients
+            // that could still commit.
+            self.end_after(SHUTDOWN_HOLD);
+        }
+        let until = self.until().unwrap_or_else(Instant::now);
         let left = until.saturating_duration_since(Instant::now());
         tracing::info!(
             remaining_ms = left.as_millis() as u64,
@@ -141,13 +155,13 @@ impl Fence {
 
 async fn guard(
     mut conn: mysql_async::Conn,
-    agent_session: u64,
+    spared: Arc<AtomicU64>,
     until: Arc<Mutex<Option<Instant>>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut ended = 0;
     loop {
-        match end_sessions(&mut conn, agent_session).await {
+        match end_sessions(&mut conn, spared.load(Ordering::Relaxed)).await {
             Some(n) => ended += n,
             // The server went away (it is stopping): so did the lock.
             None => {
@@ -170,7 +184,9 @@ async fn guard(
             _ = &mut stopped => break,
         }
     }
-    ended += end_sessions(&mut conn, agent_session).await.unwrap_or(0);
+    ended += end_sessions(&mut conn, spared.load(Ordering::Relaxed))
+        .await
+        .unwrap_or(0);
     let _ = conn.query_drop("UNLOCK TABLES").await;
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.disconnect()).await;
     tracing::info!(

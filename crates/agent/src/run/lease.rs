@@ -1,9 +1,11 @@
 //! The primary's lease as this agent holds it: the `POST /lease` handler takes the operator's
 //! signed heartbeats (`bulwark_contract::lease`) and the passes read what was last taken. A
-//! lease counts from the heartbeat's receipt on this agent's monotonic clock, so a clock that
-//! jumps cannot stretch it.
+//! lease counts from the heartbeat's receipt on this agent's monotonic clock (less the time it
+//! spent on the way), so a clock that jumps while it runs cannot stretch it. What is left of it
+//! is kept beside the socket, so that a restart of the agent's container alone does not fence
+//! a primary the operator still renews.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -28,16 +30,37 @@ struct Taken {
 /// The lease of this member.
 pub struct Lease {
     pod_name: Option<String>,
+    /// Where what is left of the lease is kept across restarts of the agent.
+    file: Option<PathBuf>,
     taken: Mutex<Option<Taken>>,
     /// The last refusal logged, so that one repeated every second is logged once.
     refused: Mutex<Option<String>>,
 }
 
+/// What is kept in the file: the lease's epoch and stamp, and when it ends by this clock.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    epoch: u64,
+    sent_ms: i64,
+    lease_ms: u64,
+    ends_ms: i64,
+}
+
 impl Lease {
-    pub fn new(pod_name: Option<String>) -> Lease {
+    /// The lease of `pod_name`, kept in `file`: what is left of one kept there is taken again.
+    pub fn new(pod_name: Option<String>, file: Option<PathBuf>) -> Lease {
+        let taken = file.as_deref().and_then(load);
+        if let Some(t) = &taken {
+            tracing::info!(
+                epoch = t.epoch,
+                left_ms = t.lease.as_millis() as u64,
+                "kept lease taken again"
+            );
+        }
         Lease {
             pod_name,
-            taken: Mutex::new(None),
+            file,
+            taken: Mutex::new(taken),
             refused: Mutex::new(None),
         }
     }
@@ -70,12 +93,16 @@ impl Lease {
         let h = Heartbeat::accept(line, key, pod, now_ms, last.map(|t| t.sent_ms))?;
         let now = Instant::now();
         let renews = last.is_none_or(|t| t.epoch != h.epoch || now >= t.at + t.lease);
+        let left = h.left_at(now_ms);
         *taken = Some(Taken {
             epoch: h.epoch,
             at: now,
-            lease: h.lease(),
+            lease: left,
             sent_ms: h.sent_ms,
         });
+        if let Some(file) = &self.file {
+            keep(file, &h, now_ms, left);
+        }
         Ok((h, renews))
     }
 
@@ -154,6 +181,43 @@ pub(crate) fn handler(
                 Err(r) => refused(&lease, r),
             }
         })
+    }
+}
+
+/// The lease kept in `file`, with what is left of it now; none when it ran out or cannot be
+/// read (the primary then waits for the next heartbeat, a second away).
+fn load(file: &Path) -> Option<Taken> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let k: Kept = serde_json::from_str(&text).ok()?;
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let left = u64::try_from(k.ends_ms.saturating_sub(now_ms)).ok()?;
+    // A clock set back since cannot make it longer than it was granted.
+    let left = std::time::Duration::from_millis(left.min(k.lease_ms));
+    (!left.is_zero()).then(|| Taken {
+        epoch: k.epoch,
+        at: Instant::now(),
+        lease: left,
+        sent_ms: k.sent_ms,
+    })
+}
+
+/// Keeps the lease just taken. The run directory lives in memory or on the node's disk for the
+/// pod's life, so no sync: only a restart of the container must find it. A failure only costs
+/// a fence after such a restart, and is logged.
+fn keep(file: &Path, h: &Heartbeat, now_ms: i64, left: std::time::Duration) {
+    let kept = Kept {
+        epoch: h.epoch,
+        sent_ms: h.sent_ms,
+        lease_ms: h.lease_ms,
+        ends_ms: now_ms.saturating_add(left.as_millis() as i64),
+    };
+    let tmp = file.with_extension("tmp");
+    let written = serde_json::to_vec(&kept)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(&tmp, bytes))
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        tracing::debug!(file = %file.display(), error = %e, "lease not kept");
     }
 }
 

@@ -1,10 +1,11 @@
 //! The agent's I/O side. The sidecar: `server` (configured by `config`) runs passes (`pass`)
 //! that `observe` the server and `apply` what [`crate::decide`] names, with the passwords of
 //! `credentials`, what a bootstrap left (`restoring`) and its failures as `error`; it
-//! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves [`http`] endpoints, the
-//! exporter's [`metrics`] and [`clone`]s. The subcommands that prepare a datadir before mysqld
-//! starts: [`init`] (with the exporter's option file, [`exporter`]), [`bootstrap`] (restore),
-//! [`seed`], and [`pending`] (the logical load a bootstrap leaves). Files the agent keeps go through [`files`].
+//! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves
+//! [`http`] endpoints, the exporter's [`metrics`] and [`clone`]s. The subcommands that prepare
+//! a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
+//! [`bootstrap`] (restore), [`seed`], and [`pending`] (the logical load a bootstrap leaves).
+//! Files the agent keeps go through [`files`].
 
 mod apply;
 pub mod bootstrap;

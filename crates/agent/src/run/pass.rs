@@ -188,7 +188,12 @@ impl Agent {
     async fn try_pass(&mut self, role: Result<Role, String>) -> Result<Decision, AgentError> {
         let creds = Credentials::read(&self.config.credentials_dir)?;
         if self.server.is_none() {
-            self.server = Some(super::observe::connect(&self.config.socket, &creds).await?);
+            let server = super::observe::connect(&self.config.socket, &creds).await?;
+            // A hold on writes ends every session but the agent's: this is the agent's now.
+            if let Some(fence) = &self.fence {
+                fence.spare(u64::from(server.conn.id()));
+            }
+            self.server = Some(server);
             self.converged.accounts_digest = None;
         }
         let observed = super::observe::observe(self.server()).await?;

@@ -60,7 +60,14 @@ pub async fn run(
         config.pod_name.clone(),
         config.order_file.clone(),
     ));
-    let lease = Arc::new(Lease::new(config.pod_name.clone()));
+    let lease = Arc::new(Lease::new(
+        config.pod_name.clone(),
+        config.primary_lease.then(|| {
+            config
+                .socket
+                .with_file_name(bulwark_contract::paths::LEASE_FILE)
+        }),
+    ));
     let wake = Arc::new(tokio::sync::Notify::new());
     let (passed, passes) = tokio::sync::watch::channel(());
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
