@@ -81,7 +81,23 @@ impl Leases {
         }
     }
 
-    /// Forgets `cluster` (deleted, or automatic failover turned off).
+    /// Stops renewing `cluster`'s lease unless it goes to `pod` at `epoch`.
+    pub fn keep_only(&self, cluster: &str, pod: &str, epoch: u64) {
+        if !self.renews(cluster, pod, epoch) {
+            self.stop(cluster);
+        }
+    }
+
+    /// Whether `cluster`'s lease is renewed for `pod` at `epoch`.
+    pub fn renews(&self, cluster: &str, pod: &str, epoch: u64) -> bool {
+        self.renewals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .is_some_and(|r| !r.stopped && r.holder.pod == pod && r.holder.epoch == epoch)
+    }
+
+    /// Forgets `cluster` (deleted, or its primary needs no lease).
     pub fn forget(&self, cluster: &str) {
         self.renewals
             .lock()
@@ -105,9 +121,23 @@ impl Leases {
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
+    /// Sends one heartbeat now to `cluster`'s holder, if that is `pod` at `epoch`.
+    pub async fn beat(
+        &self,
+        cluster: &str,
+        pod: &str,
+        epoch: u64,
+        members: &dyn Members,
+    ) -> Result<(), String> {
+        if !self.renews(cluster, pod, epoch) {
+            return Ok(());
+        }
+        self.send(cluster, members).await
+    }
+
     /// Sends one heartbeat to `cluster`'s holder now, if it has one: the lease counts before
     /// the answer, since the agent may take it even when the answer is lost.
-    pub async fn beat(&self, cluster: &str, members: &dyn Members) -> Result<(), String> {
+    async fn send(&self, cluster: &str, members: &dyn Members) -> Result<(), String> {
         let Some((holder, line)) = self.prepare(cluster) else {
             return Ok(());
         };
@@ -137,14 +167,25 @@ impl Leases {
         Some((holder, line))
     }
 
-    /// Renews every lease every [`HEARTBEAT_INTERVAL`], for ever. A heartbeat that fails is
-    /// logged once per failure streak; the next one goes out on time regardless.
-    pub async fn run(&self, members: &dyn Members) {
+    /// Renews every lease every [`HEARTBEAT_INTERVAL`], for ever, while `in_charge` says this
+    /// operator still reaches the API server: one cut off from it may have been replaced by
+    /// another, which counts on the leases running out. A heartbeat that fails is logged once
+    /// per failure streak; the next one goes out on time regardless.
+    pub async fn run(&self, members: &dyn Members, in_charge: &(dyn Fn() -> bool + Send + Sync)) {
         let mut ticker = tokio::time::interval(HEARTBEAT_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing: HashMap<String, Instant> = HashMap::new();
+        let mut paused = false;
         loop {
             ticker.tick().await;
+            if !in_charge() {
+                if !paused {
+                    tracing::warn!("the API server is out of reach: no lease is renewed until it answers again");
+                    paused = true;
+                }
+                continue;
+            }
+            paused = false;
             let clusters: Vec<String> = self
                 .renewals
                 .lock()
@@ -154,11 +195,9 @@ impl Leases {
                 .collect();
             // Each within the interval: one unreachable agent must not delay the others.
             let results = futures::future::join_all(clusters.iter().map(|c| async move {
-                let sent = tokio::time::timeout(HEARTBEAT_INTERVAL, self.beat(c, members)).await;
-                (
-                    c,
-                    sent.unwrap_or_else(|_| Err("no answer within 1s".to_owned())),
-                )
+                let sent = tokio::time::timeout(HEARTBEAT_INTERVAL, self.send(c, members)).await;
+                let late = || format!("no answer within {HEARTBEAT_INTERVAL:?}");
+                (c, sent.unwrap_or_else(|_| Err(late())))
             }))
             .await;
             for (cluster, result) in results {
@@ -176,7 +215,7 @@ impl Leases {
                         // A deleted cluster's: its next pass, if it has one, names the holder
                         // again.
                         if since.elapsed() > FORGET_AFTER {
-                            tracing::info!(cluster = %cluster, "lease heartbeats unanswered for 5 minutes: no longer sent");
+                            tracing::info!(cluster = %cluster, unanswered_for = ?FORGET_AFTER, "lease heartbeats unanswered for long: no longer sent");
                             self.forget(cluster);
                             failing.remove(cluster);
                         }

@@ -1,8 +1,8 @@
 //! How the operator reaches its members' agents: each pod's report (`GET /status` on the agent
 //! port), role orders (`POST /role`) and the primary's lease heartbeats (`POST /lease`), the
-//! I/O edge of the role decisions in `roles`,
-//! `fencing` and `failover`. [`AgentMembers`] speaks HTTP over the pod network; controller
-//! tests script members through the same [`Members`] trait.
+//! I/O edge of the role decisions in `roles`, `fencing` and `failover`. [`AgentMembers`]
+//! speaks HTTP over the pod network; controller tests script members through the same
+//! [`Members`] trait.
 
 use std::time::Duration;
 
@@ -21,9 +21,9 @@ use crate::names;
 
 /// Time to connect and to read a whole answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
-/// Time to connect: an agent cut off the network never refuses, and an order to it must not
-/// hold a failover's pass for the whole answer's wait.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Time to connect (a lost SYN is sent again after 1 s): an agent cut off the network never
+/// refuses, and an order to it must not hold a failover's pass for the whole answer's wait.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time for a fresh report (the agent waits up to 3 s for a new pass).
 const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest answer read.

@@ -57,9 +57,11 @@ pub async fn controllers(
     let lease_ctx = ctx.clone();
     let mut lease_stop = stop_rx.clone();
     tokio::spawn(async move {
+        let readiness = lease_ctx.readiness.clone();
+        let in_charge = move || readiness.check(std::time::Instant::now()).is_ok();
         tokio::select! {
             _ = lease_stop.wait_for(|s| *s) => {}
-            _ = lease_ctx.leases.run(lease_ctx.members.as_ref()) => {}
+            _ = lease_ctx.leases.run(lease_ctx.members.as_ref(), &in_charge) => {}
         }
     });
 

@@ -366,3 +366,37 @@ async fn a_failover_waits_for_the_lost_primarys_lease_and_leases_the_new_one_fir
     );
     ns.delete().await.expect("delete namespace");
 }
+
+/// Automatic failover turned off: the primary's pod still runs an agent that needs its lease
+/// until it is rolled, so the lease is still renewed (longer: nothing is promoted now), never
+/// left to lapse and fence a healthy primary.
+#[tokio::test]
+async fn turning_failover_off_keeps_the_running_primarys_lease() {
+    use bulwark_contract::lease::LEASE_WITHOUT_FAILOVER;
+    let (client, ns) = setup("lease-off").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    clusters
+        .patch(
+            "till",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replication": {"failoverAfterSeconds": 0}}})),
+        )
+        .await
+        .expect("turn failover off");
+    let beats = || members().get(n, "till-0").heartbeats;
+    let since = Instant::now();
+    wait_for("heartbeats with the longer lease", WAIT, || async move {
+        let recent: Vec<_> = beats()
+            .into_iter()
+            .filter(|(at, h)| *at > since && h.lease() == LEASE_WITHOUT_FAILOVER)
+            .collect();
+        if recent.len() >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{} so far", recent.len()))
+        }
+    })
+    .await;
+    ns.delete().await.expect("delete namespace");
+}

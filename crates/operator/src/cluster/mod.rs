@@ -59,6 +59,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     let validated = match checked {
         Ok(v) => v,
         Err(message) => {
+            primary::keep_lease(&ctx, &cluster, &ns).await;
             invalid(&cluster, &ctx, &ns, message).await?;
             // Referenced Secrets and claims are not watched; look again now and then.
             return Ok(Action::requeue(Duration::from_secs(60)));

@@ -26,7 +26,7 @@ use crate::context::{Context, Reason};
 use crate::error::Result;
 use crate::leases::Holder;
 use crate::names;
-use bulwark_contract::lease::lease_for;
+use bulwark_contract::lease::{lease_for, LEASE_WITHOUT_FAILOVER};
 
 /// Fresh reports of a switchover's new primary read in one pass while it catches up.
 const SWITCHOVER_COMPARISONS: u32 = 10;
@@ -142,22 +142,29 @@ pub async fn settle(
         key: None,
         primary_host: names::pod_host(&name, &primary),
     };
-    match lease {
+    // The primary pod's own command says whether its agent needs a lease (a change of
+    // failoverAfterSeconds reaches it only when it is rolled).
+    let primary_pod = pods.iter().find(|p| p.name_any() == primary);
+    let granted = primary_pod
+        .filter(|p| wants_lease(p))
+        .map(|_| lease.unwrap_or(LEASE_WITHOUT_FAILOVER));
+    match granted {
         None => ctx.leases.forget(&lease_key),
         // A failover may be counting: nothing may renew the lost primary's lease from now on.
         Some(_) if settled.plan.lost_since.is_some() => ctx.leases.stop(&lease_key),
         Some(lease) => {
-            renew_lease(
-                ctx,
-                &lease_key,
-                pods,
-                &views,
-                &primary,
-                epoch,
-                lease,
-                &mut order_keys,
-            )
-            .await
+            // Only the primary at this epoch is renewed, whoever was before.
+            ctx.leases.keep_only(&lease_key, &primary, epoch);
+            let reports = views.iter().any(|v| v.pod == primary && v.report.is_ok());
+            if let (true, Some(pod)) = (reports, primary_pod) {
+                let target = LeaseTarget {
+                    cluster: &lease_key,
+                    pod,
+                    epoch,
+                    lease,
+                };
+                renew_lease(ctx, &target, &mut order_keys).await;
+            }
         }
     }
     // Members whose role changes go first; replicas only told of the new epoch go after the
@@ -200,9 +207,12 @@ pub async fn settle(
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
-                if lease.is_some() {
+                if granted.is_some() {
                     // The lease first, so that the promoted member takes writes at once.
-                    if let Err(e) = ctx.leases.beat(&lease_key, ctx.members.as_ref()).await {
+                    let beat = ctx
+                        .leases
+                        .beat(&lease_key, &primary, epoch, ctx.members.as_ref());
+                    if let Err(e) = beat.await {
                         tracing::warn!(namespace = ns, pod = %primary, error = %e, "lease heartbeat before the promotion not answered");
                     }
                 }
@@ -280,40 +290,85 @@ pub(super) fn seconds(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
 }
 
-/// Renews the lease of `primary` at `epoch` while its agent reports (one that does not may be
-/// cut off; the heartbeats it missed then are what fences it). Without the order key, or an
-/// address, nothing is renewed: the primary fences itself and says why.
-#[allow(clippy::too_many_arguments)]
-async fn renew_lease(
-    ctx: &Context,
-    lease_key: &str,
-    pods: &[Pod],
-    views: &[MemberView],
-    primary: &str,
+/// Whom a lease is renewed for.
+struct LeaseTarget<'a> {
+    /// `namespace/name` of the cluster.
+    cluster: &'a str,
+    pod: &'a Pod,
     epoch: u64,
     lease: Duration,
-    orders: &mut Orders<'_>,
-) {
-    if !views.iter().any(|v| v.pod == primary && v.report.is_ok()) {
-        return;
-    }
-    let Some(addr) = pods
+}
+
+/// Whether `pod`'s agent runs with `--primary-lease` (as the primary, it takes writes only
+/// while it holds a lease).
+pub fn wants_lease(pod: &Pod) -> bool {
+    pod.spec
         .iter()
-        .find(|p| p.name_any() == primary)
-        .and_then(|p| crate::members::agent_address(p).ok())
-    else {
+        .flat_map(|s| &s.containers)
+        .filter(|c| c.name == "agent")
+        .flat_map(|c| c.command.iter().chain(&c.args).flatten())
+        .any(|a| a == "--primary-lease")
+}
+
+/// Renews `target`'s lease while its agent reports (one that does not may be cut off; the
+/// heartbeats it missed then are what fences it). Without the order key, or an address,
+/// nothing is renewed: the primary fences itself and says why.
+async fn renew_lease(ctx: &Context, target: &LeaseTarget<'_>, orders: &mut Orders<'_>) {
+    let Ok(addr) = crate::members::agent_address(target.pod) else {
         return;
     };
     let Some(key) = orders.key().await else {
         return;
     };
     let holder = Holder {
-        pod: primary.to_owned(),
+        pod: target.pod.name_any(),
         addr,
-        epoch,
-        lease,
+        epoch: target.epoch,
+        lease: target.lease,
     };
-    ctx.leases.renew(lease_key, holder, key);
+    ctx.leases.renew(target.cluster, holder, key);
+}
+
+/// Keeps renewing the status' primary while no pass settles it (the spec is invalid, so nothing
+/// fails over either): a typo in the spec must not stop the database taking writes. Renews
+/// nothing when the primary is renewed already.
+pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
+    let name = cluster.name_any();
+    let lease_key = format!("{ns}/{name}");
+    let Some(status) = cluster.status.as_ref() else {
+        return;
+    };
+    let (Some(primary), Some(epoch)) = (
+        status.current_primary.as_deref(),
+        status.epoch.and_then(|e| u64::try_from(e).ok()),
+    ) else {
+        return;
+    };
+    if ctx.leases.renews(&lease_key, primary, epoch) {
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let Ok(Some(pod)) = apply::get_opt(&pods, primary).await else {
+        return;
+    };
+    if !wants_lease(&pod) {
+        return;
+    }
+    let after = seconds(cluster.spec.replication.failover_after_seconds);
+    let target = LeaseTarget {
+        cluster: &lease_key,
+        pod: &pod,
+        epoch,
+        lease: lease_for(after).unwrap_or(LEASE_WITHOUT_FAILOVER),
+    };
+    let mut orders = Orders {
+        ctx,
+        ns,
+        cluster: &name,
+        key: None,
+        primary_host: String::new(),
+    };
+    renew_lease(ctx, &target, &mut orders).await;
 }
 
 /// The key that signs role orders, from the generated Secret; `None` (logged) when it cannot be
