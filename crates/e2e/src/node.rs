@@ -197,3 +197,63 @@ pub fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHand
         kills
     })
 }
+
+/// A pod cut off the pod network, both ways, until dropped: inside the node's namespace, every
+/// packet forwarded to or from its address is dropped (ahead of kube-proxy's rules, which let
+/// established connections through). The node itself (the kubelet's probes, `kubectl exec`)
+/// still reaches it, as a node's own kubelet does when its network splits from the others.
+pub struct Isolated {
+    ip: String,
+}
+
+impl Isolated {
+    pub fn pod(ip: &str) -> Isolated {
+        let cut = Isolated { ip: ip.to_owned() };
+        for rule in cut.rules() {
+            let out = output({
+                let mut c = in_node(iptables());
+                c.args(["-I", "FORWARD", "1"]).args(&rule);
+                c
+            });
+            assert!(
+                out.status.success(),
+                "iptables: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        cut
+    }
+
+    fn rules(&self) -> [Vec<String>; 2] {
+        let drop = |dir: &str| {
+            vec![
+                dir.to_owned(),
+                self.ip.clone(),
+                "-j".to_owned(),
+                "DROP".to_owned(),
+            ]
+        };
+        [drop("-s"), drop("-d")]
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        for rule in self.rules() {
+            let _ = output({
+                let mut c = in_node(iptables());
+                c.args(["-D", "FORWARD"]).args(&rule);
+                c
+            });
+        }
+    }
+}
+
+/// `iptables`, from sbin when it is there (a non-login root shell may not have it on PATH).
+fn iptables() -> &'static str {
+    if Path::new("/usr/sbin/iptables").exists() {
+        "/usr/sbin/iptables"
+    } else {
+        "iptables"
+    }
+}

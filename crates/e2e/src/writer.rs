@@ -28,7 +28,7 @@ pub fn create_table(namespace: &str, pod: &str, password: &str, host: &str) {
 
 /// Starts the writer in `pod` for `seconds`: ids 1, 2, ... into `ledger.acks` through `host`.
 pub fn start(namespace: &str, pod: &str, password: &str, host: &str, seconds: u32) -> Child {
-    start_in(namespace, pod, "mysqld", password, host, seconds)
+    start_in(namespace, pod, "mysqld", password, host, seconds, None)
 }
 
 /// The client pod's name.
@@ -37,6 +37,28 @@ const CLIENT_POD: &str = "writer";
 /// Starts the writer as [`start`] does, in a client pod of its own (the server image, running
 /// nothing but the writer), so that no server pod's restart stops it.
 pub fn start_in_client(namespace: &str, password: &str, host: &str, seconds: u32) -> Child {
+    start_client(namespace, password, host, seconds, None)
+}
+
+/// [`start_in_client`] with each insert given up after `timeout` seconds (counted refused): a
+/// primary cut off the network never answers, and its client would wait for ever.
+pub fn start_in_client_bounded(
+    namespace: &str,
+    password: &str,
+    host: &str,
+    seconds: u32,
+    timeout: u32,
+) -> Child {
+    start_client(namespace, password, host, seconds, Some(timeout))
+}
+
+fn start_client(
+    namespace: &str,
+    password: &str,
+    host: &str,
+    seconds: u32,
+    timeout: Option<u32>,
+) -> Child {
     crate::apply(
         namespace,
         &format!(
@@ -56,7 +78,9 @@ pub fn start_in_client(namespace: &str, password: &str, host: &str, seconds: u32
         "--timeout=120s",
         &format!("pod/{CLIENT_POD}"),
     ]);
-    start_in(namespace, CLIENT_POD, "client", password, host, seconds)
+    start_in(
+        namespace, CLIENT_POD, "client", password, host, seconds, timeout,
+    )
 }
 
 fn start_in(
@@ -66,11 +90,13 @@ fn start_in(
     password: &str,
     host: &str,
     seconds: u32,
+    timeout: Option<u32>,
 ) -> Child {
+    let bound = timeout.map_or(String::new(), |t| format!("timeout {t} "));
     let script = format!(
         "end=$(( $(date +%s) + {seconds} )); i=0; rm -f {STOP_FILE}; \
          while [ $(date +%s) -lt $end ] && [ ! -e {STOP_FILE} ]; do i=$((i+1)); \
-         if MYSQL_PWD='{password}' mariadb --connect-timeout=2 -h {host} -u root \
+         if MYSQL_PWD='{password}' {bound}mariadb --connect-timeout=2 -h {host} -u root \
             -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
          then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
          sleep 0.2; done"
