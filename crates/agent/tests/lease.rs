@@ -111,10 +111,12 @@ fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
 
     // A restart of the agent alone keeps what is left of the lease: the primary stays
     // writable without a heartbeat until it runs out.
-    assert_eq!(
-        a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key)).0,
-        200
-    );
+    // (A longer lease, so that the new agent is up well before it runs out.)
+    let long = Heartbeat {
+        lease_ms: 10_000,
+        ..Heartbeat::verify(&heartbeat("quay-0", 0, now_ms(), key), key).unwrap()
+    };
+    assert_eq!(a.post("/lease", &long.sign(key)).0, 200);
     drop(a);
     let a = start("a-again");
     wait_status(&a, &[], "/readyz", 200, "primary: writable");
@@ -186,15 +188,6 @@ fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
     wait_status(&a, &[], "/readyz", 503, "primary, fenced: the lease lapsed");
     // Root, whom MariaDB's read_only lets commit, cannot either.
     root_write_refused(&a_db);
-    // A heartbeat for another epoch is taken but renews nothing for this one.
-    assert_eq!(
-        a.post("/lease", &heartbeat("quay-0", 1, now_ms(), key)).0,
-        200
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    wait_status(&a, &[], "/readyz", 503, "no lease for epoch 0");
-    assert_eq!(read_only(&a_db), "1");
-
     // Renewed: writes again, at once.
     let renewed = Instant::now();
     assert_eq!(
@@ -215,6 +208,25 @@ fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
             "SELECT GROUP_CONCAT(id ORDER BY id) FROM harbor.ships"
         ),
         "1,2,3,4,5,101"
+    );
+
+    // A heartbeat for a later epoch is taken, and is no lease for this one: fenced at once.
+    // One for this epoch is then refused as older.
+    assert_eq!(
+        a.post("/lease", &heartbeat("quay-0", 1, now_ms(), key)).0,
+        200
+    );
+    wait_status(&a, &[], "/readyz", 503, "no lease for epoch 0");
+    assert_eq!(read_only(&a_db), "1");
+    let (code, body) = a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key));
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("older than the last one taken (1)"), "{body}");
+    wait_status(
+        &a,
+        &[],
+        "/readyz",
+        503,
+        "refused: it was for an older epoch",
     );
 }
 

@@ -85,6 +85,35 @@ pub enum HeartbeatRefusal {
     Stale { off_ms: i64, max_ms: u64 },
     #[error("the heartbeat is not newer than the last one taken")]
     Replayed,
+    #[error("the heartbeat is for epoch {got}, older than the last one taken ({have})")]
+    OlderEpoch { got: u64, have: u64 },
+}
+
+impl HeartbeatRefusal {
+    /// What went wrong, in words that do not change from one heartbeat to the next (for a
+    /// readiness reason, which should not change every second).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HeartbeatRefusal::Invalid(OrderError::Unreadable(_)) => "it was unreadable",
+            HeartbeatRefusal::Invalid(OrderError::BadSignature) => {
+                "it was not signed with this cluster's order key"
+            }
+            HeartbeatRefusal::OtherMember(_) => "it was for another pod",
+            HeartbeatRefusal::Stale { .. } => {
+                "its stamp was more than 2 s away from this agent's clock (do the nodes' clocks \
+                 agree?)"
+            }
+            HeartbeatRefusal::Replayed => "it was a replay",
+            HeartbeatRefusal::OlderEpoch { .. } => "it was for an older epoch",
+        }
+    }
+}
+
+/// The last heartbeat a member took: its stamp and epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastTaken {
+    pub sent_ms: i64,
+    pub epoch: u64,
 }
 
 impl Heartbeat {
@@ -126,13 +155,13 @@ impl Heartbeat {
     }
 
     /// Whether `pod` may take this heartbeat (verified under `key`) at `now_ms` by its clock,
-    /// having last taken one stamped `last_sent_ms`.
+    /// having last taken `last`: never an older epoch's, and never one not newer.
     pub fn accept(
         line: &str,
         key: &[u8],
         pod: &str,
         now_ms: i64,
-        last_sent_ms: Option<i64>,
+        last: Option<LastTaken>,
     ) -> Result<Heartbeat, HeartbeatRefusal> {
         let h = Heartbeat::verify(line, key)?;
         if h.member != pod {
@@ -143,8 +172,16 @@ impl Heartbeat {
         if off_ms.unsigned_abs() > max_ms {
             return Err(HeartbeatRefusal::Stale { off_ms, max_ms });
         }
-        if last_sent_ms.is_some_and(|last| h.sent_ms <= last) {
-            return Err(HeartbeatRefusal::Replayed);
+        if let Some(last) = last {
+            if h.sent_ms <= last.sent_ms {
+                return Err(HeartbeatRefusal::Replayed);
+            }
+            if h.epoch < last.epoch {
+                return Err(HeartbeatRefusal::OlderEpoch {
+                    got: h.epoch,
+                    have: last.epoch,
+                });
+            }
         }
         Ok(h)
     }
@@ -198,12 +235,13 @@ mod tests {
         let key = b"order key";
         let now = 1_800_000_000_000;
         let line = beat(now - 500).sign(key);
+        let last = |sent_ms, epoch| Some(LastTaken { sent_ms, epoch });
         assert_eq!(
-            Heartbeat::accept(&line, key, "quay-0", now, Some(now - 1500)),
+            Heartbeat::accept(&line, key, "quay-0", now, last(now - 1500, 3)),
             Ok(beat(now - 500))
         );
-        type Case<'a> = (&'a str, String, &'a [u8], &'a str, i64, Option<i64>);
-        let cases: [Case; 7] = [
+        type Case<'a> = (&'a str, String, &'a [u8], &'a str, i64, Option<LastTaken>);
+        let cases: [Case; 8] = [
             ("another key", line.clone(), b"other", "quay-0", now, None),
             (
                 "edited lease",
@@ -236,7 +274,15 @@ mod tests {
                 key,
                 "quay-0",
                 now,
-                Some(now - 500),
+                last(now - 500, 3),
+            ),
+            (
+                "an older epoch's",
+                line.clone(),
+                key,
+                "quay-0",
+                now,
+                last(now - 1500, 4),
             ),
             ("unreadable", "{".into(), key, "quay-0", now, None),
         ];

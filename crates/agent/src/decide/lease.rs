@@ -25,8 +25,24 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
-    /// Where the lease stands for a primary at `epoch`, given the last one taken.
-    pub fn of(required: bool, epoch: u64, granted: Option<Granted>) -> LeaseState {
+    /// Where the lease stands for a primary at `epoch`, given the last one taken and why the
+    /// heartbeats since were refused, if they were.
+    pub fn of(
+        required: bool,
+        epoch: u64,
+        granted: Option<Granted>,
+        refused: Option<&str>,
+    ) -> LeaseState {
+        match Self::of_granted(required, epoch, granted) {
+            LeaseState::Lapsed(why) => LeaseState::Lapsed(match refused {
+                Some(kind) => format!("{why}; the last heartbeat was refused: {kind}"),
+                None => why,
+            }),
+            state => state,
+        }
+    }
+
+    fn of_granted(required: bool, epoch: u64, granted: Option<Granted>) -> LeaseState {
         if !required {
             return LeaseState::NotRequired;
         }
@@ -113,7 +129,23 @@ mod tests {
             ),
         ];
         for (name, required, epoch, granted, want) in cases {
-            assert_eq!(LeaseState::of(required, epoch, granted), want, "{name}");
+            assert_eq!(
+                LeaseState::of(required, epoch, granted, None),
+                want,
+                "{name}"
+            );
         }
+        assert_eq!(
+            LeaseState::of(true, 3, g(3, 6, 6), Some("it was a replay")),
+            LeaseState::Lapsed(
+                "the lease lapsed: no heartbeat from the operator within 6s; the last heartbeat \
+                 was refused: it was a replay"
+                    .into()
+            )
+        );
+        assert_eq!(
+            LeaseState::of(true, 3, g(3, 2, 6), Some("it was a replay")),
+            LeaseState::Held(s(4))
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
-use bulwark_contract::lease::{Heartbeat, HeartbeatRefusal};
+use bulwark_contract::lease::{Heartbeat, HeartbeatRefusal, LastTaken};
 use bulwark_contract::order::{OrderError, ORDER_KEY};
 
 use crate::decide::lease::Granted;
@@ -35,6 +35,8 @@ pub struct Lease {
     taken: Mutex<Option<Taken>>,
     /// The last refusal logged, so that one repeated every second is logged once.
     refused: Mutex<Option<String>>,
+    /// What the last refusal was, until a heartbeat is taken.
+    refused_kind: Mutex<Option<String>>,
 }
 
 /// What is kept in the file: the lease's epoch and stamp, and when it ends by this clock.
@@ -62,6 +64,7 @@ impl Lease {
             file,
             taken: Mutex::new(taken),
             refused: Mutex::new(None),
+            refused_kind: Mutex::new(None),
         }
     }
 
@@ -90,7 +93,11 @@ impl Lease {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let last = *taken;
-        let h = Heartbeat::accept(line, key, pod, now_ms, last.map(|t| t.sent_ms))?;
+        let taken_last = last.map(|t| LastTaken {
+            sent_ms: t.sent_ms,
+            epoch: t.epoch,
+        });
+        let h = Heartbeat::accept(line, key, pod, now_ms, taken_last)?;
         let now = Instant::now();
         let renews = last.is_none_or(|t| t.epoch != h.epoch || now >= t.at + t.lease);
         let left = h.left_at(now_ms);
@@ -106,7 +113,17 @@ impl Lease {
         Ok((h, renews))
     }
 
+    /// Why the last heartbeat was refused, in words that do not change every second, while no
+    /// heartbeat has been taken since.
+    pub fn refused_since(&self) -> Option<String> {
+        self.refused_kind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn log_refusal(&self, r: &Refusal) {
+        *self.refused_kind.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.kind().to_owned());
         let line = r.to_string();
         let mut last = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_deref() != Some(line.as_str()) {
@@ -128,6 +145,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// What went wrong, in words that stay the same from one heartbeat to the next.
+    fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Heartbeat(h) => h.kind(),
+            Refusal::NoKey(_) => "the order key could not be read",
+            Refusal::NoPodName => "this agent has no pod name",
+        }
+    }
+
     fn status(&self) -> u16 {
         match self {
             Refusal::Heartbeat(HeartbeatRefusal::Invalid(OrderError::Unreadable(_))) => 400,
@@ -168,11 +194,9 @@ pub(crate) fn handler(
                         tracing::info!(epoch = h.epoch, lease_ms = h.lease_ms, "lease taken");
                         wake.notify_one();
                     }
-                    lease
-                        .refused
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take();
+                    for r in [&lease.refused, &lease.refused_kind] {
+                        r.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    }
                     Response::new(
                         200,
                         format!("lease held for {} ms at epoch {}", h.lease_ms, h.epoch),

@@ -212,10 +212,12 @@ impl Agent {
                 && c.last_change.is_none_or(|t| t.elapsed() > CHANGE_RETRY);
             changed || denied
         });
+        let refused = self.lease.refused_since();
         let lease = LeaseState::of(
             self.config.primary_lease,
             self.role.epoch,
             self.lease.granted(),
+            refused.as_deref(),
         );
         let mut decision = topology::decide(&Situation {
             role,
