@@ -57,6 +57,12 @@ impl Leases {
     /// cluster's.
     pub fn renew(&self, cluster: &str, holder: Holder, key: Vec<u8>) {
         let mut r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+        // Epochs only grow: a pass from an older copy of the status renews nobody.
+        if r.get(cluster)
+            .is_some_and(|old| old.holder.epoch > holder.epoch)
+        {
+            return;
+        }
         if r.get(cluster)
             .is_none_or(|old| old.holder != holder || old.stopped)
         {
@@ -105,19 +111,20 @@ impl Leases {
             .remove(cluster);
     }
 
-    /// How long `pod` of `cluster` may still hold a lease this operator sent it (of at most
-    /// `lease` when it sent none since it started), plus the margin for its delivery and for
+    /// How long any member of `cluster` may still hold a lease this operator sent it (of at
+    /// most `lease` when it sent none since it started), plus the margin for the clocks and for
     /// the agent to fence itself: zero once a failover may promote another member.
-    pub fn outstanding(&self, cluster: &str, pod: &str, lease: Duration) -> Duration {
-        let sent = self
+    pub fn outstanding_any(&self, cluster: &str, lease: Duration) -> Duration {
+        let prefix = format!("{cluster}/");
+        let floor = self.started + lease;
+        let ends = self
             .granted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&format!("{cluster}/{pod}"))
-            .copied();
-        let ends = sent
-            .unwrap_or(self.started + lease)
-            .max(self.started + lease);
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, ends)| *ends)
+            .fold(floor, Instant::max);
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
@@ -145,11 +152,11 @@ impl Leases {
     }
 
     fn prepare(&self, cluster: &str) -> Option<(Holder, String)> {
-        let (holder, key) = {
-            let r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
-            let renewal = r.get(cluster).filter(|r| !r.stopped)?;
-            (renewal.holder.clone(), renewal.key.clone())
-        };
+        // Counted under the renewals' lock, before it is sent: a failover that reads
+        // `outstanding_any` after a stop sees every heartbeat that may still go out.
+        let r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+        let renewal = r.get(cluster).filter(|r| !r.stopped)?;
+        let holder = renewal.holder.clone();
         let ends = Instant::now() + holder.lease;
         self.granted
             .lock()
@@ -163,7 +170,7 @@ impl Leases {
             lease_ms: holder.lease.as_millis() as u64,
             sent_ms: chrono::Utc::now().timestamp_millis(),
         }
-        .sign(&key);
+        .sign(&renewal.key);
         Some((holder, line))
     }
 
@@ -241,29 +248,38 @@ mod tests {
 
     #[test]
     fn a_lease_is_outstanding_until_the_last_one_sent_ran_out_plus_the_margin() {
+        let six = Duration::from_secs(6);
         let leases = Leases::default();
         // Nothing sent since the start: as if renewed just before it.
-        let before = leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6));
+        let before = leases.outstanding_any("ns/quay", six);
         assert!(before > Duration::from_secs(9) && before <= Duration::from_secs(10));
         leases.renew("ns/quay", holder("quay-0", 20), b"k".to_vec());
         let (sent_to, line) = leases.prepare("ns/quay").unwrap();
         assert_eq!(sent_to.pod, "quay-0");
         let taken = Heartbeat::verify(&line, b"k").unwrap();
         assert_eq!((taken.epoch, taken.lease_ms), (2, 20_000));
-        let left = leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6));
+        let left = leases.outstanding_any("ns/quay", six);
         assert!(left > Duration::from_secs(23) && left <= Duration::from_secs(24));
-        // A shorter lease sent later does not shorten the count of the longer one.
-        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
-        leases.prepare("ns/quay").unwrap();
-        assert!(
-            leases.outstanding("ns/quay", "quay-0", Duration::from_secs(6))
-                > Duration::from_secs(23)
-        );
-        // Another member was never sent one.
-        assert!(
-            leases.outstanding("ns/quay", "quay-1", Duration::from_secs(6))
-                <= Duration::from_secs(10)
-        );
+        // The lease goes to another member: the first one's still counts.
+        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
+        assert_eq!(leases.prepare("ns/quay").unwrap().0.pod, "quay-1");
+        assert!(leases.outstanding_any("ns/quay", six) > Duration::from_secs(23));
+        // Another cluster's do not.
+        assert!(leases.outstanding_any("ns/other", six) <= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_pass_from_an_older_status_renews_nobody() {
+        let leases = Leases::default();
+        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
+        let older = Holder {
+            epoch: 1,
+            ..holder("quay-0", 6)
+        };
+        leases.renew("ns/quay", older, b"k".to_vec());
+        assert!(leases.renews("ns/quay", "quay-1", 2));
+        leases.keep_only("ns/quay", "quay-0", 1);
+        assert!(leases.prepare("ns/quay").is_none());
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct Inputs<'a> {
     pub switchover_timeout: Duration,
     /// The status as read at the start of the pass.
     pub status: &'a MySQLClusterStatus,
+    /// `status` was read from the API server in this pass, not from the controller's cache:
+    /// members ahead of it mean the status went back, not that the copy lags.
+    pub status_confirmed: bool,
     /// The switchover annotation's value.
     pub annotation: Option<&'a str>,
     /// The force-failover annotation's value.
@@ -209,13 +212,20 @@ pub fn plan(i: &Inputs) -> Plan {
     let mut epoch = status.epoch.map_or(0, |e| u64::try_from(e).unwrap_or(0));
     let mut primary = current_primary(i.cluster, status);
     // Members never run ahead of the status the operator wrote: ahead of this copy, it is an
-    // older one (a lagging cache) or the status went back. The members' kept orders then say
-    // who the primary is; the status write that follows is refused if this copy was old. With
-    // no member primary at that epoch, nothing moves: moving the members to an older epoch
-    // would undo a newer decision.
+    // older one (a lagging cache) or the status went back (a cluster created again over kept
+    // volumes, a restored object). The members' kept orders and labels then say who the
+    // primary is; the status write that follows is refused if this copy was old. With no
+    // member primary at that epoch, nothing moves until the API server confirms the status
+    // (moving the members to an older epoch would undo a newer decision); confirmed, the roles
+    // start again at the next epoch, which no member holds yet.
+    let mut adopted = false;
     if let Some((newest, newest_primary)) = newest_standing(i.views).filter(|(e, _)| *e > epoch) {
         match newest_primary {
-            Some(p) => (primary, epoch) = (p.to_owned(), newest),
+            Some(p) => {
+                adopted = p != primary;
+                (primary, epoch) = (p.to_owned(), newest);
+            }
+            None if i.status_confirmed => epoch = newest + 1,
             None => {
                 return Plan {
                     primary,
@@ -233,6 +243,9 @@ pub fn plan(i: &Inputs) -> Plan {
             }
         }
     }
+    // Since when the primary has been lost: the status' count is another member's when the
+    // primary was adopted.
+    let counted_lost_since = status.primary_lost_since.clone().filter(|_| !adopted);
     let had_primary = status.primary_since.is_some();
     let changed = |primary: String, transition| Plan {
         primary,
@@ -245,7 +258,7 @@ pub fn plan(i: &Inputs) -> Plan {
 
     if had_primary && i.members > 1 {
         lost_since = failover::primary_lost(&primary, i.views)
-            .map(|_| status.primary_lost_since.clone().unwrap_or(Time(i.now)));
+            .map(|_| counted_lost_since.clone().unwrap_or(Time(i.now)));
         let lost_for = lost_since.as_ref().map(|t| lost_for(t.0, i.now));
         let rules = failover::Rules {
             engine: i.engine,

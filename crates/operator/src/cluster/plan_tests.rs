@@ -144,6 +144,8 @@ struct Case {
     views: Vec<MemberView>,
     rollout: Option<Vec<rollout::Pod>>,
     deleting: Vec<String>,
+    /// The status was read from the API server in the pass.
+    confirmed: bool,
     expect: Outcome,
 }
 
@@ -161,6 +163,7 @@ fn case(
         views,
         rollout: None,
         deleting: Vec::new(),
+        confirmed: false,
         expect,
     }
 }
@@ -168,6 +171,10 @@ fn case(
 impl Case {
     fn asking(mut self, annotation: &'static str) -> Case {
         self.annotation = Some(annotation);
+        self
+    }
+    fn confirmed(mut self) -> Case {
+        self.confirmed = true;
         self
     }
     fn members(mut self, members: i32) -> Case {
@@ -196,6 +203,7 @@ impl Case {
             failover_after: Duration::from_secs(10),
             switchover_timeout: Duration::from_secs(60),
             status: &self.status,
+            status_confirmed: self.confirmed,
             annotation: self.annotation,
             views: &self.views,
             rollout: self.rollout.as_deref(),
@@ -509,6 +517,45 @@ fn members_ahead_of_the_status_name_the_primary_it_lost() {
     views[1].labelled_epoch = Some(2);
     let p = run(MySQLClusterStatus::default(), views);
     assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
+    // Adopted, and silent itself: lost from now on, not since the status' count for the
+    // primary it replaced.
+    let mut views = promoted_at_2();
+    views[1].report = Err("connection refused".into());
+    views[2] = orphaned("quay-2", "0-1-9");
+    views[2].report.as_mut().unwrap().epoch = 2;
+    let p = run(lost_for(serving("quay-0", 1), 600), views);
+    assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
+    assert_eq!(p.lost_since, Some(Time(now())));
+    assert!(matches!(
+        p.transition,
+        Transition::Hold(Hold {
+            waiting: Some(_),
+            ..
+        })
+    ));
+    // A cluster created again over kept volumes: the members hold replica orders of the old
+    // one, and no status. Confirmed by the API server, the roles start again above them.
+    let kept = vec![
+        replica("quay-0", 4),
+        replica("quay-1", 4),
+        replica("quay-2", 4),
+    ];
+    let c = case(
+        "",
+        MySQLClusterStatus::default(),
+        kept.clone(),
+        Outcome::Steady,
+    );
+    assert!(matches!(
+        c.plan().transition,
+        Transition::Hold(Hold { stale: Some(_), .. })
+    ));
+    let p = c.confirmed().plan();
+    assert_eq!((p.primary.as_str(), p.epoch), ("quay-0", 5));
+    assert!(matches!(
+        p.transition,
+        Transition::Hold(Hold { stale: None, .. })
+    ));
     // Nobody is the primary at the newest epoch: the status stays, and says why.
     let p = run(
         serving("quay-0", 1),

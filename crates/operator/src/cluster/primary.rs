@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use bulwark_api::cluster::MySQLClusterStatus;
 use bulwark_api::cluster::{FORCE_FAILOVER_ANNOTATION, SWITCHOVER_ANNOTATION};
 use bulwark_api::MySQLCluster;
 use bulwark_contract::order::{RoleOrder, ORDER_KEY};
@@ -75,14 +76,15 @@ pub async fn settle(
         tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
     }
     let mut views = crate::members::views(ctx.members.as_ref(), &pods).await;
-    let status = cluster.status.clone().unwrap_or_default();
+    let mut status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
-    let lease = lease_for(failover_after);
-    let lease_key = format!("{ns}/{name}");
+    let lease = lease_length(cluster);
+    let lease_key = lease_key(cluster, ns);
+    // Any member may still hold a lease this operator sent it (the adopted primary of a
+    // status that went back, one replaced a moment ago): a failover waits for all of them.
     let lease_outstanding = lease.map_or(Duration::ZERO, |lease| {
-        let primary = plan::current_primary(&name, &status);
-        ctx.leases.outstanding(&lease_key, &primary, lease)
+        ctx.leases.outstanding_any(&lease_key, lease)
     });
     let rollout_pods = rollout::pods_of(&name, set, &pods);
     let deleting: Vec<String> = pods
@@ -90,29 +92,42 @@ pub async fn settle(
         .filter(|p| p.metadata.deletion_timestamp.is_some())
         .map(|p| p.name_any())
         .collect();
-    let plan = plan::plan(&Inputs {
-        cluster: &name,
-        engine,
-        members: cluster.spec.replicas,
-        failover_after,
-        switchover_timeout: seconds(cluster.spec.replication.switchover_timeout_seconds),
-        status: &status,
-        annotation: cluster
-            .annotations()
-            .get(SWITCHOVER_ANNOTATION)
-            .map(String::as_str),
-        force_failover: cluster
-            .annotations()
-            .get(FORCE_FAILOVER_ANNOTATION)
-            .map(String::as_str),
-        semi_sync: super::config::semi_sync(&cluster.spec),
-        views: &views,
-        rollout: rollout_pods.as_deref(),
-        backup_sources: read,
-        deleting: &deleting,
-        lease_outstanding,
-        now: Utc::now(),
-    });
+    let plan_from = |status: &MySQLClusterStatus, status_confirmed: bool| {
+        plan::plan(&Inputs {
+            cluster: &name,
+            engine,
+            members: cluster.spec.replicas,
+            failover_after,
+            switchover_timeout: seconds(cluster.spec.replication.switchover_timeout_seconds),
+            status,
+            status_confirmed,
+            annotation: cluster
+                .annotations()
+                .get(SWITCHOVER_ANNOTATION)
+                .map(String::as_str),
+            force_failover: cluster
+                .annotations()
+                .get(FORCE_FAILOVER_ANNOTATION)
+                .map(String::as_str),
+            semi_sync: super::config::semi_sync(&cluster.spec),
+            views: &views,
+            rollout: rollout_pods.as_deref(),
+            backup_sources: read,
+            deleting: &deleting,
+            lease_outstanding,
+            now: Utc::now(),
+        })
+    };
+    let mut plan = plan_from(&status, false);
+    if plan.hold().is_some_and(|h| h.stale.is_some()) {
+        // The members are ahead of the copy this pass read: the API server says whether that
+        // copy lags (the newer status is planned from) or the status really went back.
+        let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
+        if let Some(live) = apply::get_opt(&clusters, &name).await? {
+            status = live.status.unwrap_or_default();
+            plan = plan_from(&status, true);
+        }
+    }
     let mut settled = Settled {
         plan,
         pods,
@@ -151,7 +166,9 @@ pub async fn settle(
     match granted {
         None => ctx.leases.forget(&lease_key),
         // A failover may be counting: nothing may renew the lost primary's lease from now on.
-        Some(_) if settled.plan.lost_since.is_some() => ctx.leases.stop(&lease_key),
+        Some(_) if settled.plan.lost_since.is_some() && lease.is_some() => {
+            ctx.leases.stop(&lease_key)
+        }
         Some(lease) => {
             // Only the primary at this epoch is renewed, whoever was before.
             ctx.leases.keep_only(&lease_key, &primary, epoch);
@@ -299,6 +316,23 @@ struct LeaseTarget<'a> {
     lease: Duration,
 }
 
+/// The key of `cluster`'s leases: by uid too, so that a cluster created again under the same
+/// name starts afresh.
+fn lease_key(cluster: &MySQLCluster, ns: &str) -> String {
+    format!(
+        "{ns}/{}/{}",
+        cluster.name_any(),
+        cluster.uid().unwrap_or_default()
+    )
+}
+
+/// The lease the cluster's primary is granted when its pod needs one: short enough to lapse
+/// before a failover (a single member too: it may be scaled up, and an operator restarted
+/// meanwhile could not know of a longer lease); `None` while failover is off.
+fn lease_length(cluster: &MySQLCluster) -> Option<Duration> {
+    lease_for(seconds(cluster.spec.replication.failover_after_seconds))
+}
+
 /// Whether `pod`'s agent runs with `--primary-lease` (as the primary, it takes writes only
 /// while it holds a lease).
 pub fn wants_lease(pod: &Pod) -> bool {
@@ -334,7 +368,7 @@ async fn renew_lease(ctx: &Context, target: &LeaseTarget<'_>, orders: &mut Order
 /// nothing when the primary is renewed already.
 pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
     let name = cluster.name_any();
-    let lease_key = format!("{ns}/{name}");
+    let lease_key = lease_key(cluster, ns);
     let Some(status) = cluster.status.as_ref() else {
         return;
     };
@@ -344,7 +378,8 @@ pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
     ) else {
         return;
     };
-    if ctx.leases.renews(&lease_key, primary, epoch) {
+    // A lost primary is renewed by no path: a failover may be counting on its lease.
+    if status.primary_lost_since.is_some() || ctx.leases.renews(&lease_key, primary, epoch) {
         return;
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -354,12 +389,11 @@ pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
     if !wants_lease(&pod) {
         return;
     }
-    let after = seconds(cluster.spec.replication.failover_after_seconds);
     let target = LeaseTarget {
         cluster: &lease_key,
         pod: &pod,
         epoch,
-        lease: lease_for(after).unwrap_or(LEASE_WITHOUT_FAILOVER),
+        lease: lease_length(cluster).unwrap_or(LEASE_WITHOUT_FAILOVER),
     };
     let mut orders = Orders {
         ctx,
