@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::order::{constant_time_eq, hex, hmac_sha256};
+use crate::order::{constant_time_eq, mac, mac_matches};
 
 /// Largest request line read.
 pub const MAX_REQUEST_BYTES: usize = 1024;
@@ -93,7 +93,7 @@ impl CloneRequest {
 
     fn proof(&self, key: &[u8]) -> String {
         let text = format!("bulwark-clone-donor\n{}", self.signed_text());
-        hex(&hmac_sha256(key, text.as_bytes()))
+        mac(key, &text)
     }
 
     /// The request as one line of JSON, signed with `key`.
@@ -102,7 +102,7 @@ impl CloneRequest {
             member: self.member.clone(),
             donor: self.donor.clone(),
             issued_at: self.issued_at,
-            mac: hex(&hmac_sha256(key, self.signed_text().as_bytes())),
+            mac: mac(key, &self.signed_text()),
         })
         .unwrap_or_default()
     }
@@ -123,8 +123,7 @@ impl CloneRequest {
             donor: signed.donor,
             issued_at: signed.issued_at,
         };
-        let want = hex(&hmac_sha256(key, request.signed_text().as_bytes()));
-        if !constant_time_eq(want.as_bytes(), signed.mac.as_bytes()) {
+        if !mac_matches(key, &request.signed_text(), &signed.mac) {
             return Err(CloneRequestError::BadSignature);
         }
         if request.donor != donor {

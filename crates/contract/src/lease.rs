@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::order::{constant_time_eq, hex, hmac_sha256, OrderError};
+use crate::order::{mac, mac_matches, OrderError};
 
 /// Path on the agent port that takes a `POST`ed heartbeat.
 pub const LEASE_PATH: &str = "/lease";
@@ -132,7 +132,7 @@ impl Heartbeat {
             epoch: self.epoch,
             lease_ms: self.lease_ms,
             sent_ms: self.sent_ms,
-            mac: hex(&hmac_sha256(key, self.signed_text().as_bytes())),
+            mac: mac(key, &self.signed_text()),
         })
         .unwrap_or_default()
     }
@@ -147,8 +147,7 @@ impl Heartbeat {
             lease_ms: s.lease_ms,
             sent_ms: s.sent_ms,
         };
-        let want = hex(&hmac_sha256(key, heartbeat.signed_text().as_bytes()));
-        if !constant_time_eq(want.as_bytes(), s.mac.as_bytes()) {
+        if !mac_matches(key, &heartbeat.signed_text(), &s.mac) {
             return Err(OrderError::BadSignature);
         }
         Ok(heartbeat)

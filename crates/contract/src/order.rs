@@ -96,7 +96,7 @@ impl RoleOrder {
 
     /// The order as one line of JSON, signed with `key`.
     pub fn sign(&self, key: &[u8]) -> String {
-        let mac = hex(&hmac_sha256(key, self.signed_text().as_bytes()));
+        let mac = mac(key, &self.signed_text());
         serde_json::to_string(&Signed {
             member: self.member.clone(),
             role: self.role,
@@ -117,8 +117,7 @@ impl RoleOrder {
             epoch: signed.epoch,
             source: signed.source,
         };
-        let want = hmac_sha256(key, order.signed_text().as_bytes());
-        if !constant_time_eq(hex(&want).as_bytes(), signed.mac.as_bytes()) {
+        if !mac_matches(key, &order.signed_text(), &signed.mac) {
             return Err(OrderError::BadSignature);
         }
         Ok(order)
@@ -151,6 +150,16 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
         .chain_update(inner)
         .finalize()
         .into()
+}
+
+/// The HMAC-SHA256 of `text` under `key`, hex: what every signed line of the contract carries.
+pub(crate) fn mac(key: &[u8], text: &str) -> String {
+    hex(&hmac_sha256(key, text.as_bytes()))
+}
+
+/// Whether `given` is the MAC of `text` under `key` (compared in constant time).
+pub(crate) fn mac_matches(key: &[u8], text: &str, given: &str) -> bool {
+    constant_time_eq(mac(key, text).as_bytes(), given.as_bytes())
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
