@@ -180,7 +180,9 @@ pub async fn settle(
                     epoch,
                     lease,
                 };
-                renew_lease(ctx, &target, &mut order_keys).await;
+                if let Some(key) = order_keys.key().await {
+                    renew_lease(ctx, &target, key);
+                }
             }
         }
     }
@@ -344,14 +346,11 @@ pub fn wants_lease(pod: &Pod) -> bool {
         .any(|a| a == "--primary-lease")
 }
 
-/// Renews `target`'s lease while its agent reports (one that does not may be cut off; the
-/// heartbeats it missed then are what fences it). Without the order key, or an address,
-/// nothing is renewed: the primary fences itself and says why.
-async fn renew_lease(ctx: &Context, target: &LeaseTarget<'_>, orders: &mut Orders<'_>) {
+/// Renews `target`'s lease, signed with the order `key` (callers renew only a primary that
+/// reports, or one no pass settles). Without an address nothing is renewed: the primary
+/// fences itself and says why.
+fn renew_lease(ctx: &Context, target: &LeaseTarget<'_>, key: Vec<u8>) {
     let Ok(addr) = crate::members::agent_address(target.pod) else {
-        return;
-    };
-    let Some(key) = orders.key().await else {
         return;
     };
     let holder = Holder {
@@ -395,14 +394,9 @@ pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
         epoch,
         lease: lease_length(cluster).unwrap_or(LEASE_WITHOUT_FAILOVER),
     };
-    let mut orders = Orders {
-        ctx,
-        ns,
-        cluster: &name,
-        key: None,
-        primary_host: String::new(),
-    };
-    renew_lease(ctx, &target, &mut orders).await;
+    if let Some(key) = order_key(ctx, ns, &name).await {
+        renew_lease(ctx, &target, key);
+    }
 }
 
 /// The key that signs role orders, from the generated Secret; `None` (logged) when it cannot be
