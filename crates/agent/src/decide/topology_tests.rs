@@ -106,7 +106,6 @@ fn decisions() {
     let mut unapplied = status(IoState::Stopped, true);
     unapplied.relay_applied = false;
     unapplied.sql_caught_up = false;
-    let promoting = unapplied.clone();
     // The receiver stopped inside a transaction: the applier has done all it can.
     let mut cut = status(IoState::Stopped, true);
     cut.relay_applied = false;
@@ -128,10 +127,6 @@ fn decisions() {
     demoted.gtid_logged = "0-101-42".into();
     let mut mysql_half_read_only = observed(MySql, true, running());
     mysql_half_read_only.super_read_only = false;
-    let mut mysql_half_read_only_primary = observed(MySql, true, None);
-    mysql_half_read_only_primary.super_read_only = false;
-    let lapsed =
-        || LeaseState::Lapsed("the lease lapsed: no heartbeat from the operator within 6s".into());
     let restored = |g: &str| RestoredGtid {
         backup_id: "B1".into(),
         gtid_set: g.into(),
@@ -415,159 +410,6 @@ fn decisions() {
         }
         .then(Some(ReleaseFence), false, "primary again"),
         Case {
-            lease: lapsed(),
-            ..case(
-                "a writable primary whose lease lapsed fences itself",
-                primary(),
-                observed(MariaDb, false, None),
-            )
-        }
-        .then(
-            Some(FenceUnleased),
-            false,
-            "primary fencing itself: the lease lapsed",
-        ),
-        Case {
-            lease: lapsed(),
-            ..case(
-                "a read-only MariaDB primary without a lease holds its writes (root could commit)",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: lapsed(),
-            fence_hold: Some(Duration::MAX),
-            fence_unleased: true,
-            load: LoadState::Waiting("B1".into()),
-            ..case(
-                "a fenced primary waits for its lease before anything else",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(
-            None,
-            false,
-            "primary, fenced: the lease lapsed: no heartbeat from the operator within 6s; \
-             writes resume once the operator renews the lease",
-        ),
-        Case {
-            lease: lapsed(),
-            fence_hold: Some(Duration::from_secs(3)),
-            ..case(
-                "a demotion's hold is no lapsed lease's: it is made to last",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: lapsed(),
-            ..case(
-                "a MySQL primary is fenced by super_read_only",
-                primary(),
-                observed(MySql, true, None),
-            )
-        }
-        .then(None, false, "primary, fenced"),
-        Case {
-            lease: lapsed(),
-            ..case(
-                "a MySQL primary with super_read_only off is not",
-                primary(),
-                mysql_half_read_only_primary,
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: lapsed(),
-            ..case(
-                "a member promoted before its lease came fences before applying",
-                primary(),
-                observed(MariaDb, true, Some(promoting)),
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: LeaseState::Held(Duration::from_secs(4)),
-            fence_hold: Some(Duration::MAX),
-            fence_unleased: true,
-            accounts: false,
-            ..case(
-                "a renewed lease releases the hold before the accounts are converged",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(Some(ReleaseFence), false, "the lease is renewed"),
-        Case {
-            lease: LeaseState::Held(Duration::from_secs(4)),
-            ..case(
-                "a primary holding its lease takes writes",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(Some(SetWritable), false, "turning read_only off"),
-        Case {
-            lease: lapsed(),
-            fence_hold: Some(Duration::MAX),
-            fence_unleased: true,
-            ..case(
-                "a replica needs no lease: a lapsed lease's hold is released",
-                replica(),
-                demoted.clone(),
-            )
-        }
-        .then(
-            Some(EndFenceAfterHold),
-            false,
-            "demoted while fenced for want of a lease: holding writes",
-        ),
-        Case {
-            lease: lapsed(),
-            accounts: false,
-            fence_hold: Some(Duration::MAX),
-            fence_unleased: true,
-            ..case(
-                "a fenced primary converges nothing while its writes are held",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(None, false, "primary, fenced"),
-        Case {
-            lease: lapsed(),
-            accounts: false,
-            ..case(
-                "a lapsed lease fences before the accounts are converged",
-                primary(),
-                observed(MariaDb, false, None),
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: lapsed(),
-            ..case(
-                "and while the role is unknown",
-                Err("role unknown: the labels file is unreadable".into()),
-                observed(MariaDb, false, None),
-            )
-        }
-        .then(Some(FenceUnleased), false, "fencing itself"),
-        Case {
-            lease: lapsed(),
-            accounts: false,
-            ..case(
-                "a replica is no primary to fence",
-                replica(),
-                observed(MariaDb, true, running()),
-            )
-        }
-        .then(Some(EnsureAccounts), false, "ensuring accounts"),
-        Case {
             reconnect: true,
             ..case(
                 "a new primary: the receiver reconnects",
@@ -779,6 +621,11 @@ fn decisions() {
         })
         .then(None, false, "run 11.4.3 or later"),
     ];
+    check(cases);
+}
+
+/// Decides each case and compares the action, readiness and reason with what it wants.
+fn check(cases: Vec<Case>) {
     for c in cases {
         let src = source();
         let d = decide(&Situation {
@@ -807,3 +654,6 @@ fn decisions() {
         );
     }
 }
+
+#[path = "topology_lease_tests.rs"]
+mod lease;
