@@ -106,6 +106,20 @@ async fn running_cluster(client: &Client, n: &str) -> Api<MySQLCluster> {
     clusters
 }
 
+/// till-0's server is gone: its replicas' receivers retry, its agent is silent, and its pod's
+/// readiness fails (the event that wakes the operator comes last).
+async fn lose_primary(client: &Client, n: &str) {
+    for pod in ["till-1", "till-2"] {
+        members().update(n, pod, |m| {
+            if let Some(r) = m.report.replication.as_mut() {
+                r.io = IoState::Connecting;
+            }
+        });
+    }
+    members().update(n, "till-0", |m| m.answers = false);
+    make_unready(client, n, "till-0").await;
+}
+
 #[tokio::test]
 async fn a_lost_primary_is_replaced_by_the_replica_that_holds_every_transaction() {
     let (client, ns) = setup("failover").await;
@@ -122,18 +136,8 @@ async fn a_lost_primary_is_replaced_by_the_replica_that_holds_every_transaction(
     set_gtid("till-1", "0-1-45");
     set_gtid("till-2", "0-1-50");
 
-    // The primary's server is gone: its replicas' receivers retry, its agent is silent, and
-    // its pod's readiness fails (the event that wakes the operator comes last).
     let lost = Instant::now();
-    for pod in ["till-1", "till-2"] {
-        members().update(n, pod, |m| {
-            if let Some(r) = m.report.replication.as_mut() {
-                r.io = IoState::Connecting;
-            }
-        });
-    }
-    members().update(n, "till-0", |m| m.answers = false);
-    make_unready(&client, n, "till-0").await;
+    lose_primary(&client, n).await;
     primary_at(&clusters, "till-2", 1).await;
     assert!(
         lost.elapsed() >= Duration::from_secs(3),
@@ -329,15 +333,7 @@ async fn a_failover_waits_for_the_lost_primarys_lease_and_leases_the_new_one_fir
     for pod in ["till-0", "till-1", "till-2"] {
         members().update(n, pod, |m| m.report.gtid_executed = "0-1-50".into());
     }
-    for pod in ["till-1", "till-2"] {
-        members().update(n, pod, |m| {
-            if let Some(r) = m.report.replication.as_mut() {
-                r.io = IoState::Connecting;
-            }
-        });
-    }
-    members().update(n, "till-0", |m| m.answers = false);
-    make_unready(&client, n, "till-0").await;
+    lose_primary(&client, n).await;
     let c = primary_at(&clusters, "till-1", 1).await;
     let last_to_old = heartbeats("till-0").last().expect("heartbeats").0;
     let promoted_at = wait_for("till-1's promotion order", WAIT, || async move {
