@@ -33,10 +33,9 @@ pub struct Lease {
     /// Where what is left of the lease is kept across restarts of the agent.
     file: Option<PathBuf>,
     taken: Mutex<Option<Taken>>,
-    /// The last refusal logged, so that one repeated every second is logged once.
-    refused: Mutex<Option<String>>,
-    /// What the last refusal was, until a heartbeat is taken.
-    refused_kind: Mutex<Option<String>>,
+    /// The last refusal since a heartbeat was taken: its line (logged once however often it
+    /// repeats) and its kind (for the readiness reason).
+    refused: Mutex<Option<(String, &'static str)>>,
 }
 
 /// What is kept in the file: the lease's epoch and stamp, and when it ends by this clock.
@@ -64,7 +63,6 @@ impl Lease {
             file,
             taken: Mutex::new(taken),
             refused: Mutex::new(None),
-            refused_kind: Mutex::new(None),
         }
     }
 
@@ -115,21 +113,21 @@ impl Lease {
 
     /// Why the last heartbeat was refused, in words that do not change every second, while no
     /// heartbeat has been taken since.
-    pub fn refused_since(&self) -> Option<String> {
-        self.refused_kind
+    pub fn refused_since(&self) -> Option<&'static str> {
+        self.refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(_, kind)| *kind)
     }
 
     fn log_refusal(&self, r: &Refusal) {
-        *self.refused_kind.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.kind().to_owned());
         let line = r.to_string();
         let mut last = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_deref() != Some(line.as_str()) {
+        if last.as_ref().map(|(l, _)| l) != Some(&line) {
             tracing::warn!(reason = %line, "lease heartbeat refused");
-            *last = Some(line);
         }
+        *last = Some((line, r.kind()));
     }
 }
 
@@ -194,9 +192,11 @@ pub(crate) fn handler(
                         tracing::info!(epoch = h.epoch, lease_ms = h.lease_ms, "lease taken");
                         wake.notify_one();
                     }
-                    for r in [&lease.refused, &lease.refused_kind] {
-                        r.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    }
+                    lease
+                        .refused
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
                     Response::new(
                         200,
                         format!("lease held for {} ms at epoch {}", h.lease_ms, h.epoch),

@@ -217,7 +217,7 @@ impl Agent {
             self.config.primary_lease,
             self.role.epoch,
             self.lease.granted(),
-            refused.as_deref(),
+            refused,
         );
         let mut decision = topology::decide(&Situation {
             role,
