@@ -25,6 +25,7 @@ pub mod report;
 pub mod restore;
 pub mod series;
 pub mod source;
+pub mod staging;
 pub mod store;
 pub mod writer;
 pub mod xbstream;

@@ -16,6 +16,7 @@ use crate::progress::Progress;
 use crate::reader::{self, ChunkSink, Depth, Discard, ReadSummary, WriteSink};
 use crate::repo::{CompleteBackup, Repository};
 use crate::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
+pub use crate::staging::StagingDir;
 use crate::xbstream;
 
 /// Unwraps the data key when the backup is encrypted and a key is given.
@@ -269,8 +270,40 @@ async fn restore_physical(
     parallel: usize,
     progress: Arc<Progress>,
 ) -> Result<RestoreOutcome> {
+    let (staged, staging) = stage_restore(
+        repo, backup, dk, path, force, prepare, tool, parallel, progress,
+    )
+    .await?;
+    staging.commit()?;
+    Ok(staged.outcome(path))
+}
+
+/// Extracts (and prepares) a physical backup into a locked staging directory beside `path`,
+/// after checking the target; the caller may work on the staged datadir (a point-in-time
+/// replay) before [`StagingDir::commit`] puts it in place. Dropping the staging directory
+/// leaves the target as it was.
+#[allow(clippy::too_many_arguments)]
+pub async fn stage_restore(
+    repo: &Repository,
+    backup: &CompleteBackup,
+    dk: Option<Arc<DataKey>>,
+    path: &Path,
+    force: bool,
+    prepare: bool,
+    tool: Option<&str>,
+    parallel: usize,
+    progress: Arc<Progress>,
+) -> Result<(Staged, StagingDir)> {
     let m = &backup.manifest;
-    check_target(path, force)?;
+    if m.encryption.is_some() && dk.is_none() {
+        return Err(Error::KeyRequired { id: m.id.clone() });
+    }
+    if m.method != Method::Physical {
+        return Err(Error::WrongRestoreTarget {
+            id: m.id.clone(),
+            method: m.method,
+        });
+    }
     let prepare_tool = if prepare {
         let t = source::find_tool(m.source.engine, ToolJob::Physical, tool)?;
         let line = source::tool_version(&t).await;
@@ -282,66 +315,21 @@ async fn restore_physical(
     } else {
         None
     };
-    let name = path.file_name().ok_or_else(|| {
-        Error::InvalidArgument(format!("target {} has no directory name", path.display()))
-    })?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(local("create", &parent))?;
-    let staging = parent.join(format!(
-        ".{}.restore-{:08x}",
-        name.to_string_lossy(),
-        rand::random::<u32>()
-    ));
-    std::fs::create_dir(&staging).map_err(local("create", &staging))?;
-    let cleanup = StagingGuard(Some(staging.clone()));
+    // Clears what an interrupted restore left first: a target it moved aside is back before
+    // the target is judged.
+    let staging = StagingDir::create(path)?;
+    check_target(path, force)?;
     let staged = stage_physical(
         repo,
         backup,
         dk,
-        &staging,
+        staging.path(),
         prepare_tool.as_deref(),
         parallel,
         progress,
     )
     .await?;
-
-    // Swap into place: an empty or absent target is replaced directly; a forced non-empty target
-    // is moved aside first and removed only after the new data is in place.
-    let mut replaced = None;
-    if path.exists() {
-        if std::fs::read_dir(path)
-            .map_err(local("read", path))?
-            .next()
-            .is_none()
-        {
-            std::fs::remove_dir(path).map_err(local("remove", path))?;
-        } else {
-            let aside = parent.join(format!(
-                ".{}.replaced-{:08x}",
-                name.to_string_lossy(),
-                rand::random::<u32>()
-            ));
-            std::fs::rename(path, &aside).map_err(local("move aside", path))?;
-            replaced = Some(aside);
-        }
-    }
-    if let Err(e) = std::fs::rename(&staging, path) {
-        if let Some(aside) = &replaced {
-            let _ = std::fs::rename(aside, path);
-        }
-        return Err(local("move into place", path)(e));
-    }
-    cleanup.disarm();
-    std::fs::File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(local("sync", &parent))?;
-    if let Some(aside) = replaced {
-        std::fs::remove_dir_all(&aside).map_err(local("remove replaced directory", &aside))?;
-    }
-    Ok(staged.outcome(path))
+    Ok((staged, staging))
 }
 
 /// A physical backup extracted (and prepared) into a staging directory.
@@ -462,25 +450,6 @@ fn sync_filesystem(dir: &Path) -> Result<()> {
         return Err(local("sync", dir)(std::io::Error::last_os_error()));
     }
     Ok(())
-}
-
-/// Removes the staging directory unless disarmed.
-struct StagingGuard(Option<PathBuf>);
-
-impl StagingGuard {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for StagingGuard {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if let Err(e) = std::fs::remove_dir_all(&p) {
-                tracing::warn!(path = %p.display(), error = %e, "failed to remove staging directory");
-            }
-        }
-    }
 }
 
 #[allow(clippy::too_many_arguments)]

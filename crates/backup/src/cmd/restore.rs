@@ -186,32 +186,66 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     }
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
-    let work = restore::restore(
-        &repo,
-        &backup,
-        key.as_ref(),
-        target,
-        a.tool.as_deref(),
-        a.backup.parallel(),
-        progress,
-    );
+    let parallel = a.backup.parallel();
+    let work = async {
+        match (&until, target) {
+            // Into a directory to a point in time: the replay runs on the staged datadir, and
+            // the target is replaced only once it succeeded.
+            (
+                Some(until),
+                Destination::Directory {
+                    path,
+                    force,
+                    prepare,
+                    ..
+                },
+            ) => {
+                let dk = restore::data_key(&backup, key.as_ref())?;
+                let (staged, staging) = restore::stage_restore(
+                    &repo,
+                    &backup,
+                    dk,
+                    &path,
+                    force,
+                    prepare,
+                    a.tool.as_deref(),
+                    parallel,
+                    progress,
+                )
+                .await?;
+                let into = pitr::ReplayInto::Datadir(staging.path().to_path_buf());
+                let replayed = pitr::replay(&repo, &backup, key.as_ref(), until, into).await?;
+                staging.commit()?;
+                Ok::<_, anyhow::Error>((staged.outcome(&path), Some(replayed)))
+            }
+            (until, target) => {
+                let outcome = restore::restore(
+                    &repo,
+                    &backup,
+                    key.as_ref(),
+                    target,
+                    a.tool.as_deref(),
+                    parallel,
+                    progress,
+                )
+                .await?;
+                let replayed = match until {
+                    Some(until) => {
+                        let into = a.replay_gtids.into_server(a.conn.connection()?);
+                        Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
+                    }
+                    None => None,
+                };
+                Ok((outcome, replayed))
+            }
+        }
+    };
     let result = tokio::select! {
         r = work => r,
-        _ = shutdown_signal() => Err(Error::Interrupted),
+        _ = shutdown_signal() => Err(Error::Interrupted.into()),
     };
     reporter.finish().await;
-    let outcome = result?;
-    let replayed = match (&until, &a.target_dir) {
-        (Some(until), Some(dir)) => {
-            let into = pitr::ReplayInto::Datadir(absolute(dir)?);
-            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
-        }
-        (Some(until), None) => {
-            let into = a.replay_gtids.into_server(a.conn.connection()?);
-            Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
-        }
-        (None, _) => None,
-    };
+    let (outcome, replayed) = result?;
     if a.json {
         let mut v = serde_json::to_value(&outcome)?;
         if let Some(r) = &replayed {
