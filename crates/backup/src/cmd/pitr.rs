@@ -236,11 +236,16 @@ pub fn print_outcome(o: &ReplayOutcome, json: bool) {
         print_json(&serde_json::to_value(o).expect("outcome serializes"));
     } else {
         println!(
-            "replayed {} transactions ({}) from {} archived segments after backup {}; the data is at GTID position {}{}",
+            "replayed {} transactions ({}) from {} archived segments after backup {}{}; the data is at GTID position {}{}",
             o.transactions,
             human_bytes(o.bytes),
             o.segments,
             o.backup_id,
+            if o.already_held > 0 {
+                format!(", passing over {} the server already held", o.already_held)
+            } else {
+                String::new()
+            },
             o.reached,
             o.last_commit
                 .map(|t| format!(", last commit stamped {}", t.format("%Y-%m-%dT%H:%M:%SZ")))

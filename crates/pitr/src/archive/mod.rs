@@ -18,6 +18,7 @@ pub mod offline;
 pub mod options;
 pub mod recover;
 pub mod replay;
+pub mod resume;
 pub mod retain;
 pub mod segments;
 pub mod select;

@@ -70,17 +70,20 @@ pub async fn replay_into_datadir(
     if unsafe { libc::geteuid() } == 0 {
         args.push("--user=root".into());
     }
-    let mut child = tokio::process::Command::new(server)
+    let mut command = tokio::process::Command::new(server);
+    command
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| EngineError::StartTool {
-            tool: server.display().to_string(),
-            source,
-        })?;
+        .kill_on_drop(true);
+    // A killed restore must not leave a server running on a staging directory the next
+    // restore removes.
+    bulwark_engine::source::dies_with_parent(&mut command);
+    let mut child = command.spawn().map_err(|source| EngineError::StartTool {
+        tool: server.display().to_string(),
+        source,
+    })?;
     let conn = Connection {
         socket: Some(socket.clone()),
         user: Some("root".into()),
@@ -108,7 +111,12 @@ pub async fn replay_into_datadir(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     tracing::info!(datadir = %datadir.display(), "temporary server started for the replay");
-    let replayed = replay::apply(store, key, backup, segments, target, &conn, tools, None).await;
+    // A datadir restored afresh holds nothing of the archive; its replica position is the
+    // source's, which says nothing of this replay.
+    let fresh = replay::Logged::Archived {
+        known: crate::binlog::GtidPos::default(),
+    };
+    let replayed = replay::apply(store, key, backup, segments, target, &conn, tools, fresh).await;
     let stopped = async {
         admin.query_drop("SHUTDOWN").await.ok();
         drop(admin);

@@ -5,7 +5,7 @@
 use bulwark_engine::Error as EngineError;
 use std::path::PathBuf;
 
-use super::replay::{self, ReplayOutcome, ReplayTools};
+use super::replay::{self, Logged, ReplayOutcome, ReplayTools};
 use super::{manifest, offline, segments, RecoveryTarget};
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
@@ -51,10 +51,19 @@ pub async fn replay_after(
     let store = repo.store();
     match into {
         ReplayInto::Server(conn) => {
-            replay::apply(store, key, backup, &segments, target, conn, &tools, None).await
+            let position = server_position(conn).await?;
+            let logged = Logged::Archived {
+                known: position.known.clone(),
+            };
+            let outcome =
+                replay::apply(store, key, backup, &segments, target, conn, &tools, logged).await?;
+            if outcome.transactions > 0 {
+                record_replica_position(conn, &position, &outcome).await?;
+            }
+            Ok(outcome)
         }
         ReplayInto::ServerOwnHistory(conn) => {
-            let rebase = Some(server_identity(conn).await?);
+            let rebase = Logged::Rebased(server_identity(conn).await?);
             replay::apply(store, key, backup, &segments, target, conn, &tools, rebase).await
         }
         ReplayInto::Datadir(dir) => {
@@ -104,4 +113,66 @@ async fn server_identity(conn: &Connection) -> Result<Rebase> {
         server_id,
         next_seq: last + 1,
     })
+}
+
+/// What a server records of the transactions it holds.
+struct ServerPosition {
+    /// What it holds of histories other than its own ([`super::resume::not_its_own`]).
+    known: GtidPos,
+    /// Its replica position alone.
+    replica: GtidPos,
+}
+
+async fn server_position(conn: &Connection) -> Result<ServerPosition> {
+    use mysql_async::prelude::Queryable;
+    let query_failed = |e: mysql_async::Error| EngineError::QueryServer(Box::new(e));
+    let mut c = super::connect::connect(conn).await?;
+    let row: Option<(String, String, u32)> = c
+        .query_first("SELECT @@gtid_binlog_pos, @@gtid_slave_pos, @@server_id")
+        .await
+        .map_err(query_failed)?;
+    let _ = c.disconnect().await;
+    let (binlog, replica, server_id) =
+        row.ok_or_else(|| query_failed(mysql_async::Error::Other("no row".into())))?;
+    let parse = |what: &str, text: &str| {
+        GtidPos::parse(text).map_err(|e| Error::PointInTime(format!("the server's {what}: {e}")))
+    };
+    let replica = parse("@@gtid_slave_pos", &replica)?;
+    let binlog = parse("@@gtid_binlog_pos", &binlog)?;
+    Ok(ServerPosition {
+        known: super::resume::not_its_own(&replica, &binlog, server_id),
+        replica,
+    })
+}
+
+/// The replay's end is recorded as the server's replica position: a server without a binary
+/// log keeps no GTID of what a client applied, and one whose own id is the source's cannot
+/// tell replayed transactions from its own. A replay run again then passes over what this one
+/// applied (and the server, made a replica of the source, continues from there).
+async fn record_replica_position(
+    conn: &Connection,
+    before: &ServerPosition,
+    outcome: &ReplayOutcome,
+) -> Result<()> {
+    use mysql_async::prelude::Queryable;
+    let reached = GtidPos::parse(&outcome.reached)
+        .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
+    let mut position = before.replica.clone();
+    for g in reached.gtids() {
+        position.advance(g);
+    }
+    let failed = |e: mysql_async::Error| {
+        Error::PointInTime(format!(
+            "the replay applied {} transactions up to {}, but the server's replica position \
+             could not be set to record them ({e}); set gtid_slave_pos to '{position}' before \
+             running a replay again",
+            outcome.transactions, outcome.reached
+        ))
+    };
+    let mut c = super::connect::connect(conn).await?;
+    let set = c
+        .exec_drop("SET GLOBAL gtid_slave_pos = ?", (position.to_string(),))
+        .await;
+    let _ = c.disconnect().await;
+    set.map_err(failed)
 }

@@ -20,7 +20,7 @@ use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::CompleteBackup;
-use bulwark_engine::source::{Connection, DefaultsFile};
+use bulwark_engine::source::{self, Connection, DefaultsFile};
 
 /// What a replay applied.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -31,6 +31,9 @@ pub struct ReplayOutcome {
     pub segments: usize,
     /// Transactions applied.
     pub transactions: u64,
+    /// Transactions passed over because the server already held them (an earlier or
+    /// interrupted replay applied them).
+    pub already_held: u64,
     /// Binlog bytes applied.
     pub bytes: u64,
     /// GTID position after the replay.
@@ -134,8 +137,18 @@ pub struct ReplayTools {
     pub client: std::path::PathBuf,
 }
 
-/// Replays the archive after `backup` up to `target` into the server at `conn`, under the
-/// archived GTIDs or, with `rebase`, under the server's own.
+/// How the replayed transactions are logged by the server they go into.
+#[derive(Debug, Clone)]
+pub enum Logged {
+    /// Under the archived GTIDs, by a server that holds `known` of histories other than its
+    /// own ([`super::resume::not_its_own`]): what it holds of this one is passed over.
+    Archived { known: GtidPos },
+    /// Under the GTIDs of the server `Rebase` describes.
+    Rebased(Rebase),
+}
+
+/// Replays the archive after `backup` up to `target` into the server at `conn`, logged as
+/// `logged` says.
 #[allow(clippy::too_many_arguments)]
 pub async fn apply(
     store: &Arc<dyn bulwark_engine::store::Store>,
@@ -145,15 +158,29 @@ pub async fn apply(
     target: &RecoveryTarget,
     conn: &Connection,
     tools: &ReplayTools,
-    rebase: Option<Rebase>,
+    logged: Logged,
 ) -> Result<ReplayOutcome> {
     let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
     let (window, chain) = window_toward(backup, segments, target)?;
     window.check(target).map_err(Error::PointInTime)?;
     let mut selector =
         Selector::new(window.from.clone(), target.clone()).started_by(backup.manifest.finished_at);
-    if let Some(rebase) = rebase {
-        selector = selector.rebased(rebase);
+    match logged {
+        Logged::Rebased(rebase) => selector = selector.rebased(rebase),
+        Logged::Archived { known } => {
+            let on_history = |g| {
+                window.from.ends_with(g)
+                    || chain
+                        .iter()
+                        .any(|i| super::history::held(&segments[*i]).holds(g))
+            };
+            let held = super::resume::already_held(&window.from, &window.to, &known, on_history)
+                .map_err(Error::PointInTime)?;
+            if let Some(held) = &held {
+                tracing::info!(backup_id = %backup.manifest.id, %held, "the server already holds part of the history; those transactions are passed over");
+            }
+            selector = selector.resuming(held);
+        }
     }
     let defaults = DefaultsFile::create(conn)?;
     let mut client_args: Vec<String> = defaults.iter().map(|d| d.arg()).collect();
@@ -166,7 +193,7 @@ pub async fn apply(
             source,
         }
     };
-    let mut client = tokio::process::Command::new(client_tool)
+    let mut client = source::dies_with_parent(&mut tokio::process::Command::new(client_tool))
         .args(&client_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -180,7 +207,7 @@ pub async fn apply(
         .expect("piped stdin")
         .try_into()
         .map_err(io("connect to", client_tool))?;
-    let mut decoder = tokio::process::Command::new(binlog_tool)
+    let mut decoder = source::dies_with_parent(&mut tokio::process::Command::new(binlog_tool))
         .arg("-")
         .stdin(Stdio::piped())
         .stdout(client_in)
@@ -259,6 +286,7 @@ pub async fn apply(
         backup_id: backup.manifest.id.clone(),
         segments: read,
         transactions: selector.transactions,
+        already_held: selector.already_held,
         bytes,
         reached: selector.reached().to_string(),
         last_commit: selector.last_commit,

@@ -26,8 +26,13 @@ pub struct Selector {
     /// Whether a transaction was passed over for the target (the segment's end is then not
     /// where the replay is).
     passed_over: bool,
+    /// What the server being replayed into already holds of this history
+    /// ([`super::resume::already_held`]): passed over, not applied again.
+    held: Option<GtidPos>,
     /// Transactions selected.
     pub transactions: u64,
+    /// Transactions passed over because the server already held them.
+    pub already_held: u64,
     /// Commit stamp of the last selected transaction.
     pub last_commit: Option<DateTime<Utc>>,
 }
@@ -42,7 +47,9 @@ impl Selector {
             rebase: None,
             started_by: None,
             passed_over: false,
+            held: None,
             transactions: 0,
+            already_held: 0,
             last_commit: None,
         }
     }
@@ -51,6 +58,13 @@ impl Selector {
     /// instead of the archived ones.
     pub fn rebased(mut self, rebase: Rebase) -> Selector {
         self.rebase = Some(rebase);
+        self
+    }
+
+    /// The server being replayed into already holds this history up to `held` (checked to be on
+    /// it): those transactions are checked like any other and passed over.
+    pub fn resuming(mut self, held: Option<GtidPos>) -> Selector {
+        self.held = held;
         self
     }
 
@@ -184,6 +198,21 @@ impl Selector {
                         }
                         continue;
                     }
+                    if let Some(have) = self.held.as_ref().and_then(|h| h.get(domain)) {
+                        if trx.gtid.seq <= have.seq {
+                            if trx.gtid.seq == have.seq && trx.gtid != have {
+                                return Err(other_branch(format!(
+                                    "it holds {} where the server being replayed into is at {have}",
+                                    trx.gtid
+                                )));
+                            }
+                            self.reached.advance(trx.gtid);
+                            self.already_held += 1;
+                            self.last_commit =
+                                DateTime::from_timestamp(i64::from(trx.committed), 0);
+                            continue;
+                        }
+                    }
                     match &mut self.rebase {
                         Some(rebase) => rebase.transaction(&trx.events, out).map_err(damaged)?,
                         None => out.extend_from_slice(&trx.events),
@@ -226,8 +255,19 @@ impl Selector {
         }
     }
 
-    /// Checks that a GTID target was reached in full, exactly.
+    /// Checks that a GTID target was reached in full, exactly, and that the server being
+    /// replayed into held nothing beyond where the replay stopped.
     pub fn finish(&self) -> Result<()> {
+        if let Some(held) = &self.held {
+            if !self.reached.covers(held) {
+                return Err(Error::PointInTime(format!(
+                    "the server already holds the archived history up to {held}, past where the \
+                     target stops ({}): it was restored to a later point ({} transactions \
+                     applied)",
+                    self.reached, self.transactions
+                )));
+            }
+        }
         if let RecoveryTarget::Gtid(p) = &self.target {
             let exact = p.gtids().all(|g| {
                 self.reached
