@@ -492,21 +492,30 @@ pub enum ToolIo {
     Neither,
 }
 
-/// Starts `program args…` with stderr captured and the streams `io` names piped.
 /// Makes the kernel kill the process `command` starts when this one dies, however it dies: a
-/// killed `mysql-backup` leaves no tool writing into a directory the next run removes.
+/// killed `mysql-backup` leaves no tool writing into a directory the next run removes. The
+/// signal follows the thread that forks, so commands are spawned from the runtime's own
+/// threads (which live as long as the process), never from `spawn_blocking`, whose idle
+/// threads exit.
 pub fn dies_with_parent(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
-    // SAFETY: prctl is async-signal-safe and touches nothing of the parent's state.
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: prctl and getppid are async-signal-safe and touch nothing of the parent's state.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the signal was armed: never run orphaned.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
             }
             Ok(())
         })
     }
 }
 
+/// Starts `program args…` with stderr captured and the streams `io` names piped.
 pub fn spawn(program: &Path, args: &[String], io: ToolIo) -> Result<ToolProcess> {
     let name = program
         .file_name()

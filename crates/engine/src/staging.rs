@@ -11,16 +11,18 @@ use crate::error::{Error, Result};
 
 const STAGING_TAG: &str = "restore-";
 const REPLACED_TAG: &str = "replaced-";
+const LOCK_SUFFIX: &str = "restore.lock";
 
-/// A staging directory, held under an exclusive lock until it is committed or dropped
-/// (dropping removes it).
+/// A staging directory, held under the target's exclusive restore lock (a file beside it)
+/// from before the left-overs are judged until it is committed or dropped (dropping removes
+/// it).
 #[derive(Debug)]
 pub struct StagingDir {
     path: PathBuf,
     target: PathBuf,
     parent: PathBuf,
     name: String,
-    /// Keeps the lock: another restore into the same target sees it held.
+    /// Keeps the target's lock: another restore into it sees it held.
     _lock: File,
     committed: bool,
 }
@@ -33,9 +35,15 @@ fn local<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error
     }
 }
 
-/// Takes the exclusive lock on `dir` without waiting; `None` when another process holds it.
-fn try_lock(dir: &Path) -> Result<Option<File>> {
-    let f = File::open(dir).map_err(local("open", dir))?;
+/// Takes the exclusive lock on the file `path` (created if missing) without waiting; `None`
+/// when another process holds it.
+fn try_lock(path: &Path) -> Result<Option<File>> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(local("open", path))?;
     // SAFETY: flock only reads the descriptor, which `f` keeps open for the call.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {
@@ -45,7 +53,7 @@ fn try_lock(dir: &Path) -> Result<Option<File>> {
     if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
         Ok(None)
     } else {
-        Err(local("lock", dir)(e))
+        Err(local("lock", path)(e))
     }
 }
 
@@ -68,12 +76,19 @@ fn left_overs(parent: &Path, name: &str) -> Result<LeftOvers> {
         format!(".{name}.{REPLACED_TAG}"),
     );
     let mut found = LeftOvers::default();
+    // Exactly the names this module gives (8 hex digits), so the left-overs of a target named
+    // like another's never count.
+    let ours = |file_name: &str, prefix: &str| {
+        file_name
+            .strip_prefix(prefix)
+            .is_some_and(|tail| tail.len() == 8 && tail.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
     for entry in std::fs::read_dir(parent).map_err(local("read", parent))? {
         let entry = entry.map_err(local("read", parent))?;
         let file_name = entry.file_name().to_string_lossy().into_owned();
-        if file_name.starts_with(&staging_prefix) {
+        if ours(&file_name, &staging_prefix) {
             found.staging.push(entry.path());
-        } else if file_name.starts_with(&replaced_prefix) {
+        } else if ours(&file_name, &replaced_prefix) {
             found.replaced.push(entry.path());
         }
     }
@@ -101,62 +116,72 @@ impl StagingDir {
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&parent).map_err(local("create", &parent))?;
+        let lock_path = parent.join(format!(".{name}.{LOCK_SUFFIX}"));
+        let lock = try_lock(&lock_path)?.ok_or_else(|| Error::RestoreTarget {
+            target: target.display().to_string(),
+            reason: format!(
+                "another restore into it is running (it holds {})",
+                lock_path.display()
+            ),
+        })?;
+        // Under the lock, whatever an earlier restore left is abandoned.
         let found = left_overs(&parent, &name)?;
-        let mut abandoned = Vec::new();
-        for dir in &found.staging {
-            match try_lock(dir)? {
-                Some(lock) => abandoned.push((dir, lock)),
-                None => {
-                    return Err(Error::RestoreTarget {
-                        target: target.display().to_string(),
-                        reason: format!(
-                        "another restore into it is running (its staging directory {} is in use)",
-                        dir.display()
-                    ),
-                    })
-                }
-            }
-        }
-        for (dir, _lock) in abandoned {
-            std::fs::remove_dir_all(dir).map_err(local("remove", dir))?;
-            tracing::warn!(path = %dir.display(), "removed the staging directory of an interrupted restore");
-        }
-        match (target.exists(), found.replaced.as_slice()) {
-            (_, []) => {}
-            (false, [aside]) => {
+        let list = |dirs: &[PathBuf]| {
+            dirs.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let refused = |reason: String| Error::RestoreTarget {
+            target: target.display().to_string(),
+            reason,
+        };
+        match (
+            target.exists(),
+            found.staging.is_empty(),
+            found.replaced.as_slice(),
+        ) {
+            (_, _, []) => {}
+            // Moved aside and never swapped: the old data goes back.
+            (false, _, [aside]) => {
                 std::fs::rename(aside, target).map_err(local("move back", aside))?;
                 tracing::warn!(target = %target.display(), from = %aside.display(), "moved back the directory an interrupted restore had moved aside");
             }
-            (true, asides) => {
+            // The swap happened (its staging directory became the target): the old data goes.
+            (true, true, asides) => {
                 for aside in asides {
                     std::fs::remove_dir_all(aside).map_err(local("remove", aside))?;
                     tracing::warn!(path = %aside.display(), "removed the directory an earlier restore replaced");
                 }
             }
-            (false, asides) => {
-                return Err(Error::RestoreTarget {
-                    target: target.display().to_string(),
-                    reason: format!(
-                        "it is missing and {} directories moved aside by interrupted restores are beside it ({}); keep the right one as the target and remove the others",
-                        asides.len(),
-                        asides
-                            .iter()
-                            .map(|p| p.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                })
+            // Moved aside and never swapped, and something made the target again: the user
+            // chooses which is the data.
+            (true, false, asides) => {
+                return Err(refused(format!(
+                    "an interrupted restore moved the old data aside ({}) before it put its own \
+                     in place, and the target was made again since; keep the right one as the \
+                     target and remove the other",
+                    list(asides)
+                )))
             }
+            (false, _, asides) => {
+                return Err(refused(format!(
+                    "it is missing and {} directories moved aside by interrupted restores are \
+                     beside it ({}); keep the right one as the target and remove the others",
+                    asides.len(),
+                    list(asides)
+                )))
+            }
+        }
+        for dir in &found.staging {
+            std::fs::remove_dir_all(dir).map_err(local("remove", dir))?;
+            tracing::warn!(path = %dir.display(), "removed the staging directory of an interrupted restore");
         }
         let path = parent.join(format!(
             ".{name}.{STAGING_TAG}{:08x}",
             rand::random::<u32>()
         ));
         std::fs::create_dir(&path).map_err(local("create", &path))?;
-        let lock = try_lock(&path)?.ok_or_else(|| Error::RestoreTarget {
-            target: target.display().to_string(),
-            reason: format!("its staging directory {} is in use", path.display()),
-        })?;
         Ok(StagingDir {
             path,
             target: target.to_path_buf(),
@@ -234,10 +259,12 @@ mod tests {
         std::fs::read_to_string(dir.join(file)).unwrap()
     }
 
+    /// What is in `dir`, but the restore lock (which stays beside the target).
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(LOCK_SUFFIX))
             .collect();
         v.sort();
         v
@@ -309,6 +336,13 @@ mod tests {
                 staging: false,
                 replaced: &["old"],
                 want: Ok(Some("new")),
+            },
+            Case {
+                name: "moved aside, never swapped, and the target made again: the user chooses",
+                target: Some("made again"),
+                staging: true,
+                replaced: &["old"],
+                want: Err("an interrupted restore moved the old data aside"),
             },
             Case {
                 name: "two directories moved aside and no target: the user chooses",
