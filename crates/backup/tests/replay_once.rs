@@ -1,6 +1,7 @@
 //! Restores that never apply twice and never leave half a result, on real MariaDB: a replay into
-//! a server passes over what an earlier replay applied (with or without a binary log), refuses a
-//! server past its target or with a history of its own; a physical restore to a point in time
+//! a server passes over what an earlier replay recorded applying (with or without a binary
+//! log), refuses one cut off before it recorded, a server past its target, and one holding
+//! another history; a physical restore to a point in time
 //! replaces its target only once the replay succeeded, and a killed one leaves the target as it
 //! was for the next run to finish.
 
@@ -116,7 +117,15 @@ fn a_replay_run_again_applies_nothing_twice_and_a_server_past_the_target_is_refu
         ));
         assert_eq!(count(&target), 3, "{name}: {out}");
         if lose_record {
+            // Its binary log still holds what was replayed, under the source's id: refused,
+            // never applied twice.
             target.sql("SET GLOBAL gtid_slave_pos = ''").unwrap();
+            fails(
+                replay(&target, &["--until", "latest"]),
+                &["an earlier replay was cut off", &a.middle],
+            );
+            assert_eq!(count(&target), 3, "{name}");
+            continue;
         }
 
         // Continued to the end: what the first replay applied is passed over, not applied again.
@@ -146,7 +155,8 @@ fn a_replay_run_again_applies_nothing_twice_and_a_server_past_the_target_is_refu
     }
 
     // A server that holds another history's transactions under the archive's numbers (here
-    // its replica position) is refused before anything is replayed.
+    // its replica position) is refused before anything is replayed; a restore, which loads
+    // the backup first, starts from the backup's point whatever the position said.
     let other = MariaDb::start().unwrap();
     other
         .sql(&format!(
@@ -155,17 +165,27 @@ fn a_replay_run_again_applies_nothing_twice_and_a_server_past_the_target_is_refu
         ))
         .unwrap();
     fails(
-        into_server(
-            "restore",
-            repo,
-            key,
-            &a.logical,
-            &other,
-            &["--until", "latest"],
-        ),
+        replay(&other, &["--until", "latest"]),
         &["the server holds 0-9-", "a replay would mix the two"],
     );
-    assert_eq!(count(&other), 0, "the load ran, the replay did not");
+    assert!(other
+        .query("SHOW DATABASES LIKE 'pitr'")
+        .unwrap()
+        .is_empty());
+    let out = ok(into_server(
+        "restore",
+        repo,
+        key,
+        &a.logical,
+        &other,
+        &["--until", "latest"],
+    ));
+    assert_eq!(count(&other), 7, "{out}");
+    assert_eq!(
+        other.query("SELECT @@gtid_slave_pos").unwrap()[0][0],
+        a.last,
+        "the replay recorded its end"
+    );
 }
 
 fn physical_restore(a: &Archived, dir: &Path, until: &[&str]) -> std::process::Command {
@@ -188,6 +208,7 @@ fn beside(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".data.restore.lock")
         .collect();
     names.sort();
     names

@@ -132,11 +132,17 @@ pub enum ReplayGtids {
 }
 
 impl ReplayGtids {
-    /// Where a replay into the running server at `conn` goes.
-    pub fn into_server(self, conn: bulwark_engine::source::Connection) -> ReplayInto {
-        match self {
-            ReplayGtids::Archived => ReplayInto::Server(conn),
-            ReplayGtids::Server => ReplayInto::ServerOwnHistory(conn),
+    /// Where a replay into the running server at `conn` goes; `restored` when the backup was
+    /// just loaded into it.
+    pub fn into_server(
+        self,
+        conn: bulwark_engine::source::Connection,
+        restored: bool,
+    ) -> ReplayInto {
+        match (self, restored) {
+            (ReplayGtids::Archived, false) => ReplayInto::Server(conn),
+            (ReplayGtids::Archived, true) => ReplayInto::RestoredServer(conn),
+            (ReplayGtids::Server, _) => ReplayInto::ServerOwnHistory(conn),
         }
     }
 }
@@ -211,7 +217,7 @@ pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     }
     let conn = a.conn.connection()?;
     let (repo, backup, key) = a.backup.open().await?;
-    let into = a.replay_gtids.into_server(conn);
+    let into = a.replay_gtids.into_server(conn, false);
     let outcome = replay(&repo, &backup, key.as_ref(), &target, into).await?;
     print_outcome(&outcome, a.json);
     Ok(())

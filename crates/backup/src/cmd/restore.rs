@@ -231,7 +231,7 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 .await?;
                 let replayed = match until {
                     Some(until) => {
-                        let into = a.replay_gtids.into_server(a.conn.connection()?);
+                        let into = a.replay_gtids.into_server(a.conn.connection()?, true);
                         Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
                     }
                     None => None,

@@ -115,6 +115,7 @@ pub async fn replay_into_datadir(
     // source's, which says nothing of this replay.
     let fresh = replay::Logged::Archived {
         known: crate::binlog::GtidPos::default(),
+        logged_by_others: crate::binlog::GtidPos::default(),
     };
     let replayed = replay::apply(store, key, backup, segments, target, &conn, tools, fresh).await;
     let stopped = async {

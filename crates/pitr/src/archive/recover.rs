@@ -17,8 +17,13 @@ use bulwark_engine::source::{self, Connection, ToolJob};
 /// Where a replay goes.
 pub enum ReplayInto {
     /// A running server that holds the restored backup; it logs the replayed transactions
-    /// under their archived GTIDs (it continues the source's history).
+    /// under their archived GTIDs (it continues the source's history). What its replica
+    /// position records holding of the history is passed over.
     Server(Connection),
+    /// Like `Server`, for a server the backup was just loaded into: it holds exactly the
+    /// backup's point, whatever its replica position said before, which is set to that point
+    /// first.
+    RestoredServer(Connection),
     /// A running server with a history of its own (a cluster loaded from a logical backup
     /// under its own GTIDs): the transactions are logged under its `server_id` and domain,
     /// numbered after its last ([`crate::binlog::rebase`]).
@@ -50,15 +55,42 @@ pub async fn replay_after(
     let segments = segments::list(repo.store(), archive, key).await?.segments;
     let store = repo.store();
     match into {
-        ReplayInto::Server(conn) => {
-            let position = server_position(conn).await?;
+        ReplayInto::Server(conn) | ReplayInto::RestoredServer(conn) => {
+            let mut position = server_position(conn).await?;
+            if matches!(into, ReplayInto::RestoredServer(_)) {
+                let point = replay::window_of(backup, &segments)?.0.from;
+                // Exactly the point: what the position said before the load is gone with it.
+                record_replica_position(conn, &GtidPos::default(), &point, |e| {
+                    Error::PointInTime(format!(
+                        "the backup was loaded, but the server's replica position could not \
+                         be set to its point {point} before the replay ({e})"
+                    ))
+                })
+                .await?;
+                position = ServerPosition {
+                    replica: point,
+                    logged_by_others: GtidPos::default(),
+                };
+            }
             let logged = Logged::Archived {
-                known: position.known.clone(),
+                known: position.replica.clone(),
+                logged_by_others: position.logged_by_others.clone(),
             };
             let outcome =
                 replay::apply(store, key, backup, &segments, target, conn, &tools, logged).await?;
             if outcome.transactions > 0 {
-                record_replica_position(conn, &position, &outcome).await?;
+                let reached = GtidPos::parse(&outcome.reached)
+                    .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
+                record_replica_position(conn, &position.replica, &reached, |e| {
+                    Error::PointInTime(format!(
+                        "the replay applied {} transactions up to {reached}, but the server's \
+                         replica position could not be set to record them ({e}): a replay run \
+                         again would apply them twice; record it (SET GLOBAL gtid_slave_pos) \
+                         once the cause is removed",
+                        outcome.transactions
+                    ))
+                })
+                .await?;
             }
             Ok(outcome)
         }
@@ -117,10 +149,10 @@ async fn server_identity(conn: &Connection) -> Result<Rebase> {
 
 /// What a server records of the transactions it holds.
 struct ServerPosition {
-    /// What it holds of histories other than its own ([`super::resume::not_its_own`]).
-    known: GtidPos,
-    /// Its replica position alone.
+    /// Its replica position.
     replica: GtidPos,
+    /// The last GTIDs its binary log holds under other servers' ids.
+    logged_by_others: GtidPos,
 }
 
 async fn server_position(conn: &Connection) -> Result<ServerPosition> {
@@ -128,47 +160,37 @@ async fn server_position(conn: &Connection) -> Result<ServerPosition> {
     let query_failed = |e: mysql_async::Error| EngineError::QueryServer(Box::new(e));
     let mut c = super::connect::connect(conn).await?;
     let row: Option<(String, String, u32)> = c
-        .query_first("SELECT @@gtid_binlog_pos, @@gtid_slave_pos, @@server_id")
+        .query_first("SELECT @@gtid_binlog_state, @@gtid_slave_pos, @@server_id")
         .await
         .map_err(query_failed)?;
     let _ = c.disconnect().await;
-    let (binlog, replica, server_id) =
+    let (binlog_state, replica, server_id) =
         row.ok_or_else(|| query_failed(mysql_async::Error::Other("no row".into())))?;
-    let parse = |what: &str, text: &str| {
-        GtidPos::parse(text).map_err(|e| Error::PointInTime(format!("the server's {what}: {e}")))
-    };
-    let replica = parse("@@gtid_slave_pos", &replica)?;
-    let binlog = parse("@@gtid_binlog_pos", &binlog)?;
+    let replica = GtidPos::parse(&replica)
+        .map_err(|e| Error::PointInTime(format!("the server's @@gtid_slave_pos: {e}")))?;
+    let logged_by_others = super::resume::logged_by_others(&binlog_state, server_id)
+        .map_err(|e| Error::PointInTime(format!("the server's @@gtid_binlog_state: {e}")))?;
     Ok(ServerPosition {
-        known: super::resume::not_its_own(&replica, &binlog, server_id),
         replica,
+        logged_by_others,
     })
 }
 
-/// The replay's end is recorded as the server's replica position: a server without a binary
-/// log keeps no GTID of what a client applied, and one whose own id is the source's cannot
-/// tell replayed transactions from its own. A replay run again then passes over what this one
-/// applied (and the server, made a replica of the source, continues from there).
+/// Sets the server's replica position to `to` in the domains it names, the others as `replica`
+/// had them: what the server holds of the source's history. A server without a binary log keeps no GTID of what a client applied, and one
+/// whose id is the source's cannot tell replayed transactions from its own, so this is the
+/// record a replay run again reads (and a server made a replica of the source continues from).
 async fn record_replica_position(
     conn: &Connection,
-    before: &ServerPosition,
-    outcome: &ReplayOutcome,
+    replica: &GtidPos,
+    to: &GtidPos,
+    failed: impl FnOnce(mysql_async::Error) -> Error,
 ) -> Result<()> {
     use mysql_async::prelude::Queryable;
-    let reached = GtidPos::parse(&outcome.reached)
-        .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
-    let mut position = before.replica.clone();
-    for g in reached.gtids() {
+    let mut position = replica.clone();
+    for g in to.gtids() {
         position.advance(g);
     }
-    let failed = |e: mysql_async::Error| {
-        Error::PointInTime(format!(
-            "the replay applied {} transactions up to {}, but the server's replica position \
-             could not be set to record them ({e}); set gtid_slave_pos to '{position}' before \
-             running a replay again",
-            outcome.transactions, outcome.reached
-        ))
-    };
     let mut c = super::connect::connect(conn).await?;
     let set = c
         .exec_drop("SET GLOBAL gtid_slave_pos = ?", (position.to_string(),))

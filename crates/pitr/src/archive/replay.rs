@@ -140,9 +140,14 @@ pub struct ReplayTools {
 /// How the replayed transactions are logged by the server they go into.
 #[derive(Debug, Clone)]
 pub enum Logged {
-    /// Under the archived GTIDs, by a server that holds `known` of histories other than its
-    /// own ([`super::resume::not_its_own`]): what it holds of this one is passed over.
-    Archived { known: GtidPos },
+    /// Under the archived GTIDs, by a server whose replica position is `known` (what it holds
+    /// of this history is passed over) and whose binary log holds `logged_by_others` under
+    /// other servers' ids ([`super::resume::logged_by_others`]; a replay cut off before it
+    /// recorded its end shows there, and is refused).
+    Archived {
+        known: GtidPos,
+        logged_by_others: GtidPos,
+    },
     /// Under the GTIDs of the server `Rebase` describes.
     Rebased(Rebase),
 }
@@ -167,7 +172,10 @@ pub async fn apply(
         Selector::new(window.from.clone(), target.clone()).started_by(backup.manifest.finished_at);
     match logged {
         Logged::Rebased(rebase) => selector = selector.rebased(rebase),
-        Logged::Archived { known } => {
+        Logged::Archived {
+            known,
+            logged_by_others,
+        } => {
             let on_history = |g| {
                 window.from.ends_with(g)
                     || chain
@@ -176,6 +184,17 @@ pub async fn apply(
             };
             let held = super::resume::already_held(&window.from, &window.to, &known, on_history)
                 .map_err(Error::PointInTime)?;
+            let from = held.clone().unwrap_or_else(|| window.from.clone());
+            super::resume::check_not_interrupted(&from, &window.to, &logged_by_others, on_history)
+                .map_err(Error::PointInTime)?;
+            if let (Some(held), RecoveryTarget::Gtid(to)) = (&held, target) {
+                if !to.covers(held) {
+                    return Err(Error::PointInTime(format!(
+                        "the server already holds the archived history up to {held}, past the \
+                         target {to}: it was restored to a later point; nothing was applied"
+                    )));
+                }
+            }
             if let Some(held) = &held {
                 tracing::info!(backup_id = %backup.manifest.id, %held, "the server already holds part of the history; those transactions are passed over");
             }

@@ -5,21 +5,55 @@
 
 use crate::binlog::{Gtid, GtidPos};
 
-/// What the server records of transactions that are not its own: its replica position (which
-/// a replay records at its end) and, in its binary log, the last GTIDs under another server's
-/// id. Its own writes (a logical load binary-logged under its id) say nothing of the archive,
-/// even when the source had the same id and the numbers meet.
-pub fn not_its_own(replica: &GtidPos, binlog: &GtidPos, server_id: u32) -> GtidPos {
-    let mut known = replica.clone();
-    for g in binlog.gtids().filter(|g| g.server != server_id) {
-        if !known.includes(g) {
-            known.advance(g);
+/// The last GTIDs the server's binary log holds under other servers' ids, per domain, from
+/// `@@gtid_binlog_state` (one entry per domain and server, so a later write of its own hides
+/// none of them). Its own writes (a logical load binary-logged under its id) say nothing of
+/// the archive, even when the source had the same id and the numbers meet.
+pub fn logged_by_others(binlog_state: &str, server_id: u32) -> Result<GtidPos, String> {
+    let mut others = GtidPos::default();
+    for entry in binlog_state
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let g: Gtid = entry.parse()?;
+        if g.server != server_id && !others.includes(g) {
+            others.advance(g);
         }
     }
-    known
+    Ok(others)
 }
 
-/// The part of `known` (what the server holds of others' histories, [`not_its_own`]) that lies
+/// Refuses a replay when the server's binary log holds an archived transaction of the history
+/// being replayed past what the server recorded (`from`: the backup's point, or what it
+/// holds): an earlier replay was cut off before it recorded its end, and applying from `from`
+/// would apply its transactions twice.
+pub fn check_not_interrupted(
+    from: &GtidPos,
+    replayed_through: &GtidPos,
+    logged_by_others: &GtidPos,
+    on_history: impl Fn(Gtid) -> bool,
+) -> Result<(), String> {
+    for end in replayed_through.gtids() {
+        let Some(logged) = logged_by_others.get(end.domain) else {
+            continue;
+        };
+        let recorded = from.get(end.domain).map_or(0, |g| g.seq);
+        if logged.seq > recorded && on_history(logged) {
+            return Err(format!(
+                "the server's binary log holds archived transaction {logged}, past what it \
+                 records holding ({}): an earlier replay was cut off before it recorded its \
+                 end, and replaying would apply its transactions twice; restore afresh, or, if \
+                 the server holds everything up to {logged}, SET GLOBAL gtid_slave_pos to it",
+                show(from)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The part of `known` (the server's replica position: what it records holding of a source's
+/// history, as replication and every finished replay record it) that lies
 /// on the history being replayed: in each domain the replay carries past `start`, the server's
 /// last transaction when it is after `start`. Each must be a transaction of that history
 /// exactly (`on_history`); one from another history is refused, as a replay would mix them.
@@ -114,31 +148,48 @@ mod tests {
     }
 
     #[test]
-    fn the_servers_own_writes_say_nothing_of_the_archive() {
+    fn a_replay_cut_off_before_it_recorded_its_end_is_refused() {
+        let on_history = |g: Gtid| g.domain == 0 && g.server == 1 && (11..=20).contains(&g.seq);
+        let through = pos("0-1-20");
         let cases = [
-            ("a load logged under its own id", "", "0-1-138", 1, ""),
             (
-                "a replay logged under the source's id",
-                "",
-                "0-1-15",
-                2,
-                "0-1-15",
+                "nothing logged under another id",
+                "0-1-10",
+                "0-2-138",
+                1,
+                Ok(()),
             ),
             (
-                "the replica position a replay recorded",
-                "0-1-15",
+                "a load under the source's own id",
+                "0-1-10",
                 "0-1-138",
                 1,
-                "0-1-15",
+                Ok(()),
             ),
-            ("the later of the two", "0-1-12", "0-3-15", 1, "0-3-15"),
+            (
+                "a cut-off replay",
+                "0-1-10",
+                "0-1-15,0-2-138",
+                2,
+                Err("0-1-15"),
+            ),
+            (
+                "a finished one it recorded",
+                "0-1-15",
+                "0-1-15,0-2-138",
+                2,
+                Ok(()),
+            ),
+            ("another history", "0-1-10", "0-9-15", 2, Ok(())),
         ];
-        for (name, replica, binlog, server_id, want) in cases {
-            assert_eq!(
-                not_its_own(&pos(replica), &pos(binlog), server_id),
-                pos(want),
-                "{name}"
-            );
+        for (name, from, state, server_id, want) in cases {
+            let others = logged_by_others(state, server_id).unwrap();
+            let got = check_not_interrupted(&pos(from), &through, &others, on_history);
+            match (got, want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(want)) => assert!(e.contains(want), "{name}: {e}"),
+                (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+            }
         }
     }
 }
