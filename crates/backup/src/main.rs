@@ -5,7 +5,7 @@ use bulwark_cli::output::{init_logging, LogFormat};
 use clap::{Parser, Subcommand};
 
 mod cmd;
-use cmd::{backup::*, list::*, pitr, prune::*, restore::*};
+use cmd::{backup::*, drill::*, list::*, pitr, prune::*, restore::*};
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +42,9 @@ enum Command {
     Restore(RestoreArgs),
     /// Write a backup's plaintext (xbstream or SQL) to stdout, verifying as it goes.
     Cat(CatArgs),
+    /// Prove a backup restorable: restore it into a scratch server (optionally to a point in
+    /// time), check every table, run --assert queries, and remove it all.
+    Drill(DrillArgs),
     /// Apply retention rules and remove stale incomplete backups.
     Prune(PruneArgs),
     /// Rotate the master key: re-wrap the data keys of backups encrypted with the old key
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
             Command::Verify(a) => cmd_verify(a).await,
             Command::Restore(a) => cmd_restore(a).await,
             Command::Cat(a) => cmd_cat(a).await,
+            Command::Drill(a) => cmd_drill(a).await,
             Command::Prune(a) => cmd_prune(a).await,
             Command::Rewrap(a) => cmd_rewrap(a).await,
             Command::Delete(a) => cmd_delete(a).await,

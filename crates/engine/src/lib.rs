@@ -23,6 +23,7 @@ pub mod reader;
 pub mod repo;
 pub mod report;
 pub mod restore;
+pub mod scratch;
 pub mod series;
 pub mod source;
 pub mod staging;

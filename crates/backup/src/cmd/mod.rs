@@ -2,6 +2,8 @@
 //! PITR crates.
 
 pub mod backup;
+pub mod drill;
+mod drill_checks;
 pub mod list;
 pub mod pitr;
 pub mod prune;

@@ -1,0 +1,301 @@
+//! `drill`: proves a backup restorable by restoring it. The backup is restored in full (every
+//! chunk checked) into a scratch directory, optionally brought to a point in time from the
+//! binlog archive, started under a scratch server that never listens on the network, every
+//! table checked with `CHECK TABLE`, the user's assertions run, and everything removed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bulwark_cli::args::{BackupSelector, ProgressArgs, UntilArgs};
+use bulwark_cli::output::{human_bytes, print_json};
+use bulwark_cli::progress::Reporter;
+use bulwark_engine::format::Method;
+use bulwark_engine::progress::Progress;
+use bulwark_engine::restore::{self, Destination};
+use bulwark_engine::scratch::{self, ScratchServer};
+use bulwark_engine::source::Connection;
+use bulwark_engine::Error;
+use clap::Args;
+use mysql_async::prelude::Queryable;
+use serde_json::json;
+
+use super::drill_checks::{self, CheckRow};
+use super::pitr;
+
+/// Tables named in one `CHECK TABLE` statement.
+const CHECK_BATCH: usize = 50;
+
+#[derive(Args)]
+pub struct DrillArgs {
+    #[command(flatten)]
+    pub backup: BackupSelector,
+    /// Directory the scratch datadir is made in (default: the system's temporary directory);
+    /// refused when it cannot hold the restore.
+    #[arg(long, env = "MYSQL_BACKUP_SCRATCH_DIR")]
+    pub scratch_dir: Option<PathBuf>,
+    /// SQL that must return one row whose first column is a non-zero number, run against the
+    /// restored data, e.g. `SELECT COUNT(*) > 0 FROM shop.orders`; may be repeated.
+    #[arg(long = "assert", value_name = "SQL")]
+    pub assertions: Vec<String>,
+    #[command(flatten)]
+    pub until: UntilArgs,
+    /// Tool for --prepare or the SQL client, instead of the detected one.
+    #[arg(long, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: Option<String>,
+    /// JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+fn drill_failed(id: &str, why: String) -> anyhow::Error {
+    anyhow::anyhow!("drill of backup {id} failed: {why}")
+}
+
+/// Free bytes for an unprivileged writer on the filesystem holding `dir`.
+fn free_bytes(dir: &Path) -> Result<u64, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::InvalidArgument(format!("{} holds a NUL byte", dir.display())))?;
+    // SAFETY: statvfs writes only into `st`, which outlives the call; `path` is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(Error::LocalIo {
+            action: "inspect",
+            path: dir.display().to_string(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let until = a.until.target()?;
+    let (repo, backup, key) = a.backup.open().await?;
+    let m = &backup.manifest;
+    let id = m.id.clone();
+    if let Some(until) = &until {
+        bulwark_pitr::archive::recover::window(&repo, &backup, until)
+            .await?
+            .check(until)
+            .map_err(bulwark_pitr::Error::PointInTime)?;
+    }
+    let parent = a.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let logical = m.method == Method::Logical;
+    let (needed, free) = (
+        drill_checks::scratch_needed(m.plaintext.bytes, logical),
+        free_bytes(&parent)?,
+    );
+    if free < needed {
+        return Err(drill_failed(
+            &id,
+            format!(
+                "the scratch directory {} has {} free, and restoring it needs about {}",
+                parent.display(),
+                human_bytes(free),
+                human_bytes(needed)
+            ),
+        ));
+    }
+    let server_binary = scratch::find_server()?;
+    let work = tempfile::Builder::new()
+        .prefix("mysql-backup-drill-")
+        .tempdir_in(&parent)
+        .map_err(|source| Error::LocalIo {
+            action: "create a directory in",
+            path: parent.display().to_string(),
+            source,
+        })?;
+    let datadir = work.path().join("data");
+    let progress = Progress::new();
+    let reporter = Reporter::start(progress.clone(), "drill", a.progress.display());
+    let parallel = a.backup.parallel();
+    let restored = async {
+        let mut replayed = None;
+        let server = match m.method {
+            Method::Physical => {
+                let target = Destination::Directory {
+                    path: datadir.clone(),
+                    force: false,
+                    prepare: true,
+                };
+                restore::restore(
+                    &repo,
+                    &backup,
+                    key.as_ref(),
+                    target,
+                    a.tool.as_deref(),
+                    parallel,
+                    progress,
+                )
+                .await?;
+                if let Some(until) = &until {
+                    let into = pitr::ReplayInto::Datadir(datadir.clone());
+                    replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
+                }
+                ScratchServer::start(&server_binary, &datadir, Some(work.path()), false).await?
+            }
+            Method::Logical => {
+                std::fs::create_dir(&datadir).map_err(|source| Error::LocalIo {
+                    action: "create",
+                    path: datadir.display().to_string(),
+                    source,
+                })?;
+                scratch::initialize(&datadir).await?;
+                let server =
+                    ScratchServer::start(&server_binary, &datadir, Some(work.path()), true).await?;
+                let target = Destination::Server {
+                    connection: server.connection().clone(),
+                    verify_first: true,
+                    binlogged: false,
+                };
+                restore::restore(
+                    &repo,
+                    &backup,
+                    key.as_ref(),
+                    target,
+                    a.tool.as_deref(),
+                    parallel,
+                    progress,
+                )
+                .await?;
+                if let Some(until) = &until {
+                    let into = pitr::ReplayInto::RestoredServer(server.connection().clone());
+                    replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
+                }
+                server
+            }
+        };
+        Ok::<_, anyhow::Error>((server, replayed))
+    };
+    let restored = restored.await;
+    reporter.finish().await;
+    let (server, replayed) = restored.map_err(|e| {
+        drill_failed(
+            &id,
+            format!("restore: {}", bulwark_cli::output::failure_line(e.as_ref())),
+        )
+    })?;
+    let restore_seconds = started.elapsed().as_secs_f64();
+    let checked = check(server.connection(), &a.assertions).await;
+    let stopped = server.stop().await;
+    let checked = checked.map_err(|why| drill_failed(&id, why))?;
+    stopped.map_err(|e| drill_failed(&id, format!("the scratch server: {e}")))?;
+    drop(work);
+    let total_seconds = started.elapsed().as_secs_f64();
+    if a.json {
+        print_json(&json!({
+            "backupId": id,
+            "method": m.method.to_string(),
+            "ok": true,
+            "plaintextBytes": m.plaintext.bytes,
+            "restoreSeconds": restore_seconds,
+            "totalSeconds": total_seconds,
+            "tablesChecked": checked.tables_checked,
+            "tablesUnchecked": checked.unchecked,
+            "assertions": a.assertions.len(),
+            "replay": replayed,
+        }));
+    } else {
+        println!(
+            "drill of backup {id} passed: restored {} in {restore_seconds:.1} s{}, {} tables checked{}, {} assertions held; {total_seconds:.1} s in all",
+            human_bytes(m.plaintext.bytes),
+            replayed
+                .as_ref()
+                .map(|r| format!(" and replayed to GTID position {}", r.reached))
+                .unwrap_or_default(),
+            checked.tables_checked,
+            if checked.unchecked.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} its engine cannot check: {})", checked.unchecked.len(), checked.unchecked.join(", "))
+            },
+            a.assertions.len(),
+        );
+    }
+    Ok(())
+}
+
+/// What the checks found sound.
+struct Checked {
+    tables_checked: usize,
+    unchecked: Vec<String>,
+}
+
+/// Checks every table and runs the assertions; the first failure, in one line.
+async fn check(conn: &Connection, assertions: &[String]) -> Result<Checked, String> {
+    let mut c = mysql_async::Conn::new(conn.opts())
+        .await
+        .map_err(|e| format!("connect to the scratch server: {e}"))?;
+    let result = check_on(&mut c, assertions).await;
+    let _ = c.disconnect().await;
+    result
+}
+
+async fn check_on(c: &mut mysql_async::Conn, assertions: &[String]) -> Result<Checked, String> {
+    let tables: Vec<(String, String)> = c
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_TYPE = 'BASE TABLE' \
+             AND TABLE_SCHEMA NOT IN ('information_schema', 'performance_schema', 'sys') \
+             ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(|e| format!("list the tables: {e}"))?;
+    let quote = |s: &str| format!("`{}`", s.replace('`', "``"));
+    let mut verdict = drill_checks::CheckVerdict::default();
+    for batch in tables.chunks(CHECK_BATCH) {
+        let names: Vec<String> = batch
+            .iter()
+            .map(|(schema, table)| format!("{}.{}", quote(schema), quote(table)))
+            .collect();
+        let rows: Vec<(String, String, String, String)> = c
+            .query(format!("CHECK TABLE {}", names.join(", ")))
+            .await
+            .map_err(|e| format!("CHECK TABLE: {e}"))?;
+        let rows: Vec<CheckRow> = rows
+            .into_iter()
+            .map(|(table, _op, msg_type, msg_text)| CheckRow {
+                table,
+                msg_type,
+                msg_text,
+            })
+            .collect();
+        let v = drill_checks::judge_check(&rows);
+        verdict.sound.extend(v.sound);
+        verdict.unchecked.extend(v.unchecked);
+        verdict.damaged.extend(v.damaged);
+    }
+    if let Some((table, said)) = verdict.damaged.first() {
+        return Err(format!(
+            "CHECK TABLE found {} damaged table(s); {table}: {said}",
+            verdict.damaged.len()
+        ));
+    }
+    for (n, sql) in assertions.iter().enumerate() {
+        let rows: Vec<mysql_async::Row> = c
+            .query(sql.as_str())
+            .await
+            .map_err(|e| format!("assertion {} ({sql}) failed to run: {e}", n + 1))?;
+        let values: Vec<Vec<Option<String>>> = rows
+            .into_iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| {
+                        row.get_opt::<Option<String>, _>(i)
+                            .and_then(Result::ok)
+                            .flatten()
+                    })
+                    .collect()
+            })
+            .collect();
+        drill_checks::judge_assertion(&values)
+            .map_err(|why| format!("assertion {} ({sql}) does not hold: {why}", n + 1))?;
+    }
+    Ok(Checked {
+        tables_checked: verdict.sound.len(),
+        unchecked: verdict.unchecked,
+    })
+}
