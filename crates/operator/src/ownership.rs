@@ -3,16 +3,17 @@
 //! still copy: this keeps out pods made by mistake or by a neighbour without read access, not
 //! someone trusted with the namespace's pods. Pure.
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
-/// Whether `owner` (a StatefulSet, a Job), as read from the API server, is `pod`'s controller.
-pub fn controls<K: Resource<DynamicType = ()>>(owner: &K, pod: &Pod) -> bool {
+/// Whether `owner` (a StatefulSet, a Job, a Deployment), as read from the API server, is the
+/// controller of `owned` (a pod, a ReplicaSet).
+pub fn controls<K: Resource<DynamicType = ()>, O: Resource>(owner: &K, owned: &O) -> bool {
     let Some(uid) = owner.meta().uid.as_deref() else {
         return false;
     };
     let kind = K::kind(&());
-    pod.metadata
+    owned
+        .meta()
         .owner_references
         .iter()
         .flatten()
@@ -23,6 +24,7 @@ pub fn controls<K: Resource<DynamicType = ()>>(owner: &K, pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn pod(owner: Option<(&str, &str, bool)>) -> Pod {
         let refs: Vec<serde_json::Value> = owner

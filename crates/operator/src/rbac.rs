@@ -85,6 +85,12 @@ const RULES: &[Rule] = &[
         resources: &["deployments"],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
+    // Which pods are the archiver's: those of its Deployment's ReplicaSets.
+    Rule {
+        group: "apps",
+        resources: &["replicasets"],
+        verbs: &["list"],
+    },
     // Backup and data deletion Jobs.
     Rule {
         group: "batch",

@@ -67,7 +67,7 @@ pub(super) async fn finalize(
                 let job_pods = apply::list(&pods, &format!("job-name={backup_job}")).await?;
                 if let Some(Outcome::Succeeded(r)) = job_pods
                     .iter()
-                    .filter(|p| crate::ownership::controls(&j, p))
+                    .filter(|p| crate::ownership::controls(&j, *p))
                     .map(|p| outcome::backup_outcome(&j, Some(p)))
                     .find(|o| matches!(o, Outcome::Succeeded(_)))
                 {

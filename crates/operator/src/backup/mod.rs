@@ -398,7 +398,7 @@ async fn observe(
     // took (its termination message is the result).
     let pod = job_pods
         .iter()
-        .filter(|p| crate::ownership::controls(job, p))
+        .filter(|p| crate::ownership::controls(job, *p))
         .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
     let location_base = access.location.clone();
     let outcome = outcome::backup_outcome(job, pod);

@@ -5,12 +5,14 @@
 use bulwark_api::cluster::BinlogArchiveStatus;
 use bulwark_contract::archive::{ArchiveStatus, STATUS_PATH};
 use bulwark_contract::ports;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 
 use crate::conditions::{Desired, Status};
 use crate::names::{self, component};
+use crate::ownership;
 
 /// Type of the condition.
 pub const CONDITION: &str = "BinlogArchiveHealthy";
@@ -160,17 +162,46 @@ pub fn observe(
     }
 }
 
-/// Reads the report of the cluster's archiver pod.
-pub async fn read(pods: &Api<Pod>, cluster: &str) -> Result<ArchiveStatus, String> {
-    let selector = names::selector_string(&names::labels(cluster, component::ARCHIVER));
-    let list = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| format!("cannot list the archiver's pods: {e}"))?;
-    let pod = list
-        .items
+/// The archiver's running pods: those a ReplicaSet of the archiver's Deployment controls, by
+/// uid at each step. A pod that only carries the archiver's labels is never read: its report
+/// would stand in the cluster's status.
+pub fn archiver_pods<'a>(
+    deployment: &Deployment,
+    replica_sets: &[ReplicaSet],
+    pods: &'a [Pod],
+) -> Vec<&'a Pod> {
+    let sets: Vec<&ReplicaSet> = replica_sets
         .iter()
+        .filter(|r| ownership::controls(deployment, *r))
+        .collect();
+    pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| sets.iter().any(|r| ownership::controls(*r, *p)))
+        .collect()
+}
+
+/// Reads the report of the cluster's archiver pod.
+pub async fn read(client: &kube::Client, ns: &str, cluster: &str) -> Result<ArchiveStatus, String> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = deployments
+        .get_opt(&names::binlog_archiver(cluster))
+        .await
+        .map_err(|e| format!("cannot read the archiver's Deployment: {e}"))?
+        .ok_or_else(|| "the archiver's Deployment does not exist".to_owned())?;
+    let selector = names::selector_string(&names::labels(cluster, component::ARCHIVER));
+    let params = ListParams::default().labels(&selector);
+    let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&params)
+        .await
+        .map_err(|e| format!("cannot list the archiver's ReplicaSets: {e}"))?
+        .items;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&params)
+        .await
+        .map_err(|e| format!("cannot list the archiver's pods: {e}"))?
+        .items;
+    let pod = archiver_pods(&deployment, &replica_sets, &pods)
+        .into_iter()
         .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
         .ok_or_else(|| "no archiver pod is running".to_owned())?;
     let ip = pod
@@ -197,6 +228,47 @@ pub async fn read(pods: &Api<Pod>, cluster: &str) -> Result<ArchiveStatus, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn controlled<T: serde::de::DeserializeOwned>(
+        name: &str,
+        uid: &str,
+        by: Option<(&str, &str)>,
+        deleting: bool,
+    ) -> T {
+        let refs: Vec<serde_json::Value> = by
+            .into_iter()
+            .map(|(kind, uid)| {
+                serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "name": "x",
+                    "uid": uid, "controller": true})
+            })
+            .collect();
+        let mut meta = serde_json::json!({"name": name, "uid": uid, "ownerReferences": refs});
+        if deleting {
+            meta["deletionTimestamp"] = "2026-11-26T00:00:00Z".into();
+        }
+        serde_json::from_value(serde_json::json!({ "metadata": meta })).unwrap()
+    }
+
+    #[test]
+    fn only_the_pods_of_the_archivers_own_replica_sets_are_read() {
+        let deployment: Deployment = controlled("ledger-binlog-archiver", "d1", None, false);
+        let sets: Vec<ReplicaSet> = vec![
+            controlled("ours", "r1", Some(("Deployment", "d1")), false),
+            controlled("another", "r2", Some(("Deployment", "d2")), false),
+        ];
+        let pods: Vec<Pod> = vec![
+            controlled("its-pod", "p1", Some(("ReplicaSet", "r1")), false),
+            controlled("another-set", "p2", Some(("ReplicaSet", "r2")), false),
+            controlled("labels-only", "p3", None, false),
+            controlled("leaving", "p4", Some(("ReplicaSet", "r1")), true),
+            controlled("the-uid-as-another-kind", "p5", Some(("Job", "r1")), false),
+        ];
+        let names: Vec<String> = archiver_pods(&deployment, &sets, &pods)
+            .into_iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(names, ["its-pod"]);
+    }
 
     fn report(streaming: bool, lag: f64, gaps: u32, window: bool) -> ArchiveStatus {
         ArchiveStatus {

@@ -402,8 +402,7 @@ async fn report(
     let mut archive = None;
     if let Some(spec) = archive_spec {
         let name = cluster.name_any();
-        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-        let read = archive::read(&pods_api, &name).await;
+        let read = archive::read(&ctx.client, ns, &name).await;
         let flush = spec
             .flush_every_seconds
             .unwrap_or(build::archiver::DEFAULT_FLUSH_EVERY_SECONDS);
