@@ -32,8 +32,11 @@ fn drill(
     cli(&args)
 }
 
+/// Nothing in `dir` but the lock drills take in it while they start.
 fn empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).unwrap().next().is_none()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .all(|e| e.unwrap().file_name() == ".mysql-backup-drill-lock")
 }
 
 #[test]
@@ -108,6 +111,19 @@ fn good_backups_pass_their_drills_and_bad_ones_fail_with_the_cause() {
         assert!(empty(&scratch));
     }
 
+    // An assertion must be one statement: a second result would go unjudged.
+    fails(
+        drill(
+            &s,
+            &key,
+            &scratch,
+            &logical,
+            &["--assert", "SELECT 1; SELECT 0"],
+        ),
+        &["assertion 1", "returned more than one result"],
+    );
+    assert!(empty(&scratch));
+
     // An assertion that does not hold fails the drill, naming it.
     fails(
         drill(&s, &key, &scratch, &logical, &["--assert", &rows_now]),
@@ -162,4 +178,113 @@ fn good_backups_pass_their_drills_and_bad_ones_fail_with_the_cause() {
         ],
     );
     assert!(empty(&scratch));
+}
+
+/// The source's accounts, which a logical dump loads and flushes into the scratch server, do
+/// not lock the drill out; a stopped drill leaves nothing, a killed one leaves its directory
+/// to the next drill, which removes it.
+#[test]
+fn a_drill_is_not_locked_out_by_the_sources_accounts_and_leaves_nothing_when_stopped() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let scratch = work.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let source = MariaDb::start().unwrap();
+    // The sequence engine's `seq_*` tables need a current database.
+    source
+        .sql(
+            "CREATE DATABASE shop; USE shop; \
+             CREATE TABLE shop.orders (id INT PRIMARY KEY, v VARCHAR(200)); \
+             INSERT INTO shop.orders SELECT seq, REPEAT('o', 150) FROM seq_1_to_20000; \
+             ALTER USER 'root'@'localhost' IDENTIFIED BY 'the-sources-own-secret';",
+        )
+        .unwrap();
+    let port = source.port().to_string();
+    let out = ok(cli(&[
+        "backup",
+        "--repo",
+        &repo,
+        "--json",
+        "--method",
+        "logical",
+        "--encryption-key-file",
+        key.to_str().unwrap(),
+        "--mysql-host",
+        "127.0.0.1",
+        "--mysql-port",
+        &port,
+        "--mysql-user",
+        "root",
+    ]));
+    let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let args = |extra: &[&str]| {
+        let mut all = vec![
+            "drill",
+            "--repo",
+            &repo,
+            "--encryption-key-file",
+            key.to_str().unwrap(),
+            "--scratch-dir",
+            scratch.to_str().unwrap(),
+            &id,
+        ];
+        all.extend_from_slice(extra);
+        all.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+        cli(&argv)
+    };
+    let out = ok(run(&[
+        "--assert",
+        "SELECT COUNT(*) = 20000 FROM shop.orders",
+    ]));
+    assert!(out.contains("1 assertions held"), "{out}");
+    assert!(empty(&scratch));
+
+    // Stopped (SIGTERM) or killed while it restores.
+    for signal in ["-TERM", "-KILL"] {
+        let mut child = run(&[])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while empty(&scratch) {
+            assert!(child.try_wait().unwrap().is_none(), "the drill ended first");
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "{signal}: {status}");
+        if signal == "-TERM" {
+            assert!(empty(&scratch), "a stopped drill left files behind");
+        } else {
+            assert!(!empty(&scratch), "a killed drill cannot clean up");
+        }
+    }
+    ok(run(&[]));
+    assert!(
+        empty(&scratch),
+        "the next drill removes what a killed one left"
+    );
+    // So the test's server shuts down as it was started.
+    source
+        .sql_as(
+            "root",
+            Some("the-sources-own-secret"),
+            "ALTER USER 'root'@'localhost' IDENTIFIED BY ''",
+        )
+        .unwrap();
 }

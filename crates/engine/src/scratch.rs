@@ -27,9 +27,51 @@ pub struct ScratchServer {
     _run: tempfile::TempDir,
 }
 
+/// Longest socket path a Unix socket address holds.
+const SOCKET_PATH_MAX: usize = 107;
+/// What a run directory adds to its parent's path: `/mysql-backup-scratch-XXXXXX/mysqld.sock`.
+const RUN_SOCKET_SUFFIX: usize = "/mysql-backup-scratch-XXXXXX/mysqld.sock".len();
+
 /// The server binary: `mariadbd` (or `mysqld`) on PATH or in the usual sbin directories.
 pub fn find_server() -> Result<PathBuf> {
     find_in_sbin(&["mariadbd", "mysqld"], "mariadbd or mysqld")
+}
+
+/// The server binary for a backup of `engine`: a MariaDB server for MariaDB, a MySQL one for
+/// MySQL (never the other engine's, which could not start on the data).
+pub async fn find_server_for(engine: bulwark_contract::Engine) -> Result<PathBuf> {
+    use bulwark_contract::Engine;
+    match engine {
+        Engine::MariaDb => find_server(),
+        Engine::MySql => {
+            let server = find_in_sbin(&["mysqld"], "mysqld (a MySQL server)")?;
+            let version = source::tool_version(&server).await;
+            if version.contains("MariaDB") {
+                return Err(Error::ToolNotFound {
+                    wanted: format!(
+                        "a MySQL server to start a MySQL backup on ({} is {version})",
+                        server.display()
+                    ),
+                });
+            }
+            Ok(server)
+        }
+    }
+}
+
+/// Refuses, before any work, a run directory parent whose socket path would not fit a Unix
+/// socket address (the server would stop at start, after a whole restore).
+pub fn check_run_parent(parent: Option<&Path>) -> Result<()> {
+    let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let len = parent.as_os_str().len() + RUN_SOCKET_SUFFIX;
+    if len > SOCKET_PATH_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "a scratch server's socket under {} would be {len} bytes long, more than a Unix \
+             socket holds ({SOCKET_PATH_MAX}); set TMPDIR to a shorter directory",
+            parent.display()
+        )));
+    }
+    Ok(())
 }
 
 fn find_in_sbin(names: &[&str], wanted: &str) -> Result<PathBuf> {
@@ -99,11 +141,20 @@ impl ScratchServer {
         run_parent: Option<&Path>,
         grant_tables: bool,
     ) -> Result<ScratchServer> {
+        check_run_parent(run_parent)?;
         let run = run_dir("create a directory in", run_parent)?;
         let socket = run.path().join("mysqld.sock");
         let error_log = run.path().join("error.log");
+        // A physical backup's own settings (page size, undo tablespaces, …) that the server
+        // must start with; nothing else of any configuration.
+        let settings = datadir.join("backup-my.cnf");
+        let defaults = if settings.is_file() {
+            format!("--defaults-file={}", settings.display())
+        } else {
+            "--no-defaults".into()
+        };
         let mut args: Vec<String> = vec![
-            "--no-defaults".into(),
+            defaults,
             format!("--datadir={}", datadir.display()),
             format!("--socket={}", socket.display()),
             format!("--pid-file={}", run.path().join("mysqld.pid").display()),

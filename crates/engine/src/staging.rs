@@ -36,8 +36,8 @@ fn local<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error
 }
 
 /// Takes the exclusive lock on the file `path` (created if missing) without waiting; `None`
-/// when another process holds it.
-fn try_lock(path: &Path) -> Result<Option<File>> {
+/// when another process holds it. The lock lasts as long as the returned file is open.
+pub fn try_lock(path: &Path) -> Result<Option<File>> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use bulwark_cli::args::{BackupSelector, ProgressArgs, UntilArgs};
+use bulwark_cli::args::{shutdown_signal, BackupSelector, ProgressArgs, UntilArgs};
 use bulwark_cli::output::{human_bytes, print_json};
 use bulwark_cli::progress::Reporter;
 use bulwark_engine::format::Method;
@@ -71,6 +71,85 @@ fn free_bytes(dir: &Path) -> Result<u64, Error> {
 }
 
 pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
+    // Stopped by a signal, the drill's future is dropped: the scratch server is killed and the
+    // scratch directory removed.
+    tokio::select! {
+        r = drill(a) => r,
+        _ = shutdown_signal() => Err(Error::Interrupted.into()),
+    }
+}
+
+/// Prefix of a drill's scratch directory, and the lock a running drill holds in it.
+const WORK_PREFIX: &str = "mysql-backup-drill-";
+const WORK_LOCK: &str = "drill.lock";
+
+/// Makes this drill's scratch directory under `parent`, locked for as long as the drill runs,
+/// after removing those of drills that no longer run (killed ones), all under `parent`'s own
+/// drill lock so two drills starting together never take each other's for abandoned.
+fn scratch_dir(parent: &Path) -> Result<(tempfile::TempDir, std::fs::File), Error> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.display().to_string();
+        move |source| Error::LocalIo {
+            action,
+            path,
+            source,
+        }
+    };
+    let parent_lock_path = parent.join(format!(".{WORK_PREFIX}lock"));
+    let parent_lock = loop {
+        if let Some(lock) = bulwark_engine::staging::try_lock(&parent_lock_path)? {
+            break lock;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    for entry in std::fs::read_dir(parent).map_err(io("read", parent))? {
+        let entry = entry.map_err(io("read", parent))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(WORK_PREFIX) || !entry.path().is_dir() {
+            continue;
+        }
+        if bulwark_engine::staging::try_lock(&entry.path().join(WORK_LOCK))?.is_some() {
+            remove_abandoned(&entry.path());
+        }
+    }
+    let work = tempfile::Builder::new()
+        .prefix(WORK_PREFIX)
+        .tempdir_in(parent)
+        .map_err(io("create a directory in", parent))?;
+    let lock = bulwark_engine::staging::try_lock(&work.path().join(WORK_LOCK))?
+        .ok_or_else(|| Error::InvalidArgument("a new scratch directory is locked".into()))?;
+    drop(parent_lock);
+    Ok((work, lock))
+}
+
+/// Removes a killed drill's scratch directory. A tool it had started may still be finishing
+/// (`mariadb-install-db`'s bootstrap server ends once its input does), so a directory that
+/// fills while it is removed is tried again for a while; one that cannot be removed is left
+/// for the next drill, with a warning.
+fn remove_abandoned(dir: &Path) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {
+                tracing::warn!(path = %dir.display(), "removed the scratch directory of a drill that was stopped");
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::DirectoryNotEmpty
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => {
+                tracing::warn!(path = %dir.display(), error = %e, "could not remove the scratch directory of a drill that was stopped; the next drill tries again");
+                return;
+            }
+        }
+    }
+}
+
+async fn drill(a: DrillArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
@@ -99,15 +178,9 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
             ),
         ));
     }
-    let server_binary = scratch::find_server()?;
-    let work = tempfile::Builder::new()
-        .prefix("mysql-backup-drill-")
-        .tempdir_in(&parent)
-        .map_err(|source| Error::LocalIo {
-            action: "create a directory in",
-            path: parent.display().to_string(),
-            source,
-        })?;
+    let server_binary = scratch::find_server_for(m.source.engine).await?;
+    scratch::check_run_parent(None)?;
+    let (work, _work_lock) = scratch_dir(&parent)?;
     let datadir = work.path().join("data");
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "drill", a.progress.display());
@@ -135,7 +208,7 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
                     let into = pitr::ReplayInto::Datadir(datadir.clone());
                     replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
                 }
-                ScratchServer::start(&server_binary, &datadir, Some(work.path()), false).await?
+                ScratchServer::start(&server_binary, &datadir, None, false).await?
             }
             Method::Logical => {
                 std::fs::create_dir(&datadir).map_err(|source| Error::LocalIo {
@@ -144,8 +217,7 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
                     source,
                 })?;
                 scratch::initialize(&datadir).await?;
-                let server =
-                    ScratchServer::start(&server_binary, &datadir, Some(work.path()), true).await?;
+                let server = ScratchServer::start(&server_binary, &datadir, None, true).await?;
                 let target = Destination::Server {
                     connection: server.connection().clone(),
                     verify_first: true,
@@ -161,6 +233,10 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
                     progress,
                 )
                 .await?;
+                // The dump's accounts replaced the scratch server's own (it flushes privileges):
+                // from here on, no account is checked.
+                server.stop().await?;
+                let server = ScratchServer::start(&server_binary, &datadir, None, false).await?;
                 if let Some(until) = &until {
                     let into = pitr::ReplayInto::RestoredServer(server.connection().clone());
                     replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
@@ -238,7 +314,7 @@ async fn check_on(c: &mut mysql_async::Conn, assertions: &[String]) -> Result<Ch
     let tables: Vec<(String, String)> = c
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
-             WHERE TABLE_TYPE = 'BASE TABLE' \
+             WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED', 'SEQUENCE') \
              AND TABLE_SCHEMA NOT IN ('information_schema', 'performance_schema', 'sys') \
              ORDER BY TABLE_SCHEMA, TABLE_NAME",
         )
@@ -275,10 +351,19 @@ async fn check_on(c: &mut mysql_async::Conn, assertions: &[String]) -> Result<Ch
         ));
     }
     for (n, sql) in assertions.iter().enumerate() {
-        let rows: Vec<mysql_async::Row> = c
-            .query(sql.as_str())
-            .await
-            .map_err(|e| format!("assertion {} ({sql}) failed to run: {e}", n + 1))?;
+        let failed =
+            |e: mysql_async::Error| format!("assertion {} ({sql}) failed to run: {e}", n + 1);
+        let mut result = c.query_iter(sql.as_str()).await.map_err(failed)?;
+        let rows: Vec<mysql_async::Row> = result.collect().await.map_err(failed)?;
+        // One statement, one answer: a second result would go unjudged.
+        if !result.is_empty() {
+            let _ = result.drop_result().await;
+            return Err(format!(
+                "assertion {} ({sql}) returned more than one result; give one statement",
+                n + 1
+            ));
+        }
+        drop(result);
         let values: Vec<Vec<Option<String>>> = rows
             .into_iter()
             .map(|row| {

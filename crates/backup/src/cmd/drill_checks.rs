@@ -74,7 +74,7 @@ pub fn judge_assertion(rows: &[Vec<Option<String>>]) -> Result<(), String> {
                 let truthy = v
                     .as_deref()
                     .and_then(|s| s.trim().parse::<f64>().ok())
-                    .is_some_and(|n| n != 0.0);
+                    .is_some_and(|n| n.is_finite() && n != 0.0);
                 if truthy {
                     Ok(())
                 } else {
@@ -163,6 +163,8 @@ mod tests {
             ),
             ("NULL", one(None), Err("it returned NULL")),
             ("text", one(Some("yes")), Err("it returned yes")),
+            ("not a number", one(Some("NaN")), Err("it returned NaN")),
+            ("infinite", one(Some("inf")), Err("it returned inf")),
             ("no row", vec![], Err("no row")),
             (
                 "two rows",
