@@ -113,18 +113,28 @@ pub fn check_manifest(raw: &[u8], key: Option<&MasterKey>) -> Result<(), Manifes
     let Some(key) = key else {
         return Ok(());
     };
+    let value = check_mac(raw, Some(key))?;
+    if value.get("encryption").is_none_or(Value::is_null) {
+        return Err(ManifestRefusal::Unencrypted);
+    }
+    Ok(())
+}
+
+/// Checks the MAC of a stored record under `key` (any record [`manifest_bytes`] signed, not
+/// only manifests) and returns it parsed; without a key nothing can be checked.
+pub fn check_mac(raw: &[u8], key: Option<&MasterKey>) -> Result<Value, ManifestRefusal> {
     let value: Value =
         serde_json::from_slice(raw).map_err(|e| ManifestRefusal::NotJson(e.to_string()))?;
+    let Some(key) = key else {
+        return Ok(value);
+    };
     let Some(stored) = value.get(MAC_FIELD) else {
         return Err(ManifestRefusal::Unsigned);
     };
     if !same_mac(stored.as_str().unwrap_or_default(), &mac_of(&value, key)) {
         return Err(ManifestRefusal::Mismatch(key.id().to_owned()));
     }
-    if value.get("encryption").is_none_or(Value::is_null) {
-        return Err(ManifestRefusal::Unencrypted);
-    }
-    Ok(())
+    Ok(value)
 }
 
 /// What the repository's key check says.

@@ -286,7 +286,7 @@ pub async fn archive_view(
         };
         if let Ok((w, chain)) = replay::window_of(b, &listing.segments) {
             if !chain.is_empty() {
-                windows.insert(b.manifest.id.clone(), w);
+                windows.insert(b.manifest.id.clone(), w.covered(listing.coverage.as_ref()));
             }
         }
     }

@@ -73,7 +73,17 @@ struct Archive<'a> {
     record: Arc<ArchiverRecord>,
     /// Backups listed again, segments pruned and compacted.
     housekeeping: Housekeeping<'a>,
+    /// When the archive's coverage was last written, and of which end.
+    covered: Option<(Instant, GtidPos)>,
+    /// The connection that asks the server how quiet it is (not the stream's).
+    prober: Option<mysql_async::Conn>,
+    /// The account cannot see every session: no coverage is written (said once).
+    cannot_probe: bool,
 }
+
+/// How often an idle archive's coverage is written again: a time target in a quiet period is
+/// recoverable once the coverage passes it, at the cost of one small object written this often.
+const COVER_EVERY: Duration = Duration::from_secs(10);
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
 pub async fn run(
@@ -119,6 +129,9 @@ pub async fn run(
         start_at_server,
         record,
         housekeeping: Housekeeping::new(repo, key, opts, listing.superseded),
+        covered: None,
+        prober: None,
+        cannot_probe: false,
     };
     // Resuming continues the newest segment's timeline.
     if let Some(newest) = archive
@@ -381,7 +394,10 @@ impl Archive<'_> {
             })?;
             match step {
                 Step::Nothing => {}
-                Step::Heartbeat => self.record.current(self.gathering.opened()),
+                Step::Heartbeat => {
+                    self.record.current(self.gathering.opened());
+                    self.cover(conn).await;
+                }
                 Step::Format(fde) => {
                     if self.gathering.format_changes(fde.bytes()) && !self.gathering.is_empty() {
                         self.flush().await?;
@@ -401,6 +417,65 @@ impl Archive<'_> {
                     }
                     self.record.current(self.gathering.opened());
                 }
+            }
+        }
+    }
+
+    /// On a heartbeat with nothing gathered, every [`COVER_EVERY`]: asks the server how quiet
+    /// it is and records until when the archive is complete ([`super::coverage`]). A failure
+    /// only delays it.
+    async fn cover(&mut self, conn: &Connection) {
+        let through = self.gathering.through.clone();
+        if !self.gathering.is_empty() || through.is_empty() || self.cannot_probe {
+            return;
+        }
+        let fresh = self
+            .covered
+            .as_ref()
+            .is_some_and(|(at, end)| *end == through && at.elapsed() < COVER_EVERY);
+        if fresh {
+            return;
+        }
+        // Whatever happens, not again before the next period.
+        self.covered = Some((Instant::now(), through.clone()));
+        let mut prober = match self.prober.take() {
+            Some(c) => c,
+            None => match super::connect::connect(conn).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(error = %crate::error::chain(&e), "cannot ask the server how quiet it is");
+                    return;
+                }
+            },
+        };
+        let quiet = match super::coverage::probe(&mut prober).await {
+            Ok(Some(q)) => q,
+            Ok(None) => {
+                tracing::info!("quiet periods are not recorded: the archiver's account lacks PROCESS, so it cannot see the statements running");
+                self.cannot_probe = true;
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot ask the server how quiet it is");
+                return;
+            }
+        };
+        self.prober = Some(prober);
+        let Some(covered_until) = super::coverage::covered_until(&through, &quiet) else {
+            return;
+        };
+        let coverage = super::coverage::Coverage {
+            archive: self.opts.archive.clone(),
+            timeline: self.gathering.timeline,
+            through,
+            covered_until,
+        };
+        match super::coverage::write(&self.store, self.key, &coverage).await {
+            Ok(()) => self
+                .record
+                .covered(&coverage.through, coverage.covered_until),
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), "cannot record the archive's coverage");
             }
         }
     }

@@ -122,6 +122,7 @@ pub async fn verify_archive(
         segments: listed,
         superseded,
         incomplete,
+        ..
     } = segments::list(store, archive, key).await?;
     let mut verdicts = Vec::new();
     let all = listed.iter().chain(superseded.iter().map(|s| &s.manifest));

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod chain;
 pub mod compact;
 mod connect;
+pub mod coverage;
 pub mod feed;
 mod follow;
 pub mod gathering;

@@ -26,6 +26,7 @@ pub async fn replay_into_datadir(
     datadir: &Path,
     server: &Path,
     tools: &ReplayTools,
+    coverage: Option<&super::coverage::Coverage>,
 ) -> Result<ReplayOutcome> {
     let scratch = ScratchServer::start(server, datadir, None, false).await?;
     // A datadir restored afresh holds nothing of the archive; its replica position is the
@@ -43,6 +44,7 @@ pub async fn replay_into_datadir(
         scratch.connection(),
         tools,
         fresh,
+        coverage,
     )
     .await;
     let stopped = scratch.stop().await;

@@ -52,7 +52,8 @@ pub async fn replay_after(
         client: source::find_tool(engine, ToolJob::Client, None)?,
     };
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = segments::list(repo.store(), archive, key).await?.segments;
+    let listing = segments::list(repo.store(), archive, key).await?;
+    let (segments, coverage) = (listing.segments, listing.coverage.as_ref());
     let store = repo.store();
     match into {
         ReplayInto::Server(conn) | ReplayInto::RestoredServer(conn) => {
@@ -76,8 +77,10 @@ pub async fn replay_after(
                 known: position.replica.clone(),
                 logged_by_others: position.logged_by_others.clone(),
             };
-            let outcome =
-                replay::apply(store, key, backup, &segments, target, conn, &tools, logged).await?;
+            let outcome = replay::apply(
+                store, key, backup, &segments, target, conn, &tools, logged, coverage,
+            )
+            .await?;
             if outcome.transactions > 0 {
                 let reached = GtidPos::parse(&outcome.reached)
                     .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
@@ -96,12 +99,15 @@ pub async fn replay_after(
         }
         ReplayInto::ServerOwnHistory(conn) => {
             let rebase = Logged::Rebased(server_identity(conn).await?);
-            replay::apply(store, key, backup, &segments, target, conn, &tools, rebase).await
+            replay::apply(
+                store, key, backup, &segments, target, conn, &tools, rebase, coverage,
+            )
+            .await
         }
         ReplayInto::Datadir(dir) => {
             let server = offline::find_server()?;
             offline::replay_into_datadir(
-                store, key, backup, &segments, target, dir, &server, &tools,
+                store, key, backup, &segments, target, dir, &server, &tools, coverage,
             )
             .await
         }
@@ -116,10 +122,10 @@ pub async fn window(
     target: &RecoveryTarget,
 ) -> Result<super::Window> {
     let archive = manifest::archive_of(&backup.manifest);
-    let segments = segments::list(repo.store(), archive, repo.key())
-        .await?
-        .segments;
-    Ok(replay::window_toward(backup, &segments, target)?.0)
+    let listing = segments::list(repo.store(), archive, repo.key()).await?;
+    Ok(replay::window_toward(backup, &listing.segments, target)?
+        .0
+        .covered(listing.coverage.as_ref()))
 }
 
 /// The server's `gtid_domain_id`, `server_id` and the sequence number after the last its binary

@@ -164,9 +164,11 @@ pub async fn apply(
     conn: &Connection,
     tools: &ReplayTools,
     logged: Logged,
+    coverage: Option<&super::coverage::Coverage>,
 ) -> Result<ReplayOutcome> {
     let (binlog_tool, client_tool) = (tools.decoder.as_path(), tools.client.as_path());
     let (window, chain) = window_toward(backup, segments, target)?;
+    let window = window.covered(coverage);
     window.check(target).map_err(Error::PointInTime)?;
     let mut selector =
         Selector::new(window.from.clone(), target.clone()).started_by(backup.manifest.finished_at);

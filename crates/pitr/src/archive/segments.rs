@@ -28,6 +28,8 @@ pub struct ArchiveListing {
     pub superseded: Vec<Superseded>,
     /// Segment ids with objects but no valid manifest.
     pub incomplete: Vec<IncompleteSegment>,
+    /// How far in time the archive is known complete while idle.
+    pub coverage: Option<super::coverage::Coverage>,
 }
 
 /// A segment whose transactions a compacted segment holds.
@@ -155,6 +157,7 @@ pub async fn list(
         })
         .collect();
     listing.segments = segments;
+    listing.coverage = super::coverage::read(store, archive, key).await;
     Ok(listing)
 }
 

@@ -2,6 +2,7 @@
 //! server it may be, its gaps and the current recovery window. The archiver loop records what
 //! happens in an [`ArchiverRecord`]; the figures are derived by pure functions, table-tested.
 
+use crate::binlog::GtidPos;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,8 @@ struct State {
     /// When the archiver's loop last turned (`None` before it first did: reading a large
     /// archive at start is not a stall).
     last_turn: Option<Instant>,
+    /// The archive's end and until when it is covered while idle.
+    covered: Option<(String, DateTime<Utc>)>,
 }
 
 /// `/healthz` fails when the archiver's loop has not turned for this long (it turns at least on
@@ -116,6 +119,7 @@ impl ArchiverRecord {
                 last_current: None,
                 started: Instant::now(),
                 last_turn: None,
+                covered: None,
             }),
         })
     }
@@ -149,6 +153,12 @@ impl ArchiverRecord {
                 s.last_current = Some(Instant::now());
             }
         });
+    }
+
+    /// The archive ending at `through` is known complete until `until`: a recovery window that
+    /// ends there reaches that time.
+    pub fn covered(&self, through: &GtidPos, until: DateTime<Utc>) {
+        self.with(|s| s.covered = Some((through.to_string(), until)));
     }
 
     /// The server said it has nothing newer (a heartbeat), or sent an event.
@@ -223,6 +233,11 @@ impl ArchiverRecord {
     pub fn report(&self) -> ArchiveStatus {
         let s = self.state.lock().expect("archiver record lock");
         let mut r = s.report.clone();
+        if let Some((through, until)) = &s.covered {
+            if *through == r.through && r.recoverable_to.is_some() {
+                r.recoverable_to = Some(stamp(*until));
+            }
+        }
         let lag = lag(
             r.streaming,
             s.oldest_pending,

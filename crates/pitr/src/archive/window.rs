@@ -81,6 +81,15 @@ pub struct Window {
 }
 
 impl Window {
+    /// The window extended in time by the archive's coverage, when that is of the window's
+    /// very end: a quiet period after the last commit is recoverable too.
+    pub fn covered(mut self, coverage: Option<&super::coverage::Coverage>) -> Window {
+        if let Some(until) = coverage.and_then(|c| c.extends(&self.to)) {
+            self.to_time = self.to_time.max(until);
+        }
+        self
+    }
+
     /// The window of a backup at `from` (finished at `from_time`) given its chain.
     pub fn of(from: GtidPos, from_time: DateTime<Utc>, chain: &Chain) -> Window {
         Window {
