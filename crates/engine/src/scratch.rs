@@ -125,8 +125,60 @@ pub async fn initialize(datadir: &Path) -> Result<()> {
     if is_root() {
         args.push("--user=root".into());
     }
-    let proc = source::spawn(&install, &args, source::ToolIo::Neither)?;
-    proc.finish(None).await.map(drop)
+    // The script starts a bootstrap server of its own: it runs in a process group of its own,
+    // which is killed whole if this is dropped before it ends (a stopped drill), so nothing
+    // goes on writing into a directory about to be removed.
+    let mut command = tokio::process::Command::new(&install);
+    command
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    source::dies_with_parent(&mut command);
+    let child = command.spawn().map_err(|source| Error::StartTool {
+        tool: install.display().to_string(),
+        source,
+    })?;
+    let group = GroupKill(child.id());
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|source| Error::LocalIo {
+            action: "wait for",
+            path: install.display().to_string(),
+            source,
+        })?;
+    std::mem::forget(group);
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(Error::ToolFailed {
+        tool: install.display().to_string(),
+        status: out.status.to_string(),
+        stderr_tail: String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect(),
+    })
+}
+
+/// Kills a process group when dropped.
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: killpg only sends a signal to the group the child leads.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 impl ScratchServer {

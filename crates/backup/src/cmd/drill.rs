@@ -71,12 +71,18 @@ fn free_bytes(dir: &Path) -> Result<u64, Error> {
 }
 
 pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
-    // Stopped by a signal, the drill's future is dropped: the scratch server is killed and the
-    // scratch directory removed.
-    tokio::select! {
-        r = drill(a) => r,
+    let parent = a.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let (work, lock) = scratch_dir(&parent)?;
+    let work = work.keep();
+    // Stopped by a signal, the drill's future is dropped: the scratch server and the tools it
+    // started are killed; either way the scratch directory is removed after.
+    let result = tokio::select! {
+        r = drill(a, &work) => r,
         _ = shutdown_signal() => Err(Error::Interrupted.into()),
-    }
+    };
+    remove_abandoned(&work);
+    drop(lock);
+    result
 }
 
 /// Prefix of a drill's scratch directory, and the lock a running drill holds in it.
@@ -109,6 +115,7 @@ fn scratch_dir(parent: &Path) -> Result<(tempfile::TempDir, std::fs::File), Erro
             continue;
         }
         if bulwark_engine::staging::try_lock(&entry.path().join(WORK_LOCK))?.is_some() {
+            tracing::warn!(path = %entry.path().display(), "removing the scratch directory of a drill that was stopped");
             remove_abandoned(&entry.path());
         }
     }
@@ -122,18 +129,14 @@ fn scratch_dir(parent: &Path) -> Result<(tempfile::TempDir, std::fs::File), Erro
     Ok((work, lock))
 }
 
-/// Removes a killed drill's scratch directory. A tool it had started may still be finishing
-/// (`mariadb-install-db`'s bootstrap server ends once its input does), so a directory that
-/// fills while it is removed is tried again for a while; one that cannot be removed is left
-/// for the next drill, with a warning.
+/// Removes a drill's scratch directory, its own at its end or a killed one's. A process it had
+/// started may still be dying, so a directory that fills while it is removed is tried again
+/// for a while; one that cannot be removed is left for the next drill, with a warning.
 fn remove_abandoned(dir: &Path) {
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
     loop {
         match std::fs::remove_dir_all(dir) {
-            Ok(()) => {
-                tracing::warn!(path = %dir.display(), "removed the scratch directory of a drill that was stopped");
-                return;
-            }
+            Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(e)
                 if e.kind() == std::io::ErrorKind::DirectoryNotEmpty
@@ -149,7 +152,7 @@ fn remove_abandoned(dir: &Path) {
     }
 }
 
-async fn drill(a: DrillArgs) -> anyhow::Result<()> {
+async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
@@ -180,8 +183,7 @@ async fn drill(a: DrillArgs) -> anyhow::Result<()> {
     }
     let server_binary = scratch::find_server_for(m.source.engine).await?;
     scratch::check_run_parent(None)?;
-    let (work, _work_lock) = scratch_dir(&parent)?;
-    let datadir = work.path().join("data");
+    let datadir = work.join("data");
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "drill", a.progress.display());
     let parallel = a.backup.parallel();
@@ -259,7 +261,6 @@ async fn drill(a: DrillArgs) -> anyhow::Result<()> {
     let stopped = server.stop().await;
     let checked = checked.map_err(|why| drill_failed(&id, why))?;
     stopped.map_err(|e| drill_failed(&id, format!("the scratch server: {e}")))?;
-    drop(work);
     let total_seconds = started.elapsed().as_secs_f64();
     if a.json {
         print_json(&json!({
