@@ -125,8 +125,9 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
     assert_eq!(forged["segments"], 1, "{forged}");
     let forged_id = std::fs::read_dir(Path::new(&forged_repo).join("binlogs/default"))
         .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .next()
+        .map(|e| e.unwrap())
+        .find(|e| e.path().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
         .unwrap();
     let copy = |from: &Path, to: &Path| {
         std::fs::create_dir_all(to).unwrap();
@@ -193,7 +194,9 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
     // An edited manifest: damaged under the key; its transactions are out of reach.
     let real: Vec<String> = std::fs::read_dir(Path::new(&repo).join("binlogs/default"))
         .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
         .collect();
     let last = real.iter().max().unwrap().clone();
     let manifest_path = Path::new(&repo)

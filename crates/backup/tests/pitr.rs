@@ -374,6 +374,7 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     let mut dirs: Vec<_> = std::fs::read_dir(&seg_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
     let victim = dirs[0].join("seg-000000.zst.aes");

@@ -154,6 +154,31 @@ fn a_replay_run_again_applies_nothing_twice_and_a_server_past_the_target_is_refu
         assert_eq!(count(&target), 7, "{name}");
     }
 
+    // Restored to the end, then loaded again without a target: a `replay` starts from the
+    // backup's point, not from where the earlier restore had got to.
+    let reloaded = MariaDb::start().unwrap();
+    ok(into_server(
+        "restore",
+        repo,
+        key,
+        &a.logical,
+        &reloaded,
+        &["--until", "latest"],
+    ));
+    assert_eq!(count(&reloaded), 7);
+    ok(into_server(
+        "restore",
+        repo,
+        key,
+        &a.logical,
+        &reloaded,
+        &[],
+    ));
+    assert_eq!(count(&reloaded), 0);
+    let out = ok(replay(&reloaded, &["--until", "latest"]));
+    assert_eq!(count(&reloaded), 7, "{out}");
+    assert_eq!(ids(&reloaded), ids(&a.source), "{out}");
+
     // A server that holds another history's transactions under the archive's numbers (here
     // its replica position) is refused before anything is replayed; a restore, which loads
     // the backup first, starts from the backup's point whatever the position said.
@@ -286,4 +311,21 @@ fn a_physical_restore_to_a_point_in_time_replaces_its_target_only_when_the_repla
     assert_eq!(count(&restored), 7);
     let want: BTreeSet<u64> = ids(&a.source);
     assert_eq!(ids(&restored), want);
+    drop(restored);
+
+    // Restored to a point, then continued by `replay`: the datadir recorded where it stopped.
+    let early = parent.join("early");
+    ok(physical_restore(&a, &early, &["--until-gtid", &a.middle]));
+    let continued = MariaDb::start_with_datadir(&early).unwrap();
+    assert_eq!(count(&continued), 3);
+    let out = ok(into_server(
+        "replay",
+        &a.repo,
+        &a.key,
+        &a.physical,
+        &continued,
+        &["--until", "latest"],
+    ));
+    assert_eq!(count(&continued), 7, "{out}");
+    assert_eq!(ids(&continued), want, "{out}");
 }

@@ -234,7 +234,10 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                         let into = a.replay_gtids.into_server(a.conn.connection()?, true);
                         Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
                     }
-                    None => None,
+                    None => {
+                        record_loaded(&a, &backup).await;
+                        None
+                    }
                 };
                 Ok((outcome, replayed))
             }
@@ -270,6 +273,33 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// After a logical backup of MariaDB was loaded into a server: records the backup's point as
+/// its replica position, so a later `replay` starts there whatever the position said before.
+/// Not being able to is a warning: the load itself succeeded.
+async fn record_loaded(a: &RestoreArgs, backup: &bulwark_engine::repo::CompleteBackup) {
+    let m = &backup.manifest;
+    let archived = a.replay_gtids == pitr::ReplayGtids::Archived;
+    if !a.conn.given()
+        || !archived
+        || m.source.engine != bulwark_contract::Engine::MariaDb
+        || m.consistent_point.gtid_set.is_none()
+    {
+        return;
+    }
+    let recorded = match a.conn.connection() {
+        Ok(conn) => bulwark_pitr::archive::positions::record_restored(&conn, backup)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(bulwark_pitr::Error::Engine(e)),
+    };
+    if let Err(e) = recorded {
+        tracing::warn!(
+            error = %bulwark_pitr::error::chain(&e),
+            "do not run `replay` into this server: it cannot tell what the server holds; use `restore --until`"
+        );
+    }
 }
 
 pub async fn cmd_cat(a: CatArgs) -> anyhow::Result<()> {

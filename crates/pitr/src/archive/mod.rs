@@ -17,6 +17,7 @@ mod housekeeping;
 pub mod manifest;
 pub mod offline;
 pub mod options;
+pub mod positions;
 pub mod recover;
 pub mod replay;
 pub mod resume;

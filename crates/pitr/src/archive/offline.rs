@@ -33,7 +33,7 @@ pub async fn replay_into_datadir(
     // source's, which says nothing of this replay.
     let fresh = replay::Logged::Archived {
         known: crate::binlog::GtidPos::default(),
-        logged_by_others: crate::binlog::GtidPos::default(),
+        logged_by_others: Vec::new(),
     };
     let replayed = replay::apply(
         store,
@@ -47,10 +47,47 @@ pub async fn replay_into_datadir(
         coverage,
     )
     .await;
+    // What the datadir holds is recorded as its replica position, so a replay into the
+    // server started on it later begins where this one ended.
+    let replayed = match replayed {
+        Ok(outcome) => record_reached(&scratch, backup, &outcome)
+            .await
+            .map(|()| outcome),
+        Err(e) => Err(e),
+    };
     let stopped = scratch.stop().await;
     let outcome = replayed?;
     stopped?;
     Ok(outcome)
+}
+
+async fn record_reached(
+    scratch: &ScratchServer,
+    backup: &CompleteBackup,
+    outcome: &ReplayOutcome,
+) -> Result<()> {
+    let parse = |what: &str, text: &str| {
+        crate::binlog::GtidPos::parse(text)
+            .map_err(|e| crate::error::Error::PointInTime(format!("{what}: {e}")))
+    };
+    let point = parse(
+        "the backup's point",
+        backup
+            .manifest
+            .consistent_point
+            .gtid_set
+            .as_deref()
+            .unwrap_or(""),
+    )?;
+    let reached = parse("the replay's end", &outcome.reached)?;
+    let position = super::positions::to_record(&point, &reached, &Default::default());
+    super::positions::record(scratch.connection(), &position, |e| {
+        crate::error::Error::PointInTime(format!(
+            "the replay reached {reached}, but the datadir's replica position could not be set \
+             to it ({e})"
+        ))
+    })
+    .await
 }
 
 /// The server binary: `mariadbd` (or `mysqld`) on PATH or in the usual sbin directories.

@@ -6,7 +6,7 @@ use bulwark_engine::Error as EngineError;
 use std::path::PathBuf;
 
 use super::replay::{self, Logged, ReplayOutcome, ReplayTools};
-use super::{manifest, offline, segments, RecoveryTarget};
+use super::{manifest, offline, positions, segments, RecoveryTarget};
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
@@ -57,45 +57,15 @@ pub async fn replay_after(
     let store = repo.store();
     match into {
         ReplayInto::Server(conn) | ReplayInto::RestoredServer(conn) => {
-            let mut position = server_position(conn).await?;
-            if matches!(into, ReplayInto::RestoredServer(_)) {
-                let point = replay::window_of(backup, &segments)?.0.from;
-                // Exactly the point: what the position said before the load is gone with it.
-                record_replica_position(conn, &GtidPos::default(), &point, |e| {
-                    Error::PointInTime(format!(
-                        "the backup was loaded, but the server's replica position could not \
-                         be set to its point {point} before the replay ({e})"
-                    ))
-                })
-                .await?;
-                position = ServerPosition {
-                    replica: point,
-                    logged_by_others: GtidPos::default(),
-                };
-            }
-            let logged = Logged::Archived {
-                known: position.replica.clone(),
-                logged_by_others: position.logged_by_others.clone(),
-            };
-            let outcome = replay::apply(
-                store, key, backup, &segments, target, conn, &tools, logged, coverage,
+            let lock = positions::ReplayLock::take(conn).await?;
+            let result = replay_archived(
+                conn,
+                matches!(into, ReplayInto::RestoredServer(_)),
+                (store, key, backup, &segments, target, &tools, coverage),
             )
-            .await?;
-            if outcome.transactions > 0 {
-                let reached = GtidPos::parse(&outcome.reached)
-                    .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
-                record_replica_position(conn, &position.replica, &reached, |e| {
-                    Error::PointInTime(format!(
-                        "the replay applied {} transactions up to {reached}, but the server's \
-                         replica position could not be set to record them ({e}): a replay run \
-                         again would apply them twice; record it (SET GLOBAL gtid_slave_pos) \
-                         once the cause is removed",
-                        outcome.transactions
-                    ))
-                })
-                .await?;
-            }
-            Ok(outcome)
+            .await;
+            lock.release().await;
+            result
         }
         ReplayInto::ServerOwnHistory(conn) => {
             let rebase = Logged::Rebased(server_identity(conn).await?);
@@ -153,54 +123,53 @@ async fn server_identity(conn: &Connection) -> Result<Rebase> {
     })
 }
 
-/// What a server records of the transactions it holds.
-struct ServerPosition {
-    /// Its replica position.
-    replica: GtidPos,
-    /// The last GTIDs its binary log holds under other servers' ids.
-    logged_by_others: GtidPos,
-}
+/// What a replay into a server under the archived GTIDs reads.
+type ArchivedReplay<'a> = (
+    &'a std::sync::Arc<dyn bulwark_engine::store::Store>,
+    Option<&'a MasterKey>,
+    &'a CompleteBackup,
+    &'a [super::SegmentManifest],
+    &'a RecoveryTarget,
+    &'a ReplayTools,
+    Option<&'a super::coverage::Coverage>,
+);
 
-async fn server_position(conn: &Connection) -> Result<ServerPosition> {
-    use mysql_async::prelude::Queryable;
-    let query_failed = |e: mysql_async::Error| EngineError::QueryServer(Box::new(e));
-    let mut c = super::connect::connect(conn).await?;
-    let row: Option<(String, String, u32)> = c
-        .query_first("SELECT @@gtid_binlog_state, @@gtid_slave_pos, @@server_id")
-        .await
-        .map_err(query_failed)?;
-    let _ = c.disconnect().await;
-    let (binlog_state, replica, server_id) =
-        row.ok_or_else(|| query_failed(mysql_async::Error::Other("no row".into())))?;
-    let replica = GtidPos::parse(&replica)
-        .map_err(|e| Error::PointInTime(format!("the server's @@gtid_slave_pos: {e}")))?;
-    let logged_by_others = super::resume::logged_by_others(&binlog_state, server_id)
-        .map_err(|e| Error::PointInTime(format!("the server's @@gtid_binlog_state: {e}")))?;
-    Ok(ServerPosition {
-        replica,
-        logged_by_others,
-    })
-}
-
-/// Sets the server's replica position to `to` in the domains it names, the others as `replica`
-/// had them: what the server holds of the source's history. A server without a binary log keeps no GTID of what a client applied, and one
-/// whose id is the source's cannot tell replayed transactions from its own, so this is the
-/// record a replay run again reads (and a server made a replica of the source continues from).
-async fn record_replica_position(
+/// Replays into a server under the archived GTIDs, from what its replica position records
+/// (the backup's point, set first, when the backup was just loaded), and records the end.
+async fn replay_archived(
     conn: &Connection,
-    replica: &GtidPos,
-    to: &GtidPos,
-    failed: impl FnOnce(mysql_async::Error) -> Error,
-) -> Result<()> {
-    use mysql_async::prelude::Queryable;
-    let mut position = replica.clone();
-    for g in to.gtids() {
-        position.advance(g);
+    just_loaded: bool,
+    (store, key, backup, segments, target, tools, coverage): ArchivedReplay<'_>,
+) -> Result<ReplayOutcome> {
+    let mut position = positions::read(conn).await?;
+    if just_loaded {
+        // The load replaced whatever the server held: its binary log's GTIDs from before say
+        // nothing of it.
+        position.replica = positions::record_restored(conn, backup).await?;
+        position.logged_by_others.clear();
     }
-    let mut c = super::connect::connect(conn).await?;
-    let set = c
-        .exec_drop("SET GLOBAL gtid_slave_pos = ?", (position.to_string(),))
-        .await;
-    let _ = c.disconnect().await;
-    set.map_err(failed)
+    let logged = Logged::Archived {
+        known: position.replica.clone(),
+        logged_by_others: position.logged_by_others.clone(),
+    };
+    let outcome = replay::apply(
+        store, key, backup, segments, target, conn, tools, logged, coverage,
+    )
+    .await?;
+    if outcome.transactions > 0 {
+        let reached = GtidPos::parse(&outcome.reached)
+            .map_err(|e| Error::PointInTime(format!("the replay's end: {e}")))?;
+        let binlog = positions::read(conn).await?.binlog;
+        let recorded = positions::to_record(&position.replica, &reached, &binlog);
+        positions::record(conn, &recorded, |e| {
+            Error::PointInTime(format!(
+                "the replay applied {} transactions up to {reached}, but the server's replica \
+                 position could not be set to {recorded} to record them ({e}): a replay run \
+                 again would take the server for one that holds less",
+                outcome.transactions
+            ))
+        })
+        .await?;
+    }
+    Ok(outcome)
 }

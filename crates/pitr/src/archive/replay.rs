@@ -146,7 +146,7 @@ pub enum Logged {
     /// recorded its end shows there, and is refused).
     Archived {
         known: GtidPos,
-        logged_by_others: GtidPos,
+        logged_by_others: Vec<crate::binlog::Gtid>,
     },
     /// Under the GTIDs of the server `Rebase` describes.
     Rebased(Rebase),
@@ -186,7 +186,10 @@ pub async fn apply(
             };
             let held = super::resume::already_held(&window.from, &window.to, &known, on_history)
                 .map_err(Error::PointInTime)?;
-            let from = held.clone().unwrap_or_else(|| window.from.clone());
+            let mut from = window.from.clone();
+            for g in held.iter().flat_map(GtidPos::gtids) {
+                from.advance(g);
+            }
             super::resume::check_not_interrupted(&from, &window.to, &logged_by_others, on_history)
                 .map_err(Error::PointInTime)?;
             if let (Some(held), RecoveryTarget::Gtid(to)) = (&held, target) {
