@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
@@ -23,6 +23,7 @@ use super::history::FIRST_TIMELINE;
 use super::housekeeping::{self, Housekeeping};
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 pub use super::options::ArchiveOptions;
+use super::quiet::Unvouched;
 use super::segments;
 use super::status::ArchiverRecord;
 use crate::binlog::{Assembler, GtidPos, Step};
@@ -75,11 +76,18 @@ struct Archive<'a> {
     housekeeping: Housekeeping<'a>,
     /// When the archive's coverage was last written, and of which end.
     covered: Option<(Instant, GtidPos)>,
-    /// The connection that asks the server how quiet it is (not the stream's).
+    /// The connection that asks the server how quiet it is (not the stream's); a new one for
+    /// each session, so it never asks another server than the one streamed.
     prober: Option<mysql_async::Conn>,
-    /// The account cannot see every session: no coverage is written (said once).
+    /// The server cannot vouch for its quiet (why is said once): no coverage is written.
     cannot_probe: bool,
+    /// Until when the coverage last written vouched for the archive's end, while it still
+    /// ends there.
+    vouched: Option<DateTime<Utc>>,
 }
+
+/// How long asking the server how quiet it is, or recording the answer, may take.
+const COVER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often an idle archive's coverage is written again: a time target in a quiet period is
 /// recoverable once the coverage passes it, at the cost of one small object written this often.
@@ -132,6 +140,7 @@ pub async fn run(
         covered: None,
         prober: None,
         cannot_probe: false,
+        vouched: None,
     };
     // Resuming continues the newest segment's timeline.
     if let Some(newest) = archive
@@ -321,6 +330,7 @@ impl Archive<'_> {
             })?;
         tracing::info!(server = %source.host, server_id, from = %from, "streaming binary logs");
         self.record.stream(None);
+        self.prober = None;
         let mut assembler = Assembler::default();
         let silence = opts.heartbeat * 3 + Duration::from_secs(2);
         loop {
@@ -412,6 +422,11 @@ impl Archive<'_> {
                         });
                     }
                     let gtid = trx.gtid;
+                    if let Some(until) = self.vouched.take() {
+                        if i64::from(trx.committed) <= until.timestamp() {
+                            tracing::error!(%gtid, committed = trx.committed, covered_until = %until, "a transaction stamped inside a quiet period arrived after the period was recorded (a session set its own timestamp): a restore to a time in between made meanwhile missed it");
+                        }
+                    }
                     if self.gathering.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
                         tracing::debug!(%gtid, "transaction already archived; skipped");
                     }
@@ -438,29 +453,41 @@ impl Archive<'_> {
         }
         // Whatever happens, not again before the next period.
         self.covered = Some((Instant::now(), through.clone()));
-        let mut prober = match self.prober.take() {
-            Some(c) => c,
-            None => match super::connect::connect(conn).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::debug!(error = %crate::error::chain(&e), "cannot ask the server how quiet it is");
-                    return;
+        let asked = tokio::time::timeout(COVER_TIMEOUT, async {
+            let mut prober = match self.prober.take() {
+                Some(c) => c,
+                None => connect(conn)
+                    .await
+                    .map_err(|e| Unvouched::Query(crate::error::chain(&e)))?,
+            };
+            let quiet = super::quiet::probe(&mut prober).await;
+            Ok::<_, Unvouched>((prober, quiet?))
+        })
+        .await;
+        let quiet = match asked {
+            Ok(Ok((prober, quiet))) => {
+                self.prober = Some(prober);
+                quiet
+            }
+            Ok(Err(why)) => {
+                if why.lasting() {
+                    tracing::info!(reason = %why, "quiet periods are not recorded");
+                    self.cannot_probe = true;
+                } else {
+                    tracing::debug!(reason = %why, "cannot ask the server how quiet it is");
                 }
-            },
-        };
-        let quiet = match super::coverage::probe(&mut prober).await {
-            Ok(Some(q)) => q,
-            Ok(None) => {
-                tracing::info!("quiet periods are not recorded: the archiver's account lacks PROCESS, so it cannot see the statements running");
-                self.cannot_probe = true;
                 return;
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot ask the server how quiet it is");
+            Err(_) => {
+                tracing::debug!("the server did not say how quiet it is in time");
                 return;
             }
         };
-        self.prober = Some(prober);
+        let streamed = self.gathering.source.as_ref().map(|s| s.server_id);
+        if streamed != Some(quiet.server_id) {
+            self.prober = None;
+            return;
+        }
         let Some(covered_until) = super::coverage::covered_until(&through, &quiet) else {
             return;
         };
@@ -470,13 +497,21 @@ impl Archive<'_> {
             through,
             covered_until,
         };
-        match super::coverage::write(&self.store, self.key, &coverage).await {
-            Ok(()) => self
-                .record
-                .covered(&coverage.through, coverage.covered_until),
-            Err(e) => {
+        let written = tokio::time::timeout(
+            COVER_TIMEOUT,
+            super::coverage::write(&self.store, self.key, &coverage),
+        )
+        .await;
+        match written {
+            Ok(Ok(())) => {
+                self.record
+                    .covered(&coverage.through, coverage.covered_until);
+                self.vouched = Some(coverage.covered_until);
+            }
+            Ok(Err(e)) => {
                 tracing::warn!(error = %crate::error::chain(&e), "cannot record the archive's coverage");
             }
+            Err(_) => tracing::warn!("recording the archive's coverage took too long"),
         }
     }
 

@@ -1,8 +1,10 @@
-//! How far in time an idle archive is known complete. While the server writes nothing, its
-//! heartbeats say that nothing follows the archive's end; the archiver records the moment as
-//! the archive's coverage (signed under the key), so a time target after the last commit but
-//! inside that quiet period is recoverable (it restores everything archived). A coverage holds
-//! only while the archive still ends exactly where it was written.
+//! How far in time an idle archive is known complete. While the server writes nothing, the
+//! archiver asks it, now and then, for its clock, the oldest statement running and then where
+//! its binary log ends ([`super::quiet`]); when the log ends exactly where the archive does,
+//! every transaction stamped before the earlier of those moments is archived, and that is
+//! recorded as the archive's coverage (signed under the key). A time target after the last
+//! commit but inside the quiet period is then recoverable (it restores everything archived).
+//! A coverage holds only while the archive still ends exactly where it was written.
 
 use std::sync::Arc;
 
@@ -19,13 +21,14 @@ use bulwark_engine::Error as EngineError;
 /// The object, beside the archive's segments (a segment listing never takes it for one).
 const COVERAGE_NAME: &str = "coverage.json";
 
-/// What the server says of its quiet: where its binary log ends, its clock, and when the
-/// oldest statement still running started (`None`: none runs).
+/// What the server says of its quiet: who it is, its clock and when the oldest statement
+/// still running started (`None`: none runs), then where its binary log ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quiet {
-    pub binlog_end: GtidPos,
+    pub server_id: u32,
     pub now: f64,
     pub oldest_running: Option<f64>,
+    pub binlog_end: GtidPos,
 }
 
 /// Until when an archive ending at `through` is complete, from what the server said: `None`
@@ -42,36 +45,6 @@ pub fn covered_until(through: &GtidPos, quiet: &Quiet) -> Option<DateTime<Utc>> 
         .map_or(quiet.now, |s| s.min(quiet.now))
         .floor() as i64;
     DateTime::from_timestamp(first_uncovered - 1, 0)
-}
-
-/// Where the binary log ends, the server's clock, the start of the oldest statement running
-/// (replication threads and sleeping sessions aside), and whether the account holds PROCESS.
-const QUIET_QUERY: &str = r#"SELECT @@gtid_binlog_pos, UNIX_TIMESTAMP(NOW(6)),
-    (SELECT MIN(UNIX_TIMESTAMP(NOW(6)) - TIME_MS / 1000) FROM information_schema.PROCESSLIST
-      WHERE ID <> CONNECTION_ID()
-        AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump', 'Binlog Dump GTID')),
-    (SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES
-      WHERE PRIVILEGE_TYPE = 'PROCESS'
-        AND GRANTEE = CONCAT('''', REPLACE(CURRENT_USER(), '@', '''@'''), ''''))"#;
-
-/// Asks the server at `c` for its [`Quiet`]; `None` when the account may not see every
-/// session (it lacks PROCESS), so running statements could be missed.
-pub async fn probe(
-    c: &mut mysql_async::Conn,
-) -> std::result::Result<Option<Quiet>, mysql_async::Error> {
-    use mysql_async::prelude::Queryable;
-    let row: Option<(String, f64, Option<f64>, u64)> = c.query_first(QUIET_QUERY).await?;
-    let Some((end, now, oldest_running, may_see_all)) = row else {
-        return Ok(None);
-    };
-    let Ok(binlog_end) = GtidPos::parse(&end) else {
-        return Ok(None);
-    };
-    Ok((may_see_all > 0).then_some(Quiet {
-        binlog_end,
-        now,
-        oldest_running,
-    }))
 }
 
 /// An idle archive's coverage.
@@ -152,9 +125,10 @@ mod tests {
     fn a_quiet_server_covers_the_second_before_its_oldest_running_statement() {
         let through = GtidPos::parse("0-1-20").unwrap();
         let quiet = |end: &str, now: f64, oldest: Option<f64>| Quiet {
-            binlog_end: GtidPos::parse(end).unwrap(),
+            server_id: 1,
             now,
             oldest_running: oldest,
+            binlog_end: GtidPos::parse(end).unwrap(),
         };
         let t = |s: i64| DateTime::from_timestamp(s, 0);
         for (name, q, want) in [

@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod offline;
 pub mod options;
 pub mod positions;
+pub mod quiet;
 pub mod recover;
 pub mod replay;
 pub mod resume;

@@ -234,7 +234,11 @@ impl ArchiverRecord {
         let s = self.state.lock().expect("archiver record lock");
         let mut r = s.report.clone();
         if let Some((through, until)) = &s.covered {
-            if *through == r.through && r.recoverable_to.is_some() {
+            let later = r
+                .recoverable_to
+                .as_deref()
+                .is_some_and(|to| DateTime::parse_from_rfc3339(to).is_ok_and(|to| *until > to));
+            if *through == r.through && later {
                 r.recoverable_to = Some(stamp(*until));
             }
         }
