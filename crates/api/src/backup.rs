@@ -29,7 +29,7 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference};
     printcolumn = r#"{"name":"Method","type":"string","jsonPath":".spec.method"}"#,
     printcolumn = r#"{"name":"Storage","type":"string","jsonPath":".spec.storage"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Stored","type":"integer","format":"int64","jsonPath":".status.storedBytes","description":"Bytes stored (compressed and encrypted)"}"#,
+    printcolumn = r#"{"name":"Stored","type":"string","jsonPath":".status.storedSize","description":"Size stored (compressed and encrypted)"}"#,
     printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -91,6 +91,9 @@ pub struct MySQLBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub stored_bytes: Option<i64>,
+    /// `storedBytes` for people, in binary units (`748.4 KiB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_size: Option<String>,
     /// Bytes of data read from the server (before compression and encryption).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]

@@ -102,6 +102,8 @@ async fn backups_run_as_jobs_on_the_source_node_and_report_into_status() {
         (st.stored_bytes, st.plaintext_bytes),
         (Some(23456789), Some(123456789))
     );
+    // What `kubectl get mysqlbackup` shows in its Stored column.
+    assert_eq!(st.stored_size.as_deref(), Some("22.4 MiB"));
     assert_eq!(
         (
             st.binlog_file.as_deref(),

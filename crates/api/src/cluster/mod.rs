@@ -65,10 +65,10 @@ const MANAGED_OPTIONS_RULE: &str = concat!(
     derive = "PartialEq",
     printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".spec.engine"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
-    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
-    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
+    printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas","description":"Instances ready"}"#,
     printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.currentPrimary"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","description":"Why the cluster is or is not Ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

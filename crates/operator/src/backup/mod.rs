@@ -368,6 +368,23 @@ pub fn first_in_line(backup: &MySQLBackup, others: &[MySQLBackup]) -> Option<Str
 }
 
 /// The API server's own message of a rejected request (never contains what we sent).
+/// A stored size for people, in binary units with one decimal (`748.4 KiB`), as `kubectl get`
+/// shows it.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 fn api_message(e: &Error) -> String {
     match std::error::Error::source(e).and_then(|s| s.downcast_ref::<kube::Error>()) {
         Some(kube::Error::Api(resp)) => resp.message.clone(),
@@ -454,6 +471,7 @@ async fn observe(
                 "backupId": r.id,
                 "location": format!("{location_base}/{}", r.id),
                 "storedBytes": r.stored_bytes,
+                "storedSize": human_size(r.stored_bytes),
                 "plaintextBytes": r.plaintext_bytes,
                 "manifestSha256": r.manifest_sha256,
                 "binlogFile": r.binlog_file,
@@ -574,6 +592,22 @@ async fn write_status(
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
     apply::apply_status(&api, backup, status, BACKUP_MANAGER).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn stored_sizes_read_like_people_write_them() {
+        for (bytes, want) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (766_385, "748.4 KiB"),
+            (5 << 30, "5.0 GiB"),
+        ] {
+            assert_eq!(super::human_size(bytes), want);
+        }
+    }
 }
 
 #[cfg(test)]
