@@ -89,9 +89,10 @@ pub fn of_pass(
         desired[0].message = format!("{}; {foreign}", desired[0].message);
     }
     let ready_cond = desired[0].clone();
-    // The first observation of a new cluster is not news.
-    if conditions::flipped(&ready_cond, &previous)
-        && !(previous.is_empty() && ready_cond.status == Status::False)
+    // The first observation of a new cluster is not news, whichever conditions other writers
+    // (validation, backups) put in its status before.
+    let first = !previous.iter().any(|c| c.type_ == condition::READY);
+    if conditions::flipped(&ready_cond, &previous) && !(first && ready_cond.status == Status::False)
     {
         let reason = if ready_cond.status == Status::True {
             Reason::ClusterReady
@@ -458,6 +459,15 @@ mod tests {
             None,
         );
         assert_eq!(r.conditions[0].reason, "PrimaryNotReady");
+        assert_eq!(reasons(&r), []);
+        // Nor after another writer put a condition of its own there first.
+        let backups_first = cluster(&[("BackupsHealthy", "True", "no backup due yet")], false);
+        let r = of_pass(
+            &backups_first,
+            &set(0),
+            &settled([false; 3], Hold::default(), &[]),
+            None,
+        );
         assert_eq!(reasons(&r), []);
     }
 
