@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
@@ -23,9 +23,9 @@ use super::history::FIRST_TIMELINE;
 use super::housekeeping::{self, Housekeeping};
 use super::manifest::{self, ArchiveSource, SegmentManifest};
 pub use super::options::ArchiveOptions;
-use super::quiet::Unvouched;
 use super::segments;
 use super::status::ArchiverRecord;
+use super::vouching::Vouching;
 use crate::binlog::{Assembler, GtidPos, Step};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
@@ -74,24 +74,9 @@ struct Archive<'a> {
     record: Arc<ArchiverRecord>,
     /// Backups listed again, segments pruned and compacted.
     housekeeping: Housekeeping<'a>,
-    /// When the archive's coverage was last written, and of which end.
-    covered: Option<(Instant, GtidPos)>,
-    /// The connection that asks the server how quiet it is (not the stream's); a new one for
-    /// each session, so it never asks another server than the one streamed.
-    prober: Option<mysql_async::Conn>,
-    /// The server cannot vouch for its quiet (why is said once): no coverage is written.
-    cannot_probe: bool,
-    /// Until when the coverage last written vouched for the archive's end, while it still
-    /// ends there.
-    vouched: Option<DateTime<Utc>>,
+    /// Records the archive's quiet periods.
+    vouching: Vouching,
 }
-
-/// How long asking the server how quiet it is, or recording the answer, may take.
-const COVER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How often an idle archive's coverage is written again: a time target in a quiet period is
-/// recoverable once the coverage passes it, at the cost of one small object written this often.
-const COVER_EVERY: Duration = Duration::from_secs(10);
 
 /// Runs until `shutdown` resolves, then commits what it holds and returns.
 pub async fn run(
@@ -137,10 +122,7 @@ pub async fn run(
         start_at_server,
         record,
         housekeeping: Housekeeping::new(repo, key, opts, listing.superseded),
-        covered: None,
-        prober: None,
-        cannot_probe: false,
-        vouched: None,
+        vouching: Vouching::default(),
     };
     // Resuming continues the newest segment's timeline.
     if let Some(newest) = archive
@@ -330,7 +312,7 @@ impl Archive<'_> {
             })?;
         tracing::info!(server = %source.host, server_id, from = %from, "streaming binary logs");
         self.record.stream(None);
-        self.prober = None;
+        self.vouching.new_session();
         let mut assembler = Assembler::default();
         let silence = opts.heartbeat * 3 + Duration::from_secs(2);
         loop {
@@ -406,7 +388,16 @@ impl Archive<'_> {
                 Step::Nothing => {}
                 Step::Heartbeat => {
                     self.record.current(self.gathering.opened());
-                    self.cover(conn).await;
+                    self.vouching
+                        .heartbeat(
+                            &self.opts.archive,
+                            conn,
+                            &self.gathering,
+                            &self.store,
+                            self.key,
+                            &self.record,
+                        )
+                        .await;
                 }
                 Step::Format(fde) => {
                     if self.gathering.format_changes(fde.bytes()) && !self.gathering.is_empty() {
@@ -422,96 +413,13 @@ impl Archive<'_> {
                         });
                     }
                     let gtid = trx.gtid;
-                    if let Some(until) = self.vouched.take() {
-                        if i64::from(trx.committed) <= until.timestamp() {
-                            tracing::error!(%gtid, committed = trx.committed, covered_until = %until, "a transaction stamped inside a quiet period arrived after the period was recorded (a session set its own timestamp): a restore to a time in between made meanwhile missed it");
-                        }
-                    }
+                    self.vouching.arrived(gtid, trx.committed);
                     if self.gathering.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
                         tracing::debug!(%gtid, "transaction already archived; skipped");
                     }
                     self.record.current(self.gathering.opened());
                 }
             }
-        }
-    }
-
-    /// On a heartbeat with nothing gathered, every [`COVER_EVERY`]: asks the server how quiet
-    /// it is and records until when the archive is complete ([`super::coverage`]). A failure
-    /// only delays it.
-    async fn cover(&mut self, conn: &Connection) {
-        let through = self.gathering.through.clone();
-        if !self.gathering.is_empty() || through.is_empty() || self.cannot_probe {
-            return;
-        }
-        let fresh = self
-            .covered
-            .as_ref()
-            .is_some_and(|(at, end)| *end == through && at.elapsed() < COVER_EVERY);
-        if fresh {
-            return;
-        }
-        // Whatever happens, not again before the next period.
-        self.covered = Some((Instant::now(), through.clone()));
-        let asked = tokio::time::timeout(COVER_TIMEOUT, async {
-            let mut prober = match self.prober.take() {
-                Some(c) => c,
-                None => connect(conn)
-                    .await
-                    .map_err(|e| Unvouched::Query(crate::error::chain(&e)))?,
-            };
-            let quiet = super::quiet::probe(&mut prober).await;
-            Ok::<_, Unvouched>((prober, quiet?))
-        })
-        .await;
-        let quiet = match asked {
-            Ok(Ok((prober, quiet))) => {
-                self.prober = Some(prober);
-                quiet
-            }
-            Ok(Err(why)) => {
-                if why.lasting() {
-                    tracing::info!(reason = %why, "quiet periods are not recorded");
-                    self.cannot_probe = true;
-                } else {
-                    tracing::debug!(reason = %why, "cannot ask the server how quiet it is");
-                }
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("the server did not say how quiet it is in time");
-                return;
-            }
-        };
-        let streamed = self.gathering.source.as_ref().map(|s| s.server_id);
-        if streamed != Some(quiet.server_id) {
-            self.prober = None;
-            return;
-        }
-        let Some(covered_until) = super::coverage::covered_until(&through, &quiet) else {
-            return;
-        };
-        let coverage = super::coverage::Coverage {
-            archive: self.opts.archive.clone(),
-            timeline: self.gathering.timeline,
-            through,
-            covered_until,
-        };
-        let written = tokio::time::timeout(
-            COVER_TIMEOUT,
-            super::coverage::write(&self.store, self.key, &coverage),
-        )
-        .await;
-        match written {
-            Ok(Ok(())) => {
-                self.record
-                    .covered(&coverage.through, coverage.covered_until);
-                self.vouched = Some(coverage.covered_until);
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %crate::error::chain(&e), "cannot record the archive's coverage");
-            }
-            Err(_) => tracing::warn!("recording the archive's coverage took too long"),
         }
     }
 

@@ -26,6 +26,7 @@ pub mod retain;
 pub mod segments;
 pub mod select;
 pub mod status;
+mod vouching;
 pub mod window;
 
 pub use manifest::SegmentManifest;
