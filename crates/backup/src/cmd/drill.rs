@@ -187,29 +187,26 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "drill", a.progress.display());
     let parallel = a.backup.parallel();
+    let restore_into = |target| {
+        restore::restore(
+            &repo,
+            &backup,
+            key.as_ref(),
+            target,
+            a.tool.as_deref(),
+            parallel,
+            progress,
+        )
+    };
     let restored = async {
-        let mut replayed = None;
         let server = match m.method {
             Method::Physical => {
-                let target = Destination::Directory {
+                restore_into(Destination::Directory {
                     path: datadir.clone(),
                     force: false,
                     prepare: true,
-                };
-                restore::restore(
-                    &repo,
-                    &backup,
-                    key.as_ref(),
-                    target,
-                    a.tool.as_deref(),
-                    parallel,
-                    progress,
-                )
+                })
                 .await?;
-                if let Some(until) = &until {
-                    let into = pitr::ReplayInto::Datadir(datadir.clone());
-                    replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
-                }
                 ScratchServer::start(&server_binary, &datadir, None, false).await?
             }
             Method::Logical => {
@@ -220,31 +217,26 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
                 })?;
                 scratch::initialize(&datadir).await?;
                 let server = ScratchServer::start(&server_binary, &datadir, None, true).await?;
-                let target = Destination::Server {
+                restore_into(Destination::Server {
                     connection: server.connection().clone(),
                     verify_first: true,
                     binlogged: false,
-                };
-                restore::restore(
-                    &repo,
-                    &backup,
-                    key.as_ref(),
-                    target,
-                    a.tool.as_deref(),
-                    parallel,
-                    progress,
-                )
+                })
                 .await?;
                 // The dump's accounts replaced the scratch server's own (it flushes privileges):
                 // from here on, no account is checked.
                 server.stop().await?;
-                let server = ScratchServer::start(&server_binary, &datadir, None, false).await?;
-                if let Some(until) = &until {
-                    let into = pitr::ReplayInto::RestoredServer(server.connection().clone());
-                    replayed = Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?);
-                }
-                server
+                ScratchServer::start(&server_binary, &datadir, None, false).await?
             }
+        };
+        // Either way the scratch server holds exactly the backup now; the archive is replayed
+        // into it as it runs (one server start, not a second one for a replay into the datadir).
+        let replayed = match &until {
+            Some(until) => {
+                let into = pitr::ReplayInto::RestoredServer(server.connection().clone());
+                Some(pitr::replay(&repo, &backup, key.as_ref(), until, into).await?)
+            }
+            None => None,
         };
         Ok::<_, anyhow::Error>((server, replayed))
     };
