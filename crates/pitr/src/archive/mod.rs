@@ -15,7 +15,6 @@ pub mod gathering;
 pub mod history;
 mod housekeeping;
 pub mod manifest;
-pub mod offline;
 pub mod options;
 pub mod positions;
 pub mod quiet;

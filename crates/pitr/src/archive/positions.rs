@@ -90,23 +90,16 @@ pub async fn record(
     set.map_err(failed)
 }
 
-/// After a backup was loaded into the server (it holds exactly the backup's point, whatever
+/// After a backup was restored into the server (it holds exactly the backup's point, whatever
 /// its replica position said before): records that point, so a later replay starts there.
 pub async fn record_restored(conn: &Connection, backup: &CompleteBackup) -> Result<GtidPos> {
     let m = &backup.manifest;
-    let point = m
-        .consistent_point
-        .gtid_set
-        .as_deref()
-        .map(GtidPos::parse)
-        .transpose()
-        .map_err(Error::PointInTime)?
-        .unwrap_or_default();
+    let point = super::replay::backup_point(backup)?;
     let position = read(conn).await?;
     let recorded = to_record(&GtidPos::default(), &point, &position.binlog);
     record(conn, &recorded, |e| {
         Error::PointInTime(format!(
-            "backup {} was loaded, but the server's replica position could not be set to its \
+            "backup {} was restored, but the server's replica position could not be set to its \
              point {point} ({e}); a replay under the archived GTIDs cannot follow (with \
              gtid_strict_mode and the load logged in the same domain, replay under the \
              server's own GTIDs: --replay-gtids server)",

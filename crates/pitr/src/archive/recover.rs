@@ -6,12 +6,13 @@ use bulwark_engine::Error as EngineError;
 use std::path::PathBuf;
 
 use super::replay::{self, Logged, ReplayOutcome, ReplayTools};
-use super::{manifest, offline, positions, segments, RecoveryTarget};
+use super::{manifest, positions, segments, RecoveryTarget};
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::{CompleteBackup, Repository};
+use bulwark_engine::scratch::{self, ScratchServer};
 use bulwark_engine::source::{self, Connection, ToolJob};
 
 /// Where a replay goes.
@@ -74,12 +75,21 @@ pub async fn replay_after(
             )
             .await
         }
+        // A restored datadir is started under a scratch server and replayed into like a
+        // server the backup was just restored into; the server stops cleanly, so the datadir
+        // is left at the target with its redo log applied and its replica position recorded.
         ReplayInto::Datadir(dir) => {
-            let server = offline::find_server()?;
-            offline::replay_into_datadir(
-                store, key, backup, &segments, target, dir, &server, &tools, coverage,
+            let scratch = ScratchServer::start(&scratch::find_server()?, dir, None, false).await?;
+            let replayed = replay_archived(
+                scratch.connection(),
+                true,
+                (store, key, backup, &segments, target, &tools, coverage),
             )
-            .await
+            .await;
+            let stopped = scratch.stop().await;
+            let outcome = replayed?;
+            stopped?;
+            Ok(outcome)
         }
     }
 }

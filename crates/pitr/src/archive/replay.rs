@@ -99,19 +99,7 @@ pub fn window_toward(
     target: &RecoveryTarget,
 ) -> Result<(Window, Vec<usize>)> {
     let m = &backup.manifest;
-    let start = m
-        .consistent_point
-        .gtid_set
-        .as_deref()
-        .map(GtidPos::parse)
-        .transpose()
-        .map_err(Error::PointInTime)?
-        .ok_or_else(|| {
-            Error::PointInTime(format!(
-                "backup {} recorded no GTID position, so no archive can continue it",
-                m.id
-            ))
-        })?;
+    let start = backup_point(backup)?;
     let chain = window::chain_toward(segments, &start, target.gtid());
     // A GTID target within the chain's numbers must be one of its transactions exactly:
     // refused here, before anything is loaded, rather than by the replay halfway.
@@ -126,6 +114,23 @@ pub fn window_toward(
         }
     }
     Ok((Window::of(start, m.finished_at, &chain), chain.segments))
+}
+
+/// The GTID position of `backup`'s consistent point: where a replay continues it.
+pub fn backup_point(backup: &CompleteBackup) -> Result<GtidPos> {
+    let m = &backup.manifest;
+    m.consistent_point
+        .gtid_set
+        .as_deref()
+        .map(GtidPos::parse)
+        .transpose()
+        .map_err(Error::PointInTime)?
+        .ok_or_else(|| {
+            Error::PointInTime(format!(
+                "backup {} recorded no GTID position, so no archive can continue it",
+                m.id
+            ))
+        })
 }
 
 /// The programs a replay runs.
