@@ -171,10 +171,12 @@ pub async fn restore(
                 prepare,
             },
         ) => {
-            restore_physical(
+            let (staged, staging) = stage_restore(
                 repo, backup, dk, &path, force, prepare, tool, parallel, progress,
             )
-            .await
+            .await?;
+            staging.commit()?;
+            Ok(staged.outcome(&path))
         }
         (
             Method::Logical,
@@ -256,26 +258,6 @@ impl Read for ChannelReader {
         self.current.advance(n);
         Ok(n)
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn restore_physical(
-    repo: &Repository,
-    backup: &CompleteBackup,
-    dk: Option<Arc<DataKey>>,
-    path: &Path,
-    force: bool,
-    prepare: bool,
-    tool: Option<&str>,
-    parallel: usize,
-    progress: Arc<Progress>,
-) -> Result<RestoreOutcome> {
-    let (staged, staging) = stage_restore(
-        repo, backup, dk, path, force, prepare, tool, parallel, progress,
-    )
-    .await?;
-    staging.commit()?;
-    Ok(staged.outcome(path))
 }
 
 /// Extracts (and prepares) a physical backup into a locked staging directory beside `path`,
