@@ -1,7 +1,8 @@
 //! Restore drills on real MariaDB: a good physical and a good logical backup pass, with every
 //! table checked and the user's assertions held, also brought to the archive's end; a failing
 //! assertion, a damaged backup and a table the server finds damaged each fail the drill with
-//! the cause in one line; nothing is left in the scratch directory.
+//! the cause in one line; a backup at the archive's very end passes with nothing replayed;
+//! nothing is left in the scratch directory.
 
 mod common;
 
@@ -110,6 +111,19 @@ fn good_backups_pass_their_drills_and_bad_ones_fail_with_the_cause() {
         );
         assert!(empty(&scratch));
     }
+    // A backup at the archive's very end: nothing is left to replay, and the drill passes.
+    let (fresh, _) = s.backup(&keyarg);
+    let out = ok(drill(
+        &s,
+        &key,
+        &scratch,
+        &fresh,
+        &["--until", "latest", "--assert", &rows_now],
+    ));
+    assert!(
+        out.contains(&format!("replayed to GTID position {last}")),
+        "{out}"
+    );
 
     // An assertion must be one statement: a second result would go unjudged.
     fails(

@@ -296,20 +296,23 @@ pub async fn apply(
         Ok::<(), Error>(())
     };
     let ((), fed) = futures::future::join(producer, consumer).await;
-    if fed.is_ok() && bytes == 0 {
-        // Nothing after the backup: still a valid (empty) binlog for the tools.
-        let _ = to_decoder.write_all(&BINLOG_MAGIC).await;
-    }
     drop(to_decoder);
-    let decoded = decoder
-        .wait_with_output()
-        .await
-        .map_err(io("wait for", binlog_tool))?;
-    let applied = client
-        .wait_with_output()
-        .await
-        .map_err(io("wait for", client_tool))?;
-    cause(fed, (binlog_tool, &decoded), (client_tool, &applied))?;
+    if fed.is_ok() && bytes <= BINLOG_MAGIC.len() as u64 {
+        // Nothing after the backup (it is at the archive's end): the tools were given no event,
+        // and mariadb-binlog refuses a stream without one. They are stopped unused.
+        let _ = decoder.kill().await;
+        let _ = client.kill().await;
+    } else {
+        let decoded = decoder
+            .wait_with_output()
+            .await
+            .map_err(io("wait for", binlog_tool))?;
+        let applied = client
+            .wait_with_output()
+            .await
+            .map_err(io("wait for", client_tool))?;
+        cause(fed, (binlog_tool, &decoded), (client_tool, &applied))?;
+    }
     selector.finish()?;
     Ok(ReplayOutcome {
         backup_id: backup.manifest.id.clone(),
