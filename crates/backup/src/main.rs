@@ -247,4 +247,43 @@ mod tests {
         assert_eq!(a.id, "20261122T031633Z-4a0760");
         assert!(!a.repo.s3.s3_path_style);
     }
+
+    #[test]
+    fn the_operators_drill_command_parses() {
+        for point_in_time in [false, true] {
+            let built = command::Drill {
+                repository: repository(),
+                backup_id: "20261122T031633Z-4a0760".into(),
+                scratch_dir: "/scratch".into(),
+                assertions: vec![
+                    "SELECT COUNT(*) > 0 FROM shop.orders".into(),
+                    "--not a flag".into(),
+                ],
+                point_in_time,
+                result_file: "/dev/termination-log".into(),
+                progress_interval_seconds: 5,
+            };
+            let cli = parse(built.argv());
+            assert!(matches!(cli.log_format, super::LogFormat::Json));
+            let Command::Drill(a) = cli.command else {
+                panic!("not a drill")
+            };
+            assert_eq!(a.backup.repo.repo, "s3://bucket/prefix");
+            assert_eq!(a.backup.id, "20261122T031633Z-4a0760");
+            assert_eq!(
+                a.scratch_dir.as_deref().and_then(|p| p.to_str()),
+                Some("/scratch")
+            );
+            assert_eq!(a.assertions, built.assertions);
+            assert_eq!(a.until.until.as_deref(), point_in_time.then_some("latest"));
+            assert_eq!(
+                a.result_file.as_deref().and_then(|p| p.to_str()),
+                Some("/dev/termination-log")
+            );
+            assert!(matches!(
+                a.progress.progress,
+                bulwark_cli::args::ProgressMode::Log
+            ));
+        }
+    }
 }

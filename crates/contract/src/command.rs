@@ -208,6 +208,46 @@ impl Delete {
     }
 }
 
+/// `mysql-backup drill`, as a drill Job runs it: restores one backup into a scratch server
+/// inside the Job, checks it, and reports its result line into the termination log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drill {
+    pub repository: Repository,
+    pub backup_id: String,
+    /// Where the scratch datadir is made (the Job's scratch volume).
+    pub scratch_dir: String,
+    /// SQL that must each return one row with a non-zero first column.
+    pub assertions: Vec<String>,
+    /// Replay the backup's binlog archive to its end before the checks.
+    pub point_in_time: bool,
+    pub result_file: String,
+    /// Seconds between progress log lines.
+    pub progress_interval_seconds: u32,
+}
+
+impl Drill {
+    pub fn argv(&self) -> Argv {
+        let mut a = Argv::new(BACKUP_PROGRAM);
+        a.flag("log-format", "json").arg("drill");
+        self.repository.push(&mut a);
+        a.flag("scratch-dir", &self.scratch_dir);
+        for sql in &self.assertions {
+            a.flag("assert", sql);
+        }
+        if self.point_in_time {
+            a.flag("until", "latest");
+        }
+        a.flag("result-file", &self.result_file)
+            .flag("progress", "log")
+            .flag(
+                "progress-interval",
+                format!("{}s", self.progress_interval_seconds),
+            );
+        a.arg("--").arg(&self.backup_id);
+        a
+    }
+}
+
 /// `bulwark-agent init`: writes the per-pod server configuration before mysqld starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Init {

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod archive;
 pub mod clone;
 pub mod command;
+pub mod drill;
 pub mod engine;
 pub mod gtid;
 pub mod ids;

@@ -68,6 +68,9 @@ pub const BACKUP_PASSWORD_FILE: &str = "/etc/bulwark/backup-credentials/password
 /// Kubernetes' termination message file: a backup Job's result line goes there.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 
+/// Where a drill Job's scratch volume is mounted (the restored datadir and scratch server).
+pub const DRILL_SCRATCH: &str = "/var/lib/bulwark-drill";
+
 /// `dir`'s file `name`, for tests comparing the constants above.
 #[cfg(test)]
 fn join(dir: &str, name: &str) -> String {

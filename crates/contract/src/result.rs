@@ -1,6 +1,7 @@
-//! The result line of `mysql-backup backup --result-file`: one line of JSON, at most
-//! [`LINE_LIMIT`] bytes, written to the backup Job's termination message and read by the
-//! operator. On success it describes the committed backup; on failure it carries the cause.
+//! The result lines of `mysql-backup backup --result-file` and `drill --result-file`: one line
+//! of JSON, at most [`LINE_LIMIT`] bytes, written to the Job's termination message and read by
+//! the operator. On success it describes the committed backup or the drill that held; on
+//! failure it carries the cause.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -122,6 +123,82 @@ pub fn parse_line(line: &str) -> Option<Report> {
         .map(|e| Report::Failed(e.error))
 }
 
+/// A drill that proved its backup restorable, as `mysql-backup drill --result-file` reports it
+/// (also `drill --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillResult {
+    /// The backup drilled.
+    pub backup_id: String,
+    /// `physical` or `logical`.
+    pub method: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    /// Bytes of backup data restored (before compression and encryption).
+    pub plaintext_bytes: u64,
+    /// From the start until the scratch server held the restored data (and the replay, if
+    /// any, was done): the measured recovery time.
+    pub restore_seconds: f64,
+    pub total_seconds: f64,
+    pub tables_checked: u64,
+    /// Tables whose engine cannot check them (named, at most a few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_unchecked: Vec<String>,
+    pub assertions: u32,
+    /// The GTID position the replay reached, when the drill replayed the binlog archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached_gtid: Option<String>,
+}
+
+/// Unchecked tables named in a drill's line at most; the count is in the message.
+const UNCHECKED_NAMED: usize = 8;
+
+impl DrillResult {
+    /// The success line: one line of JSON within [`LINE_LIMIT`]; long lists of unchecked
+    /// tables are shortened and a long GTID position is left out.
+    pub fn to_line(&self) -> String {
+        let mut r = self.clone();
+        if r.tables_unchecked.len() > UNCHECKED_NAMED {
+            let more = r.tables_unchecked.len() - UNCHECKED_NAMED;
+            r.tables_unchecked.truncate(UNCHECKED_NAMED);
+            r.tables_unchecked.push(format!("and {more} more"));
+        }
+        let mut line = format!(
+            "{}\n",
+            serde_json::to_string(&r).expect("a drill result serializes")
+        );
+        if line.len() > LINE_LIMIT {
+            r.reached_gtid = None;
+            r.tables_unchecked.clear();
+            line = format!(
+                "{}\n",
+                serde_json::to_string(&r).expect("a drill result serializes")
+            );
+        }
+        line
+    }
+}
+
+/// What a drill's result line says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DrillReport {
+    /// The backup was restored and every check held.
+    Passed(Box<DrillResult>),
+    /// The drill failed, for this reason.
+    Failed(String),
+}
+
+/// Reads a drill's result line; `None` when it is neither a success nor an error line.
+pub fn parse_drill_line(line: &str) -> Option<DrillReport> {
+    let line = line.trim();
+    if let Ok(r) = serde_json::from_str::<DrillResult>(line) {
+        return Some(DrillReport::Passed(Box::new(r)));
+    }
+    serde_json::from_str::<ErrorLine>(line)
+        .ok()
+        .map(|e| DrillReport::Failed(e.error))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +259,60 @@ mod tests {
         assert_eq!(back.gtid_set, None);
         assert_eq!(back.location, r.location);
         assert_eq!(back.omitted, vec!["gtidSet".to_owned()]);
+    }
+
+    fn drill() -> DrillResult {
+        DrillResult {
+            backup_id: "20261122T031633Z-4a0760".into(),
+            method: "physical".into(),
+            started_at: "2026-11-22T04:00:00Z".parse().unwrap(),
+            finished_at: "2026-11-22T04:01:00Z".parse().unwrap(),
+            plaintext_bytes: 1000,
+            restore_seconds: 41.5,
+            total_seconds: 60.0,
+            tables_checked: 12,
+            tables_unchecked: vec!["`shop`.`log`".into()],
+            assertions: 1,
+            reached_gtid: Some("0-1-77".into()),
+        }
+    }
+
+    #[test]
+    fn drill_lines_round_trip_and_are_not_backup_lines() {
+        let r = drill();
+        let line = r.to_line();
+        assert!(line.ends_with('\n') && !line.trim_end().contains('\n'));
+        assert_eq!(
+            parse_drill_line(&line),
+            Some(DrillReport::Passed(Box::new(r)))
+        );
+        assert_eq!(parse_line(&line), None, "a drill's line is no backup");
+        assert_eq!(parse_drill_line(&sample().to_line()), None);
+        assert_eq!(
+            parse_drill_line(&error_line("drill of backup x failed: boom")),
+            Some(DrillReport::Failed("drill of backup x failed: boom".into()))
+        );
+        assert_eq!(parse_drill_line("not json"), None);
+    }
+
+    #[test]
+    fn long_drill_lines_stay_within_the_limit() {
+        let mut r = drill();
+        r.tables_unchecked = (0..500).map(|n| format!("`db`.`table_{n:04}`")).collect();
+        r.reached_gtid = Some("0-1-5,".repeat(1000));
+        let line = r.to_line();
+        assert!(line.len() <= LINE_LIMIT, "{}", line.len());
+        let Some(DrillReport::Passed(back)) = parse_drill_line(&line) else {
+            panic!("{line}")
+        };
+        assert_eq!(back.reached_gtid, None);
+        let mut r = drill();
+        r.tables_unchecked = (0..20).map(|n| format!("`db`.`t{n}`")).collect();
+        let Some(DrillReport::Passed(back)) = parse_drill_line(&r.to_line()) else {
+            panic!()
+        };
+        assert_eq!(back.tables_unchecked.len(), UNCHECKED_NAMED + 1);
+        assert_eq!(back.tables_unchecked.last().unwrap(), "and 12 more");
     }
 
     #[test]

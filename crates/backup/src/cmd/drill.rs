@@ -9,6 +9,7 @@ use std::time::Instant;
 use bulwark_cli::args::{shutdown_signal, BackupSelector, ProgressArgs, UntilArgs};
 use bulwark_cli::output::{human_bytes, print_json};
 use bulwark_cli::progress::Reporter;
+use bulwark_contract::result::{self as report, DrillResult};
 use bulwark_engine::format::Method;
 use bulwark_engine::progress::Progress;
 use bulwark_engine::restore::{self, Destination};
@@ -45,6 +46,10 @@ pub struct DrillArgs {
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also write the result as one line of JSON (`{"error": …}` on failure), at most 4096
+    /// bytes, e.g. to Kubernetes' /dev/termination-log.
+    #[arg(long, env = "MYSQL_BACKUP_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
     #[command(flatten)]
     pub progress: ProgressArgs,
 }
@@ -74,6 +79,7 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
     let parent = a.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     let (work, lock) = scratch_dir(&parent)?;
     let work = work.keep();
+    let result_file = a.result_file.clone();
     // Stopped by a signal, the drill's future is dropped: the scratch server and the tools it
     // started are killed; either way the scratch directory is removed after.
     let result = tokio::select! {
@@ -82,7 +88,16 @@ pub async fn cmd_drill(a: DrillArgs) -> anyhow::Result<()> {
     };
     remove_abandoned(&work);
     drop(lock);
-    result
+    if let Some(path) = result_file {
+        let line = match &result {
+            Ok(r) => r.to_line(),
+            Err(e) => report::error_line(&bulwark_cli::output::failure_line(e.as_ref())),
+        };
+        if let Err(e) = bulwark_engine::outfile::write_replacing(&path, line.as_bytes()) {
+            tracing::error!(path = %path.display(), error = %bulwark_engine::error::chain(&e), "failed to write the result file");
+        }
+    }
+    result.map(drop)
 }
 
 /// Prefix of a drill's scratch directory, and the lock a running drill holds in it.
@@ -152,8 +167,9 @@ fn remove_abandoned(dir: &Path) {
     }
 }
 
-async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
+async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<DrillResult> {
     let started = Instant::now();
+    let started_at = chrono::Utc::now();
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
     let m = &backup.manifest;
@@ -167,7 +183,7 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
     let parent = a.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     let logical = m.method == Method::Logical;
     let (needed, free) = (
-        drill_checks::scratch_needed(m.plaintext.bytes, logical),
+        bulwark_contract::drill::scratch_bytes(m.plaintext.bytes, logical),
         free_bytes(&parent)?,
     );
     if free < needed {
@@ -254,6 +270,19 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
     let checked = checked.map_err(|why| drill_failed(&id, why))?;
     stopped.map_err(|e| drill_failed(&id, format!("the scratch server: {e}")))?;
     let total_seconds = started.elapsed().as_secs_f64();
+    let result = DrillResult {
+        backup_id: id.clone(),
+        method: m.method.to_string(),
+        started_at,
+        finished_at: chrono::Utc::now(),
+        plaintext_bytes: m.plaintext.bytes,
+        restore_seconds,
+        total_seconds,
+        tables_checked: checked.tables_checked as u64,
+        tables_unchecked: checked.unchecked.clone(),
+        assertions: a.assertions.len() as u32,
+        reached_gtid: replayed.as_ref().map(|r| r.reached.to_string()),
+    };
     if a.json {
         print_json(&json!({
             "backupId": id,
@@ -284,7 +313,7 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<()> {
             a.assertions.len(),
         );
     }
-    Ok(())
+    Ok(result)
 }
 
 /// What the checks found sound.

@@ -1,5 +1,5 @@
-//! What a restore drill judges, apart from running it: the answer of `CHECK TABLE` per table,
-//! a user's assertion, and whether the scratch space can hold the restore. Pure; table-tested.
+//! What a restore drill judges, apart from running it: the answer of `CHECK TABLE` per table
+//! and a user's assertion. Pure; table-tested.
 
 /// One row of `CHECK TABLE`: `Table`, `Op`, `Msg_type`, `Msg_text`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,18 +86,6 @@ pub fn judge_assertion(rows: &[Vec<Option<String>>]) -> Result<(), String> {
     }
 }
 
-/// Space a drill's scratch directory needs for a backup of `plaintext_bytes`: the restored data
-/// and, for a logical backup, the indexes and logs a load builds beside it.
-pub fn scratch_needed(plaintext_bytes: u64, logical: bool) -> u64 {
-    let data = if logical {
-        plaintext_bytes.saturating_mul(2)
-    } else {
-        plaintext_bytes
-    };
-    // The server's own files (system tables, redo and undo logs) on top.
-    data.saturating_add(512 << 20)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,11 +167,5 @@ mod tests {
                 (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
             }
         }
-    }
-
-    #[test]
-    fn a_logical_restore_needs_room_for_what_the_load_builds() {
-        assert_eq!(scratch_needed(1 << 30, false), (1 << 30) + (512 << 20));
-        assert_eq!(scratch_needed(1 << 30, true), (2 << 30) + (512 << 20));
     }
 }
