@@ -30,6 +30,7 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference};
     printcolumn = r#"{"name":"Storage","type":"string","jsonPath":".spec.storage"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Stored","type":"string","jsonPath":".status.storedSize","description":"Size stored (compressed and encrypted)"}"#,
+    printcolumn = r#"{"name":"Drill","type":"string","jsonPath":".status.lastDrill.result","description":"Result of the latest restore drill"}"#,
     printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -132,6 +133,9 @@ pub struct MySQLBackupStatus {
     /// Human-readable detail of the current phase, such as the reason of a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The latest restore drill of this backup (the cluster's `backup.drills`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<crate::cluster::DrillRecord>,
 }
 
 /// Progress of a running backup.

@@ -18,6 +18,8 @@ pub const ROLE_MANAGER: &str = "bulwark-roles";
 pub const SCHEDULER_MANAGER: &str = "bulwark-scheduler";
 /// Field manager of the backup controller (Jobs, backup status).
 pub const BACKUP_MANAGER: &str = "bulwark-backup";
+/// Field manager of the restore drills (their Jobs and each backup's `status.lastDrill`).
+pub const DRILL_MANAGER: &str = "bulwark-drill";
 
 /// Applies `obj` (a complete desired object with apiVersion and kind) as `manager`, taking over
 /// conflicting fields.

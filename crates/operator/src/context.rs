@@ -155,6 +155,12 @@ pub enum Reason {
     BinlogArchiveBranched,
     /// Pods carry the cluster's labels without being its StatefulSet's; they are ignored.
     ForeignPods,
+    /// A restore drill of a backup started.
+    DrillStarted,
+    /// A restore drill proved a backup restorable.
+    DrillSucceeded,
+    /// A restore drill found a backup unusable, or could not run.
+    DrillFailed,
 }
 
 impl Reason {
@@ -186,6 +192,9 @@ impl Reason {
             Reason::BackupDataDeleted => "BackupDataDeleted",
             Reason::BackupDataDeleteFailed => "BackupDataDeleteFailed",
             Reason::ReconcileFailed => "ReconcileFailed",
+            Reason::DrillStarted => "DrillStarted",
+            Reason::DrillSucceeded => "DrillSucceeded",
+            Reason::DrillFailed => "DrillFailed",
         }
     }
 
@@ -205,7 +214,8 @@ impl Reason {
             | Reason::SwitchoverRefused
             | Reason::SwitchoverAborted
             | Reason::ReplicationBroken
-            | Reason::ForeignPods => EventType::Warning,
+            | Reason::ForeignPods
+            | Reason::DrillFailed => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -228,6 +238,7 @@ impl Reason {
             }
             Reason::RollingRestart => "Rollout",
             Reason::BinlogArchiveGap | Reason::BinlogArchiveBranched => "Archive",
+            Reason::DrillStarted | Reason::DrillSucceeded | Reason::DrillFailed => "Drill",
         }
     }
 }

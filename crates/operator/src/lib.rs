@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod context;
 pub mod credentials;
+pub mod drill;
 pub mod error;
 pub mod hash;
 pub mod http;

@@ -1,6 +1,8 @@
 //! The operator's metrics, kept and encoded by `prometheus-client` (OpenMetrics text):
 //! reconciles, errors by category and durations per controller; per cluster the last
-//! successful backup's time, duration and size, and failed backups. Label sets are bounded:
+//! successful backup's time, duration and size, and failed backups; the latest restore drill's
+//! time and result, drill restore durations (the measured recovery time) and failed drills.
+//! Label sets are bounded:
 //! controllers and categories are static, clusters are forgotten when deleted.
 
 use std::collections::BTreeSet;
@@ -20,6 +22,11 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 /// Upper bounds of the reconcile duration histogram, in seconds.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// Upper bounds of the drill restore duration histogram, in seconds (10 s to 8 h).
+const DRILL_BUCKETS: [f64; 10] = [
+    10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 28800.0,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
@@ -62,6 +69,10 @@ pub struct Metrics {
     failovers: Family<ClusterLabels, Counter>,
     switchovers: Family<ClusterLabels, Counter>,
     archive_lag: Family<ClusterLabels, FloatGauge>,
+    drill_last: Family<ClusterLabels, FloatGauge>,
+    drill_last_success: Family<ClusterLabels, Gauge>,
+    drill_restore_durations: Family<ClusterLabels, Histogram, fn() -> Histogram>,
+    drills_failed: Family<ClusterLabels, Counter>,
     /// Clusters that have series. The families cannot be iterated, and the three "last" gauges
     /// change together: holding this lock makes a record and a forget of a cluster atomic.
     clusters: Mutex<BTreeSet<ClusterLabels>>,
@@ -81,6 +92,10 @@ impl Default for Metrics {
             failovers: Family::default(),
             switchovers: Family::default(),
             archive_lag: Family::default(),
+            drill_last: Family::default(),
+            drill_last_success: Family::default(),
+            drill_restore_durations: Family::new_with_constructor(|| Histogram::new(DRILL_BUCKETS)),
+            drills_failed: Family::default(),
             clusters: Mutex::default(),
         };
         let mut registry = Registry::default();
@@ -135,6 +150,26 @@ impl Default for Metrics {
             "bulwark_binlog_archive_lag_seconds",
             "Seconds the cluster's binlog archive may be behind its primary, as its archiver last reported",
             m.archive_lag.clone(),
+        );
+        registry.register(
+            "bulwark_drill_last_timestamp_seconds",
+            "Completion time of the cluster's latest finished restore drill",
+            m.drill_last.clone(),
+        );
+        registry.register(
+            "bulwark_drill_last_success",
+            "Whether the cluster's latest finished restore drill succeeded (1) or failed (0)",
+            m.drill_last_success.clone(),
+        );
+        registry.register(
+            "bulwark_drill_restore_duration_seconds",
+            "Restore durations of the cluster's successful drills: the measured recovery time",
+            m.drill_restore_durations.clone(),
+        );
+        registry.register(
+            "bulwark_drills_failed",
+            "Failed restore drills of the cluster since the operator started",
+            m.drills_failed.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -214,6 +249,44 @@ impl Metrics {
         clusters.insert(labels);
     }
 
+    /// Sets the latest finished drill of a cluster (from its status, on every pass); an older
+    /// drill reported late changes nothing.
+    pub fn drill_latest(&self, ns: &str, cluster: &str, finished: DateTime<Utc>, succeeded: bool) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        let t = finished.timestamp_millis() as f64 / 1000.0;
+        if self
+            .drill_last
+            .get(&labels)
+            .is_some_and(|prev| t < prev.get())
+        {
+            return;
+        }
+        self.drill_last.get_or_create(&labels).set(t);
+        self.drill_last_success
+            .get_or_create(&labels)
+            .set(i64::from(succeeded));
+        // The failure counter exists from the first drill on, so that its first increase shows.
+        let _ = self.drills_failed.get_or_create(&labels);
+        clusters.insert(labels);
+    }
+
+    /// Records a drill that just finished: its restore duration when it succeeded, else one
+    /// more failed drill.
+    pub fn drill_finished(&self, ns: &str, cluster: &str, restore_seconds: Option<f64>) {
+        match restore_seconds {
+            Some(seconds) => {
+                let labels = ClusterLabels::new(ns, cluster);
+                let mut clusters = self.clusters();
+                self.drill_restore_durations
+                    .get_or_create(&labels)
+                    .observe(seconds);
+                clusters.insert(labels);
+            }
+            None => self.count(&self.drills_failed, ns, cluster),
+        }
+    }
+
     /// Adds one to a cluster's counter in `family`, remembering the cluster's series.
     fn count(&self, family: &Family<ClusterLabels, Counter>, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
@@ -250,6 +323,10 @@ impl Metrics {
         self.failovers.remove(labels);
         self.switchovers.remove(labels);
         self.archive_lag.remove(labels);
+        self.drill_last.remove(labels);
+        self.drill_last_success.remove(labels);
+        self.drill_restore_durations.remove(labels);
+        self.drills_failed.remove(labels);
     }
 
     /// The metrics in the OpenMetrics text format (see [`CONTENT_TYPE`]).
@@ -277,7 +354,30 @@ mod tests {
         m.backup_failed("shop", "orders");
         m.failed_over("shop", "orders");
         m.switched_over("shop", "orders");
+        m.drill_latest("shop", "orders", t, true);
+        m.drill_finished("shop", "orders", Some(42.0));
+        m.drill_finished("shop", "orders", None);
         m
+    }
+
+    #[test]
+    fn the_latest_drill_wins_and_durations_are_counted() {
+        let m = recorded();
+        let earlier = DateTime::parse_from_rfc3339("2026-11-21T03:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        m.drill_latest("shop", "orders", earlier, false);
+        let out = m.render();
+        for line in [
+            "bulwark_drill_last_timestamp_seconds{namespace=\"shop\",cluster=\"orders\"} 1795316400.0",
+            "bulwark_drill_last_success{namespace=\"shop\",cluster=\"orders\"} 1",
+            "bulwark_drill_restore_duration_seconds_count{namespace=\"shop\",cluster=\"orders\"} 1",
+            "bulwark_drill_restore_duration_seconds_bucket{le=\"60.0\",namespace=\"shop\",cluster=\"orders\"} 1",
+            "bulwark_drill_restore_duration_seconds_bucket{le=\"30.0\",namespace=\"shop\",cluster=\"orders\"} 0",
+            "bulwark_drills_failed_total{namespace=\"shop\",cluster=\"orders\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line} in\n{out}");
+        }
     }
 
     #[test]
@@ -374,6 +474,10 @@ mod tests {
                 "bulwark_backups_failed counter",
                 "bulwark_cluster_failovers counter",
                 "bulwark_cluster_switchovers counter",
+                "bulwark_drill_last_timestamp_seconds gauge",
+                "bulwark_drill_last_success gauge",
+                "bulwark_drill_restore_duration_seconds histogram",
+                "bulwark_drills_failed counter",
             ]
         );
         let want: BTreeSet<String> = [
@@ -388,6 +492,12 @@ mod tests {
             "bulwark_backups_failed_total{namespace,cluster}",
             "bulwark_cluster_failovers_total{namespace,cluster}",
             "bulwark_cluster_switchovers_total{namespace,cluster}",
+            "bulwark_drill_last_timestamp_seconds{namespace,cluster}",
+            "bulwark_drill_last_success{namespace,cluster}",
+            "bulwark_drill_restore_duration_seconds_bucket{le,namespace,cluster}",
+            "bulwark_drill_restore_duration_seconds_sum{namespace,cluster}",
+            "bulwark_drill_restore_duration_seconds_count{namespace,cluster}",
+            "bulwark_drills_failed_total{namespace,cluster}",
         ]
         .into_iter()
         .map(String::from)

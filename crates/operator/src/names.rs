@@ -37,6 +37,9 @@ pub const SCHEDULED_AT_ANNOTATION: &str = "mysql.bulwark.dev/scheduled-at";
 pub const RESTORE_SOURCE_ANNOTATION: &str = "mysql.bulwark.dev/restore-source";
 /// Finalizer on MySQLBackups whose data is deleted with them.
 pub const BACKUP_DATA_FINALIZER: &str = "mysql.bulwark.dev/backup-data";
+/// Annotation on a MySQLBackup asking for a restore drill of it; each new value is answered
+/// by one drill (`status.lastDrill.request` names the value answered).
+pub const DRILL_REQUEST_ANNOTATION: &str = "mysql.bulwark.dev/drill";
 
 /// Port of the MySQL protocol (as Kubernetes types it).
 pub const MYSQL_PORT: i32 = ports::MYSQL as i32;
@@ -59,6 +62,7 @@ pub mod component {
     pub const BACKUP: &str = "backup";
     /// The binlog archiver.
     pub const ARCHIVER: &str = "binlog-archiver";
+    pub const DRILL: &str = "drill";
 }
 
 /// Labels that select a cluster's server pods.

@@ -20,6 +20,11 @@ use crate::common::{BackupMethod, DeletionPolicy, LocalObjectReference, SecretKe
 )
 .message("binlogArchive.storage must name an entry of backup.storages")
 .field_path(".binlogArchive"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.drills) || !self.drills.pointInTime || has(self.binlogArchive)"
+)
+.message("drills.pointInTime replays the binlog archive: set backup.binlogArchive")
+.field_path(".drills"))]
 pub struct BackupSpec {
     /// Places backups are written to, each with a name that schedules and backups refer to.
     #[schemars(length(min = 1, max = 8))]
@@ -47,6 +52,10 @@ pub struct BackupSpec {
     /// seconds of their commit. Off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<BinlogArchiveSpec>,
+
+    /// Restore drills that prove the backups restorable, on a schedule. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drills: Option<super::DrillSpec>,
 }
 
 /// Where and how often the binary logs are archived.

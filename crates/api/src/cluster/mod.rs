@@ -16,12 +16,14 @@ use serde::{Deserialize, Serialize};
 use crate::common::{LocalObjectReference, SecretKeyReference};
 
 mod backup_spec;
+mod drill;
 mod status;
 
 pub use backup_spec::{
     BackupEncryption, BackupSchedule, BackupSpec, BackupStorage, BinlogArchiveSpec, NfsStorage,
     PvcStorage, RetentionPolicy, S3Storage,
 };
+pub use drill::{DrillPhase, DrillRecord, DrillSpec, DrillSummary, DrillsStatus};
 pub use status::{
     BackupRecord, BinlogArchiveStatus, FailoverRecord, MySQLClusterStatus, ScheduleStatus,
     SwitchoverRecord,

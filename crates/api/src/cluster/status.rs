@@ -94,6 +94,9 @@ pub struct MySQLClusterStatus {
     /// The binlog archive, as its archiver last reported (with `backup.binlogArchive`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<BinlogArchiveStatus>,
+    /// Restore drills (with `backup.drills`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drills: Option<super::DrillsStatus>,
 }
 
 /// The binlog archive and the recovery window it gives.

@@ -239,6 +239,22 @@ async fn start(
         )
         .await;
     }
+    // A drill of the cluster's backups runs: the backup waits for it, so that the two never
+    // share a node's disk (drills start only while no backup runs or waits).
+    let drill_jobs = apply::list(
+        &jobs,
+        &names::selector_string(&crate::drill::job::drill_labels(&cluster_name)),
+    )
+    .await?;
+    if let Some(drilled) = running_job(&drill_jobs) {
+        return pending(
+            backup,
+            ctx,
+            ns,
+            format!("waiting for the restore drill of backup {drilled} to finish"),
+        )
+        .await;
+    }
 
     // Refused before any Job: no image has the tool of the cluster's series.
     if backup.spec.method == BackupMethod::Physical {
@@ -324,9 +340,22 @@ async fn start(
 /// its pods may still read the server or write the storage, whatever its object says.
 pub fn running_backup_job(backup: &MySQLBackup, cluster_jobs: &[Job]) -> Option<String> {
     let own = job::backup_job_name(&backup.name_any());
-    cluster_jobs
+    let others: Vec<Job> = cluster_jobs
         .iter()
-        .filter(|j| j.name_any() != own && j.name_any().ends_with("-backup"))
+        .filter(|j| j.name_any() != own)
+        .cloned()
+        .collect();
+    running_job(&others)
+}
+
+/// The backup (or the drill's backup) whose backup or drill Job among `jobs` still runs or is
+/// still being torn down.
+pub fn running_job(jobs: &[Job]) -> Option<String> {
+    jobs.iter()
+        .filter(|j| {
+            let name = j.name_any();
+            name.ends_with("-backup") || name.contains("-drill-")
+        })
         .find(|j| {
             let st = j.status.clone().unwrap_or_default();
             let finished = st
@@ -575,7 +604,8 @@ async fn write_status(
         (serde_json::to_value(&previous), status.as_object_mut())
     {
         for (k, v) in prev {
-            if k != "progress" {
+            // `lastDrill` is the drill manager's: carried here, it would be owned twice.
+            if k != "progress" && k != "lastDrill" {
                 cur.entry(k).or_insert(v);
             }
         }

@@ -23,7 +23,8 @@ pub enum Outcome {
     },
 }
 
-fn job_condition<'a>(
+/// The condition `type_` of a Job, when it is True.
+pub fn job_condition<'a>(
     job: &'a Job,
     type_: &str,
 ) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {

@@ -137,7 +137,7 @@ pub struct Rules<'a> {
     /// A pending force-failover request: the annotation's value and the pod it names.
     pub forced: Option<(&'a str, &'a str)>,
     /// How long the lost primary may still hold a lease the operator granted it, and fence
-    /// itself after it (`Leases::outstanding`): nothing is promoted before it is zero.
+    /// itself after it (`Leases::outstanding_any`): nothing is promoted before it is zero.
     pub lease_outstanding: Duration,
 }
 

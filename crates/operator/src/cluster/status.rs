@@ -83,6 +83,7 @@ pub fn of_pass(previous: &MySQLClusterStatus, plan: &Plan, o: Observed) -> MySQL
         // The scheduler's.
         last_successful_backup: None,
         schedules: Vec::new(),
+        drills: None,
     }
 }
 
@@ -106,6 +107,7 @@ pub fn carried(
         binlog_archive,
         last_successful_backup: _,
         schedules: _,
+        drills: _,
     } = previous.clone();
     let kept = previous_conditions.into_iter().filter(|c| {
         CONDITIONS.contains(&c.type_.as_str()) && !conditions.iter().any(|n| n.type_ == c.type_)
@@ -124,6 +126,7 @@ pub fn carried(
         binlog_archive,
         last_successful_backup: None,
         schedules: Vec::new(),
+        drills: None,
     }
 }
 
@@ -131,7 +134,7 @@ pub fn carried(
 mod tests {
     use super::*;
     use crate::cluster::plan::Hold;
-    use bulwark_api::cluster::{BackupRecord, ScheduleStatus, SwitchoverRecord};
+    use bulwark_api::cluster::{BackupRecord, DrillsStatus, ScheduleStatus, SwitchoverRecord};
 
     fn at(s: &str) -> Time {
         Time(s.parse().unwrap())
@@ -195,6 +198,10 @@ mod tests {
             binlog_archive: Some(BinlogArchiveStatus {
                 through: "0-1-9".into(),
                 ..BinlogArchiveStatus::default()
+            }),
+            drills: Some(DrillsStatus {
+                running: Some("quay-nightly-1".into()),
+                ..DrillsStatus::default()
             }),
         }
     }

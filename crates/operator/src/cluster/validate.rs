@@ -178,6 +178,21 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                 problems.push(format!("schedule {}: {e}", sc.name));
             }
         }
+        if let Some(drills) = &backup.drills {
+            if let Err(e) = crate::schedule::plan::CronSchedule::parse(
+                &drills.schedule,
+                drills.time_zone.as_deref(),
+            ) {
+                problems.push(format!("drills: {e}"));
+            }
+            if let Some(Err(e)) = drills
+                .every_backup_within
+                .as_deref()
+                .map(bulwark_retention::parse_duration)
+            {
+                problems.push(format!("drills.everyBackupWithin: {e}"));
+            }
+        }
     }
 
     if let Some(from) = spec.bootstrap.as_ref().map(|b| &b.from_backup) {

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bulwark_api::cluster::{BackupRecord, BackupSchedule, MySQLClusterStatus, ScheduleStatus};
+use bulwark_api::cluster::{
+    BackupRecord, BackupSchedule, DrillsStatus, MySQLClusterStatus, ScheduleStatus,
+};
 use bulwark_api::{BackupPhase, LocalObjectReference, MySQLBackup, MySQLBackupSpec, MySQLCluster};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -187,13 +189,18 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         ctx.event(cluster.as_ref(), reason, health.message.clone())
             .await;
     }
+    let drills = crate::drill::pass(&cluster, &ctx, &backups, now).await?;
+    if let Some(w) = drills.wake {
+        wake = wake.min(w);
+    }
     let unchanged = cluster.status.as_ref().is_some_and(|s| {
         s.schedules == statuses
             && s.last_successful_backup == last
             && s.conditions.iter().any(|c| c == &cond)
+            && s.drills == drills.status
     });
     if !unchanged {
-        let status = owned_status(statuses, last, cond);
+        let status = owned_status(statuses, last, cond, drills.status);
         let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), &ns);
         apply::apply_status(&clusters, cluster.as_ref(), status, SCHEDULER_MANAGER).await?;
     }
@@ -207,11 +214,13 @@ fn owned_status(
     schedules: Vec<ScheduleStatus>,
     last_successful_backup: Option<BackupRecord>,
     backup_health: Condition,
+    drills: Option<DrillsStatus>,
 ) -> MySQLClusterStatus {
     MySQLClusterStatus {
         conditions: vec![backup_health],
         schedules,
         last_successful_backup,
+        drills,
         observed_generation: None,
         ready_replicas: None,
         current_primary: None,
@@ -390,7 +399,7 @@ mod tests {
             last_transition_time: Time("2026-11-25T00:00:00Z".parse().unwrap()),
             observed_generation: None,
         };
-        let status = owned_status(Vec::new(), None, health);
+        let status = owned_status(Vec::new(), None, health, None);
         let value = serde_json::to_value(&status).unwrap();
         let keys: Vec<&String> = value.as_object().unwrap().keys().collect();
         assert_eq!(
