@@ -20,6 +20,8 @@
 #   (d) mysql-backup restore --skip-prepare
 #   (e) tee >(sha256sum) < file_b | openssl enc -d | zstd -d | mbstream -x
 #   (f) mysql-backup restore (with prepare)   vs   (e) + mariabackup --prepare
+#   (h) mysql-backup drill (restore with prepare, a scratch server, CHECK TABLE of every table)
+#       vs (i) the same by hand: (e) + mariabackup --prepare + mariadbd + mariadb-check + shutdown
 # Ratios are baseline_seconds / our_seconds (> 1 means we are faster). Targets:
 #   backup (b)/(a) >= 1.3, backup (c)/(a) >= 0.9, restore (e)/(d) >= 1.3.
 set -euo pipefail
@@ -190,25 +192,26 @@ say "MariaDB $MARIADB_VERSION on $DATADIR ($(du -sh "$DATADIR" | cut -f1)), $(np
 # Page cache: read every datadir file once, so all runs start warm.
 find "$DATADIR" -type f -exec cat {} + >/dev/null
 
-# Best (lowest) wall seconds, the largest peak RSS (KiB) and the output size of a
-# measurement, by name.
-declare -A SECS RSS OWNRSS OUTBYTES
+# Best (lowest) wall seconds with the CPU seconds (user + system, children included) of that
+# run, the largest peak RSS (KiB) and the output size of a measurement, by name.
+declare -A SECS CPU RSS OWNRSS OUTBYTES
 
 # measure_once NAME SETUP_CMD CMD OUTPUT_PATH KEEP ROUND: runs SETUP_CMD (untimed), then CMD
 # under `bash -o pipefail` and GNU time; records the time, peak RSS and size of OUTPUT_PATH
 # (if given), then deletes OUTPUT_PATH unless KEEP is 1 (a later measurement reads it).
 measure_once() {
-  local name=$1 setup=$2 cmd=$3 output=$4 keep=$5 round=$6 secs rss
+  local name=$1 setup=$2 cmd=$3 output=$4 keep=$5 round=$6 secs rss user sys
   bash -o pipefail -c "$setup" || die "setup of $name failed"
   sync
-  if ! /usr/bin/time -f '%e %M' -o "$WORK/time.out" bash -o pipefail -c "$cmd" >"$WORK/run.log" 2>&1; then
+  if ! /usr/bin/time -f '%e %M %U %S' -o "$WORK/time.out" bash -o pipefail -c "$cmd" >"$WORK/run.log" 2>&1; then
     tail -n 30 "$WORK/run.log" >&2
     die "$name failed (command: $cmd)"
   fi
-  read -r secs rss < <(tail -n 1 "$WORK/time.out")
-  say "$(printf '%-44s round %d: %6.2f s, peak RSS %d MiB' "$name" "$round" "$secs" $((rss / 1024)))"
+  read -r secs rss user sys < <(tail -n 1 "$WORK/time.out")
+  say "$(printf '%-44s round %d: %6.2f s, CPU %6.2f s, peak RSS %d MiB' "$name" "$round" "$secs" "$(awk -v u="$user" -v s="$sys" 'BEGIN{print u+s}')" $((rss / 1024)))"
   if [[ -z "${SECS[$name]:-}" ]] || awk -v a="$secs" -v b="${SECS[$name]}" 'BEGIN{exit !(a<b)}'; then
     SECS[$name]=$secs
+    CPU[$name]=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%.2f", u+s}')
   fi
   if [[ -z "${RSS[$name]:-}" || "$rss" -gt "${RSS[$name]}" ]]; then
     RSS[$name]=$rss
@@ -272,6 +275,8 @@ for L in $BENCH_LEVELS; do
   E="(e) tee|openssl -d|zstd -d|mbstream L$L"
   F="(f) mysql-backup restore L$L"
   G="(g) (e) + mariabackup --prepare L$L"
+  H="(h) mysql-backup drill L$L"
+  I="(i) (g) + mariadbd + mariadb-check L$L"
 
   # Backups. (d) and (f) restore the last (a); (e) and (g) read the last (b).
   if [[ -n "$BIN" ]]; then
@@ -313,12 +318,29 @@ for L in $BENCH_LEVELS; do
     "$BASELINE_RESTORE -C '$WORK/restore-g' && mariabackup --prepare --target-dir='$WORK/restore-g'" \
     "$WORK/restore-g" 0
   run_plan
+
+  # Drills: a restore proven by starting a server on it and checking every table.
+  if [[ -n "$BIN" ]]; then
+    plan "$H" \
+      "rm -rf '$WORK/drill-h' && mkdir -p '$WORK/drill-h'" \
+      "'$BIN' drill --repo '$WORK/repo' --encryption-key-file '$KEYFILE' latest --scratch-dir '$WORK/drill-h' --json" \
+      "" 0
+  fi
+  HAND_SOCKET="$WORK/drill-i.sock"
+  HAND_ADMIN="mariadb-admin --no-defaults --user=root --socket='$HAND_SOCKET'"
+  HAND_USER=""
+  [[ $(id -u) -eq 0 ]] && HAND_USER="--user=root"
+  plan "$I" \
+    "rm -rf '$WORK/restore-i' && mkdir -p '$WORK/restore-i'" \
+    "$BASELINE_RESTORE -C '$WORK/restore-i' && mariabackup --prepare --target-dir='$WORK/restore-i' && { '$MARIADBD' --no-defaults --datadir='$WORK/restore-i' --socket='$HAND_SOCKET' --skip-networking --pid-file='$WORK/drill-i.pid' --log-error='$WORK/drill-i.err' --tmpdir='$WORK' $HAND_USER & pid=\$!; for n in \$(seq 1 1800); do $HAND_ADMIN ping >/dev/null 2>&1 && break; sleep 0.1; done; mariadb-check --no-defaults --user=root --socket='$HAND_SOCKET' --all-databases --check >/dev/null; rc=\$?; $HAND_ADMIN shutdown; wait \$pid; exit \$rc; }" \
+    "$WORK/restore-i" 0
+  run_plan
   rm -rf "$WORK/b.xbs.zst.enc" "$WORK/repo"
 
   # ------------------------------------------------------------ table for this level
   printf '\nzstd level %s, %s x %s rows, input stream %s MiB, best of %s\n' \
     "$L" "$BENCH_TABLES" "$BENCH_ROWS" "$((STREAM_BYTES / 1024 / 1024))" "$REPEAT"
-  printf '%-44s %8s %8s %10s %12s %14s %14s\n' "measurement" "seconds" "MB/s" "out MiB" "vs baseline" "peak RSS MiB*" "own RSS MiB**"
+  printf '%-44s %8s %8s %8s %10s %12s %14s %14s\n' "measurement" "seconds" "CPU s" "MB/s" "out MiB" "vs baseline" "peak RSS MiB*" "own RSS MiB**"
   row() { # name baseline_name
     local name=$1 base=${2:-} vs="-" out="-"
     [[ -n "${SECS[$name]:-}" ]] || return 0
@@ -326,7 +348,7 @@ for L in $BENCH_LEVELS; do
     [[ -n "${OUTBYTES[$name]:-}" ]] && out=$(( OUTBYTES[$name] / 1024 / 1024 ))
     local own="-"
     [[ -n "${OWNRSS[$name]:-}" ]] && own=$(( OWNRSS[$name] / 1024 / 1024 ))
-    printf '%-44s %8.2f %8s %10s %12s %14s %14s\n' "$name" "${SECS[$name]}" "$(mbps "${SECS[$name]}")" \
+    printf '%-44s %8.2f %8s %8s %10s %12s %14s %14s\n' "$name" "${SECS[$name]}" "${CPU[$name]}" "$(mbps "${SECS[$name]}")" \
       "$out" "$vs" "$(( ${RSS[$name]} / 1024 ))" "$own"
   }
   row "mariabackup stream only"
@@ -337,6 +359,8 @@ for L in $BENCH_LEVELS; do
   row "$E"
   row "$F" "$G"
   row "$G"
+  row "$H" "$I"
+  row "$I"
   printf '* peak RSS of the largest single process of the measurement (GNU time %%M)\n'
   printf '** peak RSS of mysql-backup itself (getrusage), without the tools it starts\n'
 
@@ -345,6 +369,7 @@ for L in $BENCH_LEVELS; do
     r_ac=$(ratio "${SECS[$C]}" "${SECS[$A]}")
     r_de=$(ratio "${SECS[$E]}" "${SECS[$D]}")
     r_fg=$(ratio "${SECS[$G]}" "${SECS[$F]}")
+    r_hi=$(ratio "${SECS[$I]}" "${SECS[$H]}")
     for check in "backup (a) vs (b) full pipeline|$r_ab|1.3" "backup (a) vs (c) compression only|$r_ac|0.9" \
                  "restore (d) vs (e)|$r_de|1.3"; do
       IFS='|' read -r label value target <<<"$check"
@@ -353,6 +378,7 @@ for L in $BENCH_LEVELS; do
       SUMMARY+=("$(printf 'L%-3s %-36s %6sx  target >= %-4s %s' "$L" "$label" "$value" "$target" "$v")")
     done
     SUMMARY+=("$(printf 'L%-3s %-36s %6sx  (no target)' "$L" "restore+prepare (f) vs (e)+prepare" "$r_fg")")
+    SUMMARY+=("$(printf 'L%-3s %-36s %6sx  (no target)' "$L" "drill (h) vs by hand (i)" "$r_hi")")
   fi
 done
 
