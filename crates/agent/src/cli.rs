@@ -439,12 +439,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
                 if marker.exists() {
                     // A GTID file beside an interrupted physical attempt is stale too.
                     bootstrap::remove_restored_gtid(&gtid_file)?;
-                    std::fs::remove_file(&marker).map_err(|source| {
-                        bootstrap::BootstrapError::CompleteRestore {
-                            path: datadir.display().to_string(),
-                            source,
-                        }
-                    })?;
+                    bootstrap::finish_marked(&datadir)?;
                 }
                 Ok(None)
             }

@@ -26,7 +26,7 @@ fn parse_key(key: &str) -> Result<String, String> {
     let (engine, version) = key.split_once('-').ok_or_else(|| {
         format!("series {key:?} must read <engine>-<major>.<minor>, e.g. mariadb-11.4")
     })?;
-    let engine_ok = engine == "mariadb" || engine == "mysql";
+    let engine_ok = engine.parse::<Engine>().is_ok();
     let version_ok = version
         .split_once('.')
         .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
@@ -140,11 +140,7 @@ pub fn series_key(cluster: &MySQLCluster) -> Option<String> {
     let version = cluster.spec.version.as_deref()?;
     let mut parts = version.split('.');
     let (major, minor) = (parts.next()?, parts.next()?);
-    let engine = match cluster.spec.engine {
-        Engine::MariaDb => "mariadb",
-        Engine::MySql => "mysql",
-    };
-    Some(format!("{engine}-{major}.{minor}"))
+    Some(format!("{}-{major}.{minor}", cluster.spec.engine))
 }
 
 #[cfg(test)]

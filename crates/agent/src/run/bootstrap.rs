@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::format::{self, Method};
-use bulwark_engine::outfile::{self, OutfileError};
+use bulwark_engine::outfile::OutfileError;
 use bulwark_engine::progress::Progress;
 use bulwark_engine::repo::{CompleteBackup, Repository};
 use bulwark_engine::restore::{self, RestoreOutcome};
@@ -245,7 +245,7 @@ pub async fn restore_physical(
     }
     let prepare_tool = source::find_tool(m.source.engine, ToolJob::Physical, tool)?;
     let marker = datadir.join(MARKER_NAME);
-    outfile::write_atomic(
+    files::replace(
         &marker,
         format!("restoring backup {}\n", m.id).as_bytes(),
         0o644,
@@ -289,8 +289,7 @@ pub async fn restore_physical(
         path: datadir.display().to_string(),
         source,
     };
-    std::fs::remove_file(&marker).map_err(complete)?;
-    sync_dir(datadir).map_err(complete)?;
+    files::remove(&marker).map_err(complete)?;
     Ok(PhysicalBootstrap {
         outcome: staged.outcome(datadir),
         gtid,
@@ -365,7 +364,7 @@ pub fn move_staged(staging: &Path, datadir: &Path) -> Result<(), BootstrapError>
 
 /// Marks the datadir as being restored (or copied into), with `what` in the marker.
 pub fn mark(datadir: &Path, what: &str) -> Result<(), BootstrapError> {
-    outfile::write_atomic(
+    files::replace(
         &datadir.join(MARKER_NAME),
         format!("{what}\n").as_bytes(),
         0o644,
@@ -380,12 +379,7 @@ pub fn finish_marked(datadir: &Path) -> Result<(), BootstrapError> {
         path: datadir.display().to_string(),
         source,
     };
-    match std::fs::remove_file(datadir.join(MARKER_NAME)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(complete(e)),
-    }
-    sync_dir(datadir).map_err(complete)
+    files::remove(&datadir.join(MARKER_NAME)).map_err(complete)
 }
 
 /// Verifies a logical backup in full and leaves it in `pending_file` for the agent, with the
@@ -449,19 +443,13 @@ fn beside(datadir: &Path, name: &str) -> PathBuf {
 pub fn binlog_info_gtid(datadir: &Path) -> Result<Option<String>, BootstrapError> {
     for name in BINLOG_INFO_NAMES {
         let path = datadir.join(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                if let Some(g) = parse_binlog_info(&text) {
-                    return Ok(Some(g));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(BootstrapError::ReadBinlogInfo {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
+        let text =
+            files::read_if_present(&path).map_err(|source| BootstrapError::ReadBinlogInfo {
+                path: path.display().to_string(),
+                source,
+            })?;
+        if let Some(g) = text.as_deref().and_then(parse_binlog_info) {
+            return Ok(Some(g));
         }
     }
     Ok(None)
@@ -471,7 +459,7 @@ pub fn binlog_info_gtid(datadir: &Path) -> Result<Option<String>, BootstrapError
 pub fn write_restored_gtid(path: &Path, gtid: &RestoredGtid) -> Result<(), BootstrapError> {
     let mut text = serde_json::to_string(gtid).expect("plain strings serialize");
     text.push('\n');
-    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(BootstrapError::WriteGtid)
+    files::replace(path, text.as_bytes(), 0o644).map_err(BootstrapError::WriteGtid)
 }
 
 /// The restored GTID file's content, or `None` when there is none.

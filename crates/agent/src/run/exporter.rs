@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bulwark_engine::outfile::{self, OutfileError};
+use bulwark_engine::outfile::OutfileError;
 
 /// Where the exporter finds its option file, and the password it carries.
 #[derive(Debug, Clone)]
@@ -66,18 +66,19 @@ pub fn client_section(
 pub fn write(cfg: &ExporterConfig) -> Result<(), ExporterConfigError> {
     let password = read_password(&cfg.password_file)?;
     let text = client_section(&cfg.user, &password, cfg.port)?;
-    outfile::write_atomic(&cfg.config_file, text.as_bytes(), 0o400)?;
+    crate::run::files::replace(&cfg.config_file, text.as_bytes(), 0o400)?;
     Ok(())
 }
 
-fn read_password(path: &Path) -> Result<String, ExporterConfigError> {
-    let raw =
-        std::fs::read_to_string(path).map_err(|source| ExporterConfigError::ReadPassword {
-            path: path.display().to_string(),
-            source,
-        })?;
-    // Secret files often end with the newline an editor left.
-    Ok(raw.strip_suffix('\n').unwrap_or(&raw).to_owned())
+fn read_password(path: &Path) -> Result<zeroize::Zeroizing<String>, ExporterConfigError> {
+    let read_error = |source| ExporterConfigError::ReadPassword {
+        path: path.display().to_string(),
+        source,
+    };
+    // A missing file is an error here: the exporter cannot log in without it.
+    crate::run::files::read_secret(path)
+        .map_err(read_error)?
+        .ok_or_else(|| read_error(std::io::ErrorKind::NotFound.into()))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use bulwark_engine::outfile::OutfileError;
 use zeroize::Zeroizing;
 
 /// A file's text, or `None` when it is not there.
@@ -26,9 +27,9 @@ pub fn read_secret(path: &Path) -> std::io::Result<Option<Zeroizing<String>>> {
     }
 }
 
-/// Replaces `path` with `contents`, whole or not at all, durably.
-pub fn replace(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
-    bulwark_engine::outfile::replace_durably(path, contents, mode)
+/// Replaces `path` with `contents`, whole or not at all, durably; the error names the path.
+pub fn replace(path: &Path, contents: &[u8], mode: u32) -> Result<(), OutfileError> {
+    bulwark_engine::outfile::write_atomic(path, contents, mode)
 }
 
 /// Removes `path` if it is there; the removal is durable once this returns.

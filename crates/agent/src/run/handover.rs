@@ -48,12 +48,9 @@ impl HandoverMark {
             return;
         }
         let done = if pending {
-            std::fs::write(&self.path, b"")
+            super::files::replace(&self.path, b"", 0o644).map_err(std::io::Error::other)
         } else {
-            match std::fs::remove_file(&self.path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
+            super::files::remove(&self.path)
         };
         match done {
             Ok(()) => {

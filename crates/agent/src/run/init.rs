@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use bulwark_contract::Engine;
-use bulwark_engine::outfile::{self, OutfileError};
+use bulwark_engine::outfile::OutfileError;
+
+use crate::run::files;
 
 /// Name of the copied cluster configuration in the include directory. It sorts before
 /// [`INSTANCE_CONFIG_NAME`]: MariaDB reads an include directory in name order and the last
@@ -186,9 +188,9 @@ pub fn run(req: &InitRequest) -> Result<InitOutcome, InitError> {
     }
     let cluster_config = req.conf_dir.join(CLUSTER_CONFIG_NAME);
     let instance_path = req.conf_dir.join(INSTANCE_CONFIG_NAME);
-    outfile::write_atomic(&cluster_config, &config, 0o644)?;
+    files::replace(&cluster_config, &config, 0o644)?;
     let instance = instance_config(&req.pod_name, &req.cluster, req.engine, ordinal);
-    outfile::write_atomic(&instance_path, instance.as_bytes(), 0o644)?;
+    files::replace(&instance_path, instance.as_bytes(), 0o644)?;
     if let Some(exporter) = &req.exporter {
         crate::run::exporter::write(exporter)?;
     }

@@ -49,7 +49,7 @@ pub(super) async fn connect(socket: &Path, creds: &Credentials) -> Result<Server
         exec(&mut conn, &st, &[]).await?;
     }
     let row: Option<(String, String)> = conn
-        .query_first("SELECT @@version, @@version_comment")
+        .query_first(sql::VERSION_QUERY)
         .await
         .map_err(observe_err("version"))?;
     let (version, comment) = row.unwrap_or_default();
@@ -108,7 +108,7 @@ pub(super) async fn observe(server: &mut Server) -> Result<Observed, AgentError>
 
 /// MySQL's `@@super_read_only`, which stops even root: lifted around a change when on.
 pub(super) async fn super_read_only(conn: &mut mysql_async::Conn) -> Result<bool, AgentError> {
-    let v: Option<i64> = timed(conn.query_first("SELECT @@GLOBAL.super_read_only"))
+    let v: Option<i64> = timed(conn.query_first(sql::SUPER_READ_ONLY_QUERY))
         .await
         .map_err(observe_err("super_read_only"))?;
     Ok(v.unwrap_or(0) != 0)
@@ -196,7 +196,7 @@ pub(super) async fn health(socket: &Path, credentials_dir: &Path, timeout: Durat
     let opts = connection(socket, root).opts();
     let check = async {
         let mut c = mysql_async::Conn::new(opts).await?;
-        let answer = c.query_drop("SELECT 1").await;
+        let answer = c.query_drop(sql::HEALTH_QUERY).await;
         let _ = c.disconnect().await;
         answer
     };

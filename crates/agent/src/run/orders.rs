@@ -264,7 +264,7 @@ fn read(path: &Path) -> std::io::Result<Option<RoleOrder>> {
 /// error, never an empty file.
 fn write(path: &Path, order: &RoleOrder) -> std::io::Result<()> {
     let text = serde_json::to_vec(order).map_err(std::io::Error::other)?;
-    files::replace(path, &text, 0o600)
+    files::replace(path, &text, 0o600).map_err(std::io::Error::other)
 }
 
 #[cfg(test)]

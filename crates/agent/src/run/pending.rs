@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::format;
-use bulwark_engine::outfile;
 use bulwark_engine::progress::Progress;
 use bulwark_engine::repo::Repository;
 use bulwark_engine::restore;
@@ -19,6 +18,7 @@ use bulwark_pitr::archive::{RecoveryTarget, Window};
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 
+use crate::decide::sql;
 use crate::run::files::read_if_present;
 use bulwark_engine::outfile::OutfileError;
 
@@ -109,7 +109,7 @@ pub fn write(path: &Path, pending: &PendingRestore) -> Result<(), PendingFileErr
         serde_json::to_string(pending).expect("plain strings serialize")
     };
     text.push('\n');
-    outfile::write_atomic(path, text.as_bytes(), 0o644).map_err(PendingFileError::WritePending)
+    crate::run::files::replace(path, text.as_bytes(), 0o644).map_err(PendingFileError::WritePending)
 }
 
 /// The pending restore in `path`, or `None` when there is none. A file holding a bare backup
@@ -136,19 +136,6 @@ pub fn read(path: &Path) -> Result<Option<PendingRestore>, PendingFileError> {
         return Err(unparsable());
     }
     Ok(Some(pending))
-}
-
-/// Databases a server has of its own: never dropped.
-const SYSTEM_SCHEMAS: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
-
-/// Statements that drop every database but the server's own (the start over of a
-/// point-in-time load).
-pub fn drop_user_databases(schemas: &[String]) -> Vec<String> {
-    schemas
-        .iter()
-        .filter(|s| !SYSTEM_SCHEMAS.contains(&s.to_ascii_lowercase().as_str()))
-        .map(|s| format!("DROP DATABASE `{}`", s.replace('`', "``")))
-        .collect()
 }
 
 /// Loads `pending` into the server through the SQL client (the dump verified in full first),
@@ -232,8 +219,8 @@ async fn start_over(conn: &Connection) -> Result<(), bulwark_engine::Error> {
             source: Box::new(e),
         }
     })?;
-    let schemas: Vec<String> = c.query("SHOW DATABASES").await.map_err(failed)?;
-    for statement in drop_user_databases(&schemas) {
+    let schemas: Vec<String> = c.query(sql::DATABASES_QUERY).await.map_err(failed)?;
+    for statement in sql::drop_user_databases(&schemas) {
         tracing::warn!(statement = %statement, "dropping what an earlier load attempt left");
         c.query_drop(statement).await.map_err(failed)?;
     }
@@ -303,23 +290,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn a_fresh_start_drops_every_database_but_the_servers_own() {
-        let schemas: Vec<String> = [
-            "information_schema",
-            "mysql",
-            "performance_schema",
-            "sys",
-            "shop",
-            "we`ird",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            drop_user_databases(&schemas),
-            ["DROP DATABASE `shop`", "DROP DATABASE `we``ird`"]
-        );
     }
 }

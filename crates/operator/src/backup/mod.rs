@@ -106,12 +106,12 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     if recorded.is_none() {
-        let status = serde_json::json!({
-            "phase": BackupPhase::Pending,
-            "recordedStorage": storage,
-            "message": "storage recorded",
-        });
-        write_status(&backup, &ctx, &ns, status, &[]).await?;
+        write_status(&backup, &ctx, &ns, &[], |s| {
+            s.phase = Some(BackupPhase::Pending);
+            s.recorded_storage = Some(storage);
+            s.message = Some("storage recorded".to_owned());
+        })
+        .await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
 
@@ -289,12 +289,12 @@ async fn start(
     // deleted mid-way, the operator restarted), what it wrote can be found under it.
     let Some(backup_id) = backup.status.as_ref().and_then(|s| s.backup_id.clone()) else {
         let id = bulwark_contract::ids::backup_id(Utc::now(), rand::random());
-        let status = serde_json::json!({
-            "phase": BackupPhase::Pending,
-            "backupId": id,
-            "message": "starting the backup job",
-        });
-        write_status(backup, ctx, ns, status, &[]).await?;
+        write_status(backup, ctx, ns, &[], |s| {
+            s.phase = Some(BackupPhase::Pending);
+            s.backup_id = Some(id);
+            s.message = Some("starting the backup job".to_owned());
+        })
+        .await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     };
     let job = job::backup_job(&job::BackupJobInput {
@@ -327,12 +327,12 @@ async fn start(
     )
     .await;
     tracing::info!(namespace = ns, backup = %backup.name_any(), job = %name, source = %source.name, "backup job created");
-    let status = serde_json::json!({
-        "phase": BackupPhase::Pending,
-        "sourcePod": source.name,
-        "message": format!("backup job {name} created"),
-    });
-    write_status(backup, ctx, ns, status, &[]).await?;
+    write_status(backup, ctx, ns, &[], |s| {
+        s.phase = Some(BackupPhase::Pending);
+        s.source_pod = Some(source.name.clone());
+        s.message = Some(format!("backup job {name} created"));
+    })
+    .await?;
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 
@@ -422,11 +422,11 @@ fn api_message(e: &Error) -> String {
 }
 
 async fn pending(backup: &MySQLBackup, ctx: &Context, ns: &str, message: String) -> Result<Action> {
-    let status = serde_json::json!({
-        "phase": BackupPhase::Pending,
-        "message": message,
-    });
-    write_status(backup, ctx, ns, status, &[]).await?;
+    write_status(backup, ctx, ns, &[], |s| {
+        s.phase = Some(BackupPhase::Pending);
+        s.message = Some(message);
+    })
+    .await?;
     Ok(Action::requeue(Duration::from_secs(10)))
 }
 
@@ -475,17 +475,15 @@ async fn observe(
                 Some(p) => read_progress(&pods, &p.name_any()).await,
                 None => None,
             };
-            let mut status = serde_json::json!({
-                "phase": BackupPhase::Running,
-                "message": "copying data",
-            });
-            if let Some(s) = started {
-                status["startTime"] = serde_json::to_value(Time(s)).expect("time serializes");
-            }
-            if let Some(p) = progress {
-                status["progress"] = serde_json::to_value(p).expect("progress serializes");
-            }
-            write_status(backup, ctx, ns, status, &[]).await?;
+            write_status(backup, ctx, ns, &[], |s| {
+                s.phase = Some(BackupPhase::Running);
+                s.message = Some("copying data".to_owned());
+                if let Some(t) = started {
+                    s.start_time = Some(Time(t));
+                }
+                s.progress = progress;
+            })
+            .await?;
             Ok(Action::requeue(Duration::from_secs(10)))
         }
         Outcome::Succeeded(r) => {
@@ -493,21 +491,22 @@ async fn observe(
                 "backup {} committed: {} bytes read, {} bytes stored",
                 r.id, r.plaintext_bytes, r.stored_bytes
             );
-            let status = serde_json::json!({
-                "phase": BackupPhase::Succeeded,
-                "startTime": Time(r.started_at),
-                "completionTime": Time(r.finished_at),
-                "backupId": r.id,
-                "location": format!("{location_base}/{}", r.id),
-                "storedBytes": r.stored_bytes,
-                "storedSize": human_size(r.stored_bytes),
-                "plaintextBytes": r.plaintext_bytes,
-                "manifestSha256": r.manifest_sha256,
-                "binlogFile": r.binlog_file,
-                "binlogPosition": r.binlog_position,
-                "gtidSet": r.gtid_set,
-                "message": message,
-            });
+            let bytes = |n: u64| Some(i64::try_from(n).unwrap_or(i64::MAX));
+            let committed = |s: &mut MySQLBackupStatus| {
+                s.phase = Some(BackupPhase::Succeeded);
+                s.start_time = Some(Time(r.started_at));
+                s.completion_time = Some(Time(r.finished_at));
+                s.backup_id = Some(r.id.clone());
+                s.location = Some(format!("{location_base}/{}", r.id));
+                s.stored_bytes = bytes(r.stored_bytes);
+                s.stored_size = Some(human_size(r.stored_bytes));
+                s.plaintext_bytes = bytes(r.plaintext_bytes);
+                s.manifest_sha256 = Some(r.manifest_sha256.clone());
+                s.binlog_file = r.binlog_file.clone();
+                s.binlog_position = r.binlog_position.map(|p| bytes(p).unwrap_or(i64::MAX));
+                s.gtid_set = r.gtid_set.clone();
+                s.message = Some(message.clone());
+            };
             let conds = [
                 Desired::new(
                     condition::COMPLETE,
@@ -524,7 +523,7 @@ async fn observe(
             ];
             // The per-cluster backup gauges follow from this status (the scheduler sets them
             // from the cluster's latest success on each pass, also after a restart).
-            write_status(backup, ctx, ns, status, &conds).await?;
+            write_status(backup, ctx, ns, &conds, committed).await?;
             ctx.event(backup, Reason::BackupSucceeded, message).await;
             Ok(Action::await_change())
         }
@@ -556,11 +555,11 @@ async fn fail(
     finished: Option<DateTime<Utc>>,
 ) -> Result<Action> {
     let finished = finished.unwrap_or_else(Utc::now);
-    let status = serde_json::json!({
-        "phase": BackupPhase::Failed,
-        "completionTime": Time(finished),
-        "message": message,
-    });
+    let failed = |s: &mut MySQLBackupStatus| {
+        s.phase = Some(BackupPhase::Failed);
+        s.completion_time = Some(Time(finished));
+        s.message = Some(message.clone());
+    };
     let conds = [
         Desired::new(
             condition::COMPLETE,
@@ -575,44 +574,42 @@ async fn fail(
             message.clone(),
         ),
     ];
-    write_status(backup, ctx, ns, status, &conds).await?;
+    write_status(backup, ctx, ns, &conds, failed).await?;
     ctx.metrics.backup_failed(ns, &backup.spec.cluster_ref.name);
     ctx.event(backup, Reason::BackupFailed, message).await;
     tracing::warn!(namespace = ns, backup = %backup.name_any(), "backup failed");
     Ok(Action::await_change())
 }
 
-/// Applies the backup controller's status fields and conditions.
+/// Applies the backup controller's part of a backup's status, as one typed value: what the last
+/// write recorded with `change` applied and `desired` conditions stamped. A running backup's
+/// progress is kept only while a write sets it; the drill manager's `lastDrill` is never
+/// written here (carried, it would be owned twice and could go back to an older record).
 async fn write_status(
     backup: &MySQLBackup,
     ctx: &Context,
     ns: &str,
-    mut status: serde_json::Value,
     desired: &[Desired],
+    change: impl FnOnce(&mut MySQLBackupStatus),
 ) -> Result<()> {
     let previous = backup.status.clone().unwrap_or_default();
+    let mut status = MySQLBackupStatus {
+        progress: None,
+        last_drill: None,
+        ..previous.clone()
+    };
+    change(&mut status);
     if !desired.is_empty() {
         let now = Time(Utc::now());
-        let conds: Vec<_> = desired
+        status.conditions = desired
             .iter()
             .map(|d| conditions::stamp(d, backup.meta().generation, &previous.conditions, &now))
             .collect();
-        status["conditions"] = serde_json::to_value(conds).expect("conditions serialize");
     }
-    // Keep what an earlier write recorded and this one does not mention.
-    if let (Ok(serde_json::Value::Object(prev)), Some(cur)) =
-        (serde_json::to_value(&previous), status.as_object_mut())
-    {
-        for (k, v) in prev {
-            // `lastDrill` is the drill manager's: carried here, it would be owned twice.
-            if k != "progress" && k != "lastDrill" {
-                cur.entry(k).or_insert(v);
-            }
-        }
-        cur.retain(|_, v| !v.is_null());
-    }
-    let unchanged =
-        serde_json::from_value::<MySQLBackupStatus>(status.clone()).ok() == Some(previous);
+    let unchanged = MySQLBackupStatus {
+        last_drill: previous.last_drill.clone(),
+        ..status.clone()
+    } == previous;
     if unchanged {
         return Ok(());
     }

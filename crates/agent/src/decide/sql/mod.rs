@@ -1,14 +1,17 @@
 //! The SQL the agent sends and the queries it observes with, per engine, as pure functions: no
 //! connection is made here. `accounts` converges the operator's accounts, `role` switches a
 //! server between primary and replica (read-only, semi-sync, replication, a restored GTID
-//! position, fencing), and `observe` holds each query beside the parser of its answer.
+//! position, fencing), `observe` holds each query beside the parser of its answer, and `load`
+//! the start over of a logical load.
 //! Statements carrying a password keep a redacted form for messages.
 
 mod accounts;
+mod load;
 mod observe;
 mod role;
 
 pub use accounts::*;
+pub use load::*;
 pub use observe::*;
 pub use role::*;
 

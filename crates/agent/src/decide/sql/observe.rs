@@ -9,6 +9,15 @@ use bulwark_contract::Engine;
 use super::accounts::{BACKUP_USER, EXPORTER_USER, REPLICATION_USER};
 use super::quote;
 
+/// The server's version and its comment, from which its engine is told (`(String, String)`).
+pub const VERSION_QUERY: &str = "SELECT @@version, @@version_comment";
+
+/// MySQL's `@@super_read_only` (an integer, 0 or 1).
+pub const SUPER_READ_ONLY_QUERY: &str = "SELECT @@GLOBAL.super_read_only";
+
+/// What a health check asks: that the server answers at all.
+pub const HEALTH_QUERY: &str = "SELECT 1";
+
 /// The server's global state the agent decides on.
 ///
 /// The semi-sync columns come from the variable tables, so that a server without them (a MySQL
