@@ -148,6 +148,9 @@ pub struct DrillResult {
     /// The GTID position the replay reached, when the drill replayed the binlog archive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reached_gtid: Option<String>,
+    /// Transactions the replay applied (none when the backup is at the archive's end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_transactions: Option<u64>,
 }
 
 /// Unchecked tables named in a drill's line at most; the count is in the message.
@@ -274,6 +277,7 @@ mod tests {
             tables_unchecked: vec!["`shop`.`log`".into()],
             assertions: 1,
             reached_gtid: Some("0-1-77".into()),
+            replayed_transactions: Some(3),
         }
     }
 

@@ -147,6 +147,10 @@ fn drills_prove_a_backup_restorable_and_name_what_fails() {
         Some(position.as_str()),
         "{replayed}"
     );
+    assert!(
+        replayed["replayedTransactions"].as_i64() >= Some(1),
+        "{replayed}"
+    );
 
     // An assertion that does not hold fails the drill, with the cause.
     apply(n, &cluster("SELECT COUNT(*) = 7 FROM ledger.entries"));

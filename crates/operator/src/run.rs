@@ -185,6 +185,21 @@ async fn controller_set(
                 )
             },
         )
+        // A drill Job's changes (its pod ended) wake its cluster's scheduler, which records it.
+        .watches(
+            scoped::<Job>(&client, scope),
+            watcher::Config::default().labels(&format!(
+                "{}={},{}={}",
+                crate::names::COMPONENT_LABEL,
+                crate::names::component::DRILL,
+                crate::names::MANAGED_BY_LABEL,
+                crate::names::MANAGED_BY
+            )),
+            |j: Job| {
+                let cluster = j.labels().get(crate::names::INSTANCE_LABEL)?.clone();
+                Some(ObjectRef::<MySQLCluster>::new(&cluster).within(&j.namespace()?))
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |obj, ctx| timed("schedule", obj, ctx, crate::schedule::reconcile),

@@ -22,6 +22,7 @@ fn drill_line(backup_id: &str) -> String {
         tables_unchecked: vec![],
         assertions: 1,
         reached_gtid: None,
+        replayed_transactions: None,
     }
     .to_line()
 }
@@ -91,6 +92,20 @@ async fn succeeded_backup(
     backup_status(backups, name, BackupPhase::Succeeded).await;
 }
 
+/// Asks for a drill of `backup` with the annotation's value `request`.
+async fn annotate(backups: &Api<MySQLBackup>, backup: &str, request: &str) {
+    backups
+        .patch(
+            backup,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"mysql.bulwark.dev/drill": request}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn drills_prove_each_backup_one_at_a_time_and_report_where_people_look() {
     let (client, ns) = setup("drill").await;
@@ -156,6 +171,9 @@ async fn drills_prove_each_backup_one_at_a_time_and_report_where_people_look() {
     .await;
     assert!(jobs.get_opt("second-backup").await.unwrap().is_none());
 
+    // A user asks for a drill of the backup while its scheduled drill runs: answered after it.
+    annotate(&backups, "first", "during-1").await;
+
     // The drill passes: the backup's status, an event and the cluster's status say so.
     end_job_pod(
         &client,
@@ -187,7 +205,18 @@ async fn drills_prove_each_backup_one_at_a_time_and_report_where_people_look() {
         "{events:?}"
     );
 
-    // Then the waiting backup runs; once it succeeded, its own drill comes, and fails.
+    // Then the waiting backup runs, and the requested drill waits for it in turn.
+    wait_get(&jobs, "second-backup").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        drill_jobs(&jobs)
+            .await
+            .iter()
+            .map(|j| j.name_any())
+            .collect::<Vec<_>>(),
+        std::slice::from_ref(&first_job),
+        "no drill beside a running backup"
+    );
     end_job_pod(
         &client,
         n,
@@ -198,6 +227,30 @@ async fn drills_prove_each_backup_one_at_a_time_and_report_where_people_look() {
     )
     .await;
     backup_status(&backups, "second", BackupPhase::Succeeded).await;
+    // The request comes first, and is answered once.
+    let asked = new_drill_job(&jobs, "first", std::slice::from_ref(&first_job)).await;
+    let running = drill_recorded(&backups, "first", &asked.name_any(), DrillPhase::Running).await;
+    assert_eq!(
+        running
+            .status
+            .unwrap()
+            .last_drill
+            .unwrap()
+            .request
+            .as_deref(),
+        Some("during-1")
+    );
+    end_job_pod(
+        &client,
+        n,
+        &asked.name_any(),
+        "drill",
+        true,
+        &drill_line("20261122T030000Z-9f3a"),
+    )
+    .await;
+    drill_recorded(&backups, "first", &asked.name_any(), DrillPhase::Succeeded).await;
+    // Then the new backup's own drill, which fails.
     let drill2 = new_drill_job(&jobs, "second", &[]).await;
     let cause = "drill of backup 20261122T040000Z-1b2c failed: CHECK TABLE found 1 damaged table(s); shop.orders: Corrupt";
     end_job_pod(
@@ -236,22 +289,14 @@ async fn drills_prove_each_backup_one_at_a_time_and_report_where_people_look() {
     assert!(c.next_schedule_time.is_some() && c.last_schedule_time.is_some());
     // Only the newest finished drill Job stays (its pod's log is the drill's full account).
     wait_gone(&jobs, &first_job).await;
+    wait_gone(&jobs, &asked.name_any()).await;
 
     // Every backup is drilled: no drill starts on its own (no everyBackupWithin) ...
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(drill_jobs(&jobs).await.len(), 1, "no new drill");
     // ... but one a user asks for does, once per request.
-    backups
-        .patch(
-            "first",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"mysql.bulwark.dev/drill": "again-1"}}}),
-            ),
-        )
-        .await
-        .unwrap();
-    let drill3 = new_drill_job(&jobs, "first", std::slice::from_ref(&first_job)).await;
+    annotate(&backups, "first", "again-1").await;
+    let drill3 = new_drill_job(&jobs, "first", &[first_job.clone(), asked.name_any()]).await;
     let running = drill_recorded(&backups, "first", &drill3.name_any(), DrillPhase::Running).await;
     assert_eq!(
         running

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 /// Restore drills: on a schedule, one backup at a time is restored in full into a scratch
 /// server inside a Job (never joined to the cluster, never on the network), every table is
 /// checked, and the assertions are run. Each run drills one backup: first one a user asked for
-/// (annotation `mysql.bulwark.dev/drill`), then the newest backup never drilled of the schedule
-/// whose backups have waited longest, then (with `everyBackupWithin`) the backup whose last
-/// drill is the oldest once it is older than that.
+/// (annotation `mysql.bulwark.dev/drill`), then (with `everyBackupWithin`) the backup that has
+/// gone longest without a drill once that is longer than the period, then the newest
+/// never-drilled backup of a schedule, the schedules taking turns.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrillSpec {
@@ -29,9 +29,9 @@ pub struct DrillSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub time_zone: Option<String>,
-    /// Every kept backup is drilled again once its last drill is older than this (years,
-    /// months, days and hours, such as `30d`), when no new backup waits for a drill. When
-    /// absent, a backup is drilled once.
+    /// Every kept backup is drilled (again) once it has gone this long without a drill (years,
+    /// months, days and hours, such as `30d`), before new backups. When absent, a backup is
+    /// drilled once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 32),
@@ -73,8 +73,8 @@ pub enum DrillPhase {
 pub struct DrillRecord {
     /// The Job that ran (or runs) the drill.
     pub job: String,
-    /// The value of the `mysql.bulwark.dev/drill` annotation the drill answered, when a user
-    /// asked for it.
+    /// The latest value of the `mysql.bulwark.dev/drill` annotation a drill of this backup
+    /// answered (kept by later drills, so each value is answered once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
     /// `Running`, `Succeeded` or `Failed`.
@@ -107,6 +107,10 @@ pub struct DrillRecord {
     /// The GTID position the replay of the binlog archive reached (with `pointInTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reached_gtid: Option<String>,
+    /// Transactions the replay applied: none when the backup is at the archive's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replayed_transactions: Option<i64>,
     /// One line: what was proven, or why the drill failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

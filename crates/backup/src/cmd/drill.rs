@@ -282,6 +282,7 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<DrillResult> {
         tables_unchecked: checked.unchecked.clone(),
         assertions: a.assertions.len() as u32,
         reached_gtid: replayed.as_ref().map(|r| r.reached.to_string()),
+        replayed_transactions: replayed.as_ref().map(|r| r.transactions),
     };
     if a.json {
         print_json(&json!({

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EmptyDirVolumeSource, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PodTemplateSpec, Volume, WeightedPodAffinityTerm,
+    PodTemplateSpec, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -34,6 +34,21 @@ pub struct DrillJobInput<'a> {
     pub image: &'a str,
     /// When the drill starts (part of the Job's name).
     pub at: DateTime<Utc>,
+    /// The drill request annotation's value this drill answers, if a user asked for it.
+    pub request: Option<&'a str>,
+    /// The due time of the drill schedule this drill was started for, if any.
+    pub scheduled: Option<DateTime<Utc>>,
+}
+
+/// The Job's record of why it runs, read back by a pass that finds it unrecorded: the
+/// request it answers and the due time it was started for.
+pub fn why_started(job: &Job) -> (Option<String>, Option<DateTime<Utc>>) {
+    let annotations = job.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).cloned();
+    let scheduled = get(names::SCHEDULED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+        .map(|t| t.with_timezone(&Utc));
+    (get(names::DRILL_REQUEST_ANNOTATION), scheduled)
 }
 
 /// Name of the drill Job of `backup` started at `at`.
@@ -81,7 +96,11 @@ pub fn drill_job(input: &DrillJobInput<'_>) -> Job {
         mount("tmp", podspec::TMP_DIR, false),
         mount("scratch", paths::DRILL_SCRATCH, false),
     ];
-    mounts.extend(input.access.mounts.iter().cloned());
+    // A drill only reads the repository: a faulty one cannot damage what it proves.
+    mounts.extend(input.access.mounts.iter().map(|m| VolumeMount {
+        read_only: Some(true),
+        ..m.clone()
+    }));
 
     let argv = command::Drill {
         repository: input.access.repository.clone(),
@@ -123,10 +142,24 @@ pub fn drill_job(input: &DrillJobInput<'_>) -> Job {
         affinity: Some(away_from_servers(&cluster_name)),
         ..PodSpec::default()
     };
+    let mut annotations = BTreeMap::new();
+    if let Some(request) = input.request {
+        annotations.insert(
+            names::DRILL_REQUEST_ANNOTATION.to_owned(),
+            request.to_owned(),
+        );
+    }
+    if let Some(t) = input.scheduled {
+        annotations.insert(
+            names::SCHEDULED_AT_ANNOTATION.to_owned(),
+            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        );
+    }
     let meta = ObjectMeta {
         name: Some(drill_job_name(&backup_name, input.at)),
         namespace: backup.metadata.namespace.clone(),
         labels: Some(labels.clone()),
+        annotations: (!annotations.is_empty()).then_some(annotations),
         owner_references: Some(vec![backup
             .controller_owner_ref(&())
             .expect("a stored backup has a name and uid")]),
@@ -207,7 +240,7 @@ mod tests {
                 ..command::Repository::default()
             },
             volumes: vec![],
-            mounts: vec![],
+            mounts: vec![mount("storage", "/backup-storage", false)],
             location: "pvc://dumps".into(),
         }
     }
@@ -219,6 +252,8 @@ mod tests {
             access: &access(),
             image: "bulwark/backup:1",
             at: "2026-11-22T04:00:00Z".parse().unwrap(),
+            request: Some("r1"),
+            scheduled: Some("2026-11-22T03:59:00Z".parse().unwrap()),
         })
     }
 
@@ -297,6 +332,24 @@ mod tests {
                 .unwrap()
                 .read_only_root_filesystem,
             Some(true)
+        );
+        let storage = c0
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "storage");
+        assert_eq!(
+            storage.and_then(|m| m.read_only),
+            Some(true),
+            "the repository is read only"
+        );
+        assert_eq!(
+            why_started(&job),
+            (
+                Some("r1".to_owned()),
+                Some("2026-11-22T03:59:00Z".parse().unwrap())
+            )
         );
     }
 

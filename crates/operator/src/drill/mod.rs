@@ -30,10 +30,10 @@ use crate::storage;
 use outcome::DrillOutcome;
 use plan::{Choice, DrillView, Pick};
 
-/// How long a drill pod may stay unstarted (no node with room for its scratch space, an image
-/// that cannot be pulled) before the drill fails.
+/// How long a drill Job may go without a started pod (no node with room for its scratch
+/// space, an image that cannot be pulled, a pod the API server refuses) before it fails.
 const START_DEADLINE: chrono::Duration = chrono::Duration::minutes(10);
-/// How often a running drill is looked at (its Job's changes also wake the scheduler).
+/// How often a running drill is looked at, besides the wake-ups its Job's changes bring.
 const RUNNING_POLL: Duration = Duration::from_secs(10);
 
 /// What the drills' part of a pass leaves: the cluster's drill status (none when drills are
@@ -43,12 +43,30 @@ pub struct Pass {
     pub wake: Option<Duration>,
 }
 
-/// Runs the drills' part of a scheduler pass over `cluster`, whose backups (not being deleted)
-/// are `backups`.
+/// The backups of the cluster as this pass leaves them: each write's answer replaces the copy
+/// read, so a second write to one backup goes over the first, never over a stale copy.
+struct Backups(BTreeMap<String, MySQLBackup>);
+
+impl Backups {
+    fn record(&self, name: &str) -> Option<DrillRecord> {
+        self.0.get(name)?.status.as_ref()?.last_drill.clone()
+    }
+
+    fn live(&self) -> impl Iterator<Item = &MySQLBackup> {
+        self.0
+            .values()
+            .filter(|b| b.meta().deletion_timestamp.is_none())
+    }
+}
+
+/// Runs the drills' part of a scheduler pass over `cluster`, whose backups (being deleted ones
+/// included: their drills still run) are `backups`. No drill starts when `may_start` is false
+/// (the pass created or deleted backups, so its list is already stale).
 pub async fn pass(
     cluster: &MySQLCluster,
     ctx: &Context,
     backups: &[MySQLBackup],
+    may_start: bool,
     now: DateTime<Utc>,
 ) -> Result<Pass> {
     let ns = cluster.namespace().unwrap_or_default();
@@ -60,33 +78,31 @@ pub async fn pass(
         &names::selector_string(&job::drill_labels(&name)),
     )
     .await?;
-    // Each backup's latest record, as this pass leaves it.
-    let mut records: BTreeMap<String, Option<DrillRecord>> = backups
-        .iter()
-        .map(|b| {
-            (
-                b.name_any(),
-                b.status.as_ref().and_then(|s| s.last_drill.clone()),
-            )
-        })
-        .collect();
+    let mut current = Backups(backups.iter().map(|b| (b.name_any(), b.clone())).collect());
 
     let mut running = None;
+    let mut last_fired = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.drills.as_ref())
+        .and_then(|d| d.last_schedule_time.as_ref().map(|t| t.0));
     let mut finished_jobs = Vec::new();
     for j in &jobs {
         // Only Jobs a backup of this cluster controls: a Job given the labels is no drill.
         let Some(backup) = backups.iter().find(|b| crate::ownership::controls(*b, j)) else {
             continue;
         };
+        let backup = backup.name_any();
         let job_name = j.name_any();
+        let (request, scheduled) = job::why_started(j);
+        // A due time a Job was started for is used, whatever the status write of its pass did.
+        last_fired = last_fired.max(scheduled);
         let pod = job_pod(ctx, &ns, j).await?;
         let mut result = outcome::drill_outcome(j, pod.as_ref());
+        let mut stuck = false;
         if result == DrillOutcome::Running {
-            if let Some(why) = pod
-                .as_ref()
-                .and_then(|p| stuck_before_start(p, now, START_DEADLINE))
-            {
-                apply::delete_opt(&jobs_api, &job_name).await?;
+            if let Some(why) = never_started(j, pod.as_ref(), now) {
+                stuck = true;
                 result = DrillOutcome::Failed {
                     message: format!(
                         "the drill pod did not start within {} minutes: {why}",
@@ -96,60 +112,54 @@ pub async fn pass(
                 };
             }
         }
-        let record = records.get(&backup.name_any()).cloned().flatten();
-        let ours = record.as_ref().filter(|r| r.job == job_name);
-        match result {
-            DrillOutcome::Running => {
-                running = Some(backup.name_any());
-                if ours.is_none() {
-                    // Started by a pass that did not live to record it.
-                    let start = outcome::started(&job_name, None, job_created(j).unwrap_or(now));
-                    record_drill(ctx, &ns, backup, &start).await?;
-                    records.insert(backup.name_any(), Some(start));
-                }
+        let record = current.record(&backup);
+        let ours = record.as_ref().filter(|r| r.job == job_name).cloned();
+        // Started by a pass that did not live to record it: the Job says why it runs.
+        let start = ours.clone().unwrap_or_else(|| {
+            let answered = request.or_else(|| record.as_ref().and_then(|r| r.request.clone()));
+            outcome::started(&job_name, answered, job_created(j).unwrap_or(now))
+        });
+        if result == DrillOutcome::Running {
+            running = Some(backup.clone());
+            if ours.is_none() {
+                record_drill(ctx, &ns, &mut current, &backup, &start).await?;
             }
-            finished => {
-                finished_jobs.push(j);
-                let recorded = ours.is_some_and(|r| r.result != DrillPhase::Running);
-                // A record of a later drill is never replaced by an older Job's.
-                let newer_recorded = record.as_ref().is_some_and(|r| {
-                    r.job != job_name && r.start_time.as_ref().map(|t| t.0) > job_created(j)
-                });
-                if recorded || newer_recorded {
-                    continue;
-                }
-                let start = ours.cloned().unwrap_or_else(|| {
-                    outcome::started(&job_name, None, job_created(j).unwrap_or(now))
-                });
-                let done = outcome::finished(&start, &finished, now);
-                record_drill(ctx, &ns, backup, &done).await?;
-                announce(ctx, &ns, &name, backup, &done).await;
-                records.insert(backup.name_any(), Some(done));
-            }
+            continue;
+        }
+        finished_jobs.push(j);
+        let recorded = ours.is_some_and(|r| r.result != DrillPhase::Running);
+        // A record of a later drill is never replaced by an older Job's.
+        let newer_recorded = record.as_ref().is_some_and(|r| {
+            r.job != job_name && r.start_time.as_ref().map(|t| t.0) > job_created(j)
+        });
+        if !recorded && !newer_recorded {
+            let done = outcome::finished(&start, &result, now);
+            record_drill(ctx, &ns, &mut current, &backup, &done).await?;
+            announce(ctx, &ns, &name, current.0.get(&backup), &done).await;
+        }
+        if stuck {
+            // Recorded first: a failed deletion leaves the cause in place, not "gone".
+            apply::delete_opt(&jobs_api, &job_name).await?;
         }
     }
     // A drill recorded as running whose Job is gone (deleted by hand) never reports.
-    for b in backups {
-        let Some(Some(r)) = records.get(&b.name_any()).cloned() else {
+    let names: Vec<String> = current.0.keys().cloned().collect();
+    for b in names {
+        let Some(r) = current.record(&b) else {
             continue;
         };
         if r.result == DrillPhase::Running && !jobs.iter().any(|j| j.name_any() == r.job) {
-            let done = outcome::finished(
-                &r,
-                &DrillOutcome::Failed {
-                    message: format!("the drill job {} is gone without a result", r.job),
-                    finished: Some(now),
-                },
-                now,
-            );
-            record_drill(ctx, &ns, b, &done).await?;
-            announce(ctx, &ns, &name, b, &done).await;
-            records.insert(b.name_any(), Some(done));
+            let gone = DrillOutcome::Failed {
+                message: format!("the drill job {} is gone without a result", r.job),
+                finished: Some(now),
+            };
+            let done = outcome::finished(&r, &gone, now);
+            record_drill(ctx, &ns, &mut current, &b, &done).await?;
+            announce(ctx, &ns, &name, current.0.get(&b), &done).await;
         }
     }
     forget_old_jobs(&jobs_api, finished_jobs).await?;
 
-    let views = views_of(backups, &records);
     let again_after = spec
         .and_then(|s| s.every_backup_within.as_deref())
         .and_then(|w| bulwark_retention::parse_duration(w).ok());
@@ -159,9 +169,6 @@ pub async fn pass(
         .as_ref()
         .and_then(|p| p.since.as_ref().map(|t| t.0))
         .unwrap_or(now);
-    let mut last_fired = previous
-        .as_ref()
-        .and_then(|p| p.last_schedule_time.as_ref().map(|t| t.0));
     let due = match (&cron, spec) {
         (Some(cron), Some(s)) if !s.suspend => plan::due(cron, last_fired, since, now),
         _ => None,
@@ -171,40 +178,35 @@ pub async fn pass(
         .and_then(|c| c.next_after(now))
         .map(|t| (t - now).to_std().unwrap_or_default() + Duration::from_millis(50));
     if running.is_none() {
-        let busy = backup_running(ctx, &ns, &name, backups).await?;
+        let views = views_of(&current);
         let choice = plan::choose(&views, due.is_some(), again_after, now);
-        match (busy, choice) {
+        let busy = backup_running(ctx, &ns, &name, current.live()).await?;
+        match (choice, busy) {
             (Some(_), Some(_)) => {
-                // Started once the backup finishes (its status change wakes the scheduler); the
-                // due time stays due until then.
+                // Started once the backup finishes; the due time stays due until then.
                 wake = Some(RUNNING_POLL);
             }
-            (None, Some(choice)) => {
-                let backup = backups
-                    .iter()
-                    .find(|b| b.name_any() == choice.backup)
-                    .expect("chosen among these backups");
-                let record = start(ctx, cluster, backup, &choice, now).await?;
-                if record.result == DrillPhase::Running {
-                    running = Some(backup.name_any());
+            (Some(_), None) if !may_start => wake = Some(Duration::from_millis(200)),
+            (Some(choice), None) => {
+                let scheduled = due.filter(|_| !matches!(choice.pick, Pick::Requested(_)));
+                if start(ctx, cluster, &mut current, &choice, scheduled, now).await? {
+                    running = Some(choice.backup.clone());
                 }
-                records.insert(backup.name_any(), Some(record));
-                last_fired = due.or(last_fired);
+                last_fired = last_fired.max(scheduled);
             }
-            (_, None) => last_fired = due.or(last_fired),
+            (None, _) => last_fired = last_fired.max(due),
         }
     }
     if running.is_some() {
         wake = Some(RUNNING_POLL);
     }
 
-    let latest = views_of(backups, &records);
-    let finished = records
-        .iter()
-        .filter_map(|(b, r)| Some((b, r.as_ref()?)))
+    let finished = current
+        .live()
+        .filter_map(|b| Some((b.name_any(), b.status.as_ref()?.last_drill.clone()?)))
         .filter(|(_, r)| r.result != DrillPhase::Running)
-        .max_by_key(|(b, r)| (r.completion_time.as_ref().map(|t| t.0), *b));
-    if let Some((_, r)) = finished {
+        .max_by_key(|(b, r)| (r.completion_time.as_ref().map(|t| t.0), b.clone()));
+    if let Some((_, r)) = &finished {
         if let Some(t) = &r.completion_time {
             ctx.metrics
                 .drill_latest(&ns, &name, t.0, r.result == DrillPhase::Succeeded);
@@ -213,18 +215,18 @@ pub async fn pass(
     if spec.is_none() && finished.is_none() && running.is_none() {
         return Ok(Pass { status: None, wake });
     }
-    let (waiting, oldest_waiting) = plan::waiting(&latest, again_after, now);
+    let (waiting, oldest_waiting) = plan::waiting(&views_of(&current), again_after, now);
     let status = DrillsStatus {
         since: spec.map(|_| Time(since)),
         last_schedule_time: last_fired.map(Time),
         next_schedule_time: cron.as_ref().and_then(|c| c.next_after(now)).map(Time),
         running,
         last_drill: finished.map(|(b, r)| DrillSummary {
-            backup: b.clone(),
+            backup: b,
             result: r.result,
-            completion_time: r.completion_time.clone(),
+            completion_time: r.completion_time,
             restore_seconds: r.restore_seconds,
-            message: r.message.clone(),
+            message: r.message,
         }),
         waiting: i32::try_from(waiting).unwrap_or(i32::MAX),
         oldest_waiting,
@@ -235,27 +237,19 @@ pub async fn pass(
     })
 }
 
-/// The succeeded backups as the drill plan sees them, with the records of this pass.
-fn views_of(
-    backups: &[MySQLBackup],
-    records: &BTreeMap<String, Option<DrillRecord>>,
-) -> Vec<DrillView> {
-    backups
-        .iter()
+/// The succeeded backups (not being deleted) as the drill plan sees them.
+fn views_of(current: &Backups) -> Vec<DrillView> {
+    current
+        .live()
         .filter_map(|b| {
             let st = b.status.as_ref()?;
             if st.phase != Some(BackupPhase::Succeeded) || st.backup_id.is_none() {
                 return None;
             }
-            let record = records.get(&b.name_any()).cloned().flatten();
-            let asked = b
-                .annotations()
-                .get(names::DRILL_REQUEST_ANNOTATION)
-                .cloned();
-            let answered = record.as_ref().and_then(|r| r.request.clone());
-            let running = record
-                .as_ref()
-                .is_some_and(|r| r.result == DrillPhase::Running);
+            let record = st.last_drill.as_ref();
+            let asked = b.annotations().get(names::DRILL_REQUEST_ANNOTATION);
+            let answered = record.and_then(|r| r.request.as_ref());
+            let running = record.is_some_and(|r| r.result == DrillPhase::Running);
             Some(DrillView {
                 name: b.name_any(),
                 schedule: b.labels().get(names::SCHEDULE_LABEL).cloned(),
@@ -266,10 +260,9 @@ fn views_of(
                     .or_else(|| b.meta().creation_timestamp.as_ref().map(|t| t.0))
                     .unwrap_or_default(),
                 drilled: record
-                    .as_ref()
                     .filter(|r| r.result != DrillPhase::Running)
                     .and_then(|r| r.completion_time.as_ref().map(|t| t.0)),
-                request: asked.filter(|a| !running && Some(a) != answered.as_ref()),
+                request: asked.filter(|a| !running && Some(*a) != answered).cloned(),
             })
         })
         .collect()
@@ -289,15 +282,27 @@ fn job_created(j: &Job) -> Option<DateTime<Utc>> {
     j.meta().creation_timestamp.as_ref().map(|t| t.0)
 }
 
+/// Why a running drill Job has not started its pod within [`START_DEADLINE`], if so: its pod's
+/// waiting reason, or that it has no pod at all (the API server refused it: a quota, a limit
+/// range, an admission policy; the Job's events say which).
+fn never_started(j: &Job, pod: Option<&Pod>, now: DateTime<Utc>) -> Option<String> {
+    match pod {
+        Some(p) => stuck_before_start(p, now, START_DEADLINE),
+        None => job_created(j)
+            .filter(|t| now - *t >= START_DEADLINE)
+            .map(|_| "no pod was created (see the job's events)".to_owned()),
+    }
+}
+
 /// A backup of the cluster that runs (or waits to) now: a drill never runs beside one, so that
 /// the two never share a node's disk, and the backup goes first.
-async fn backup_running(
+async fn backup_running<'a>(
     ctx: &Context,
     ns: &str,
     cluster: &str,
-    backups: &[MySQLBackup],
+    mut backups: impl Iterator<Item = &'a MySQLBackup>,
 ) -> Result<Option<String>> {
-    let pending = backups.iter().find(|b| {
+    let pending = backups.find(|b| {
         !matches!(
             b.status.as_ref().and_then(|s| s.phase),
             Some(BackupPhase::Succeeded | BackupPhase::Failed)
@@ -315,22 +320,29 @@ async fn backup_running(
     Ok(crate::backup::running_job(&backup_jobs))
 }
 
-/// Starts the drill of `choice`, and returns the record written: running, or failed when its
-/// Job cannot be made.
+/// Starts the drill of `choice` (for the due time `scheduled`, if the schedule chose it);
+/// whether it runs. A backup that appeared while the Job was made wins: the Job is taken back
+/// and the drill waits for the next pass.
 async fn start(
     ctx: &Context,
     cluster: &MySQLCluster,
-    backup: &MySQLBackup,
+    current: &mut Backups,
     choice: &Choice,
+    scheduled: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
-) -> Result<DrillRecord> {
+) -> Result<bool> {
     let ns = cluster.namespace().unwrap_or_default();
+    let Some(backup) = current.0.get(&choice.backup).cloned() else {
+        return Ok(false);
+    };
+    let previous = backup.status.as_ref().and_then(|s| s.last_drill.clone());
     let request = match &choice.pick {
         Pick::Requested(token) => Some(token.clone()),
-        Pick::New | Pick::Again => None,
+        // The last value answered stays answered.
+        Pick::New | Pick::Overdue => previous.and_then(|r| r.request),
     };
     let name = job::drill_job_name(&backup.name_any(), now);
-    let started = outcome::started(&name, request, now);
+    let started = outcome::started(&name, request.clone(), now);
     let encryption = cluster
         .spec
         .backup
@@ -342,82 +354,111 @@ async fn start(
         .and_then(|s| s.recorded_storage.as_ref())
         .and_then(|s| storage::storage_access(s, encryption));
     let Some(access) = access else {
-        let done = cannot_start(
-            &started,
-            "the backup's status records no usable storage",
-            now,
-        );
-        record_drill(ctx, &ns, backup, &done).await?;
-        announce(ctx, &ns, &cluster.name_any(), backup, &done).await;
-        return Ok(done);
+        let why = "the backup's status records no usable storage";
+        return cannot_start(ctx, cluster, current, &choice.backup, &started, why, now).await;
     };
     let built = job::drill_job(&job::DrillJobInput {
-        backup,
+        backup: &backup,
         cluster,
         access: &access,
         image: ctx.config.backup_images.for_cluster(cluster),
         at: now,
+        request: match &choice.pick {
+            Pick::Requested(token) => Some(token.as_str()),
+            Pick::New | Pick::Overdue => None,
+        },
+        scheduled,
     });
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     match apply::apply(&jobs, &name, &built, DRILL_MANAGER).await {
         Ok(_) => {}
         Err(e) if !e.is_retryable() => {
-            let done = cannot_start(
-                &started,
-                &format!("failed to create drill job {name}: {e}"),
-                now,
-            );
-            record_drill(ctx, &ns, backup, &done).await?;
-            announce(ctx, &ns, &cluster.name_any(), backup, &done).await;
-            return Ok(done);
+            let why = format!("failed to create drill job {name}: {e}");
+            return cannot_start(ctx, cluster, current, &choice.backup, &started, &why, now).await;
         }
         Err(e) => return Err(e),
     }
-    record_drill(ctx, &ns, backup, &started).await?;
+    // The backup controller starts a backup only while no drill Job exists: looked at again
+    // after this one exists, a backup that slipped in between is seen here.
+    let backups = apply::backups_of(&ctx.client, &ns, &cluster.name_any()).await?;
+    let live = backups
+        .iter()
+        .filter(|b| b.meta().deletion_timestamp.is_none());
+    if let Some(b) = backup_running(ctx, &ns, &cluster.name_any(), live).await? {
+        tracing::info!(namespace = %ns, backup = %b, job = %name, "a backup started beside the new drill; the drill waits for it");
+        apply::delete_foreground(&jobs, &name).await?;
+        return Ok(false);
+    }
+    record_drill(ctx, &ns, current, &choice.backup, &started).await?;
     let why = match &choice.pick {
         Pick::Requested(_) => "as requested",
         Pick::New => "never drilled",
-        Pick::Again => "its last drill is older than everyBackupWithin",
+        Pick::Overdue => "not drilled within everyBackupWithin",
     };
     ctx.event(
-        backup,
+        &backup,
         Reason::DrillStarted,
         format!("drill job {name} started ({why})"),
     )
     .await;
-    tracing::info!(namespace = %ns, backup = %backup.name_any(), job = %name, "drill job created");
-    Ok(started)
+    tracing::info!(namespace = %ns, backup = %choice.backup, job = %name, "drill job created");
+    Ok(true)
 }
 
-fn cannot_start(started: &DrillRecord, why: &str, now: DateTime<Utc>) -> DrillRecord {
-    outcome::finished(
-        started,
-        &DrillOutcome::Failed {
-            message: format!("the drill could not start: {why}"),
-            finished: Some(now),
-        },
-        now,
-    )
+/// Records the drill of `backup` that could not start as failed, with `why`.
+async fn cannot_start(
+    ctx: &Context,
+    cluster: &MySQLCluster,
+    current: &mut Backups,
+    backup: &str,
+    started: &DrillRecord,
+    why: &str,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let failed = DrillOutcome::Failed {
+        message: format!("the drill could not start: {why}"),
+        finished: Some(now),
+    };
+    let done = outcome::finished(started, &failed, now);
+    record_drill(ctx, &ns, current, backup, &done).await?;
+    announce(ctx, &ns, &cluster.name_any(), current.0.get(backup), &done).await;
+    Ok(false)
 }
 
-/// Writes a backup's `status.lastDrill` (the drill manager's only field of it).
+/// Writes a backup's `status.lastDrill` (the drill manager's only field of it) over the copy
+/// this pass holds, and keeps the answer for the next write.
 async fn record_drill(
     ctx: &Context,
     ns: &str,
-    backup: &MySQLBackup,
+    current: &mut Backups,
+    backup: &str,
     record: &DrillRecord,
 ) -> Result<()> {
-    if backup.status.as_ref().and_then(|s| s.last_drill.as_ref()) == Some(record) {
+    let Some(read) = current.0.get(backup) else {
+        return Ok(());
+    };
+    if read.status.as_ref().and_then(|s| s.last_drill.as_ref()) == Some(record) {
         return Ok(());
     }
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), ns);
     let status = serde_json::json!({ "lastDrill": record });
-    apply::apply_status(&api, backup, status, DRILL_MANAGER).await?;
+    let written = apply::apply_status(&api, read, status, DRILL_MANAGER).await?;
+    current.0.insert(backup.to_owned(), written);
     Ok(())
 }
 
 /// The event and metrics of a drill that just finished, after its record was written.
-async fn announce(ctx: &Context, ns: &str, cluster: &str, backup: &MySQLBackup, r: &DrillRecord) {
+async fn announce(
+    ctx: &Context,
+    ns: &str,
+    cluster: &str,
+    backup: Option<&MySQLBackup>,
+    r: &DrillRecord,
+) {
+    let Some(backup) = backup else {
+        return;
+    };
     let message = r.message.clone().unwrap_or_default();
     match r.result {
         DrillPhase::Succeeded => {

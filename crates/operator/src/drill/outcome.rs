@@ -78,6 +78,7 @@ pub fn started(job: &str, request: Option<String>, at: DateTime<Utc>) -> DrillRe
         tables_checked: None,
         assertions: None,
         reached_gtid: None,
+        replayed_transactions: None,
         message: None,
     }
 }
@@ -96,6 +97,9 @@ pub fn finished(start: &DrillRecord, outcome: &DrillOutcome, now: DateTime<Utc>)
             tables_checked: Some(i64::try_from(r.tables_checked).unwrap_or(i64::MAX)),
             assertions: Some(i32::try_from(r.assertions).unwrap_or(i32::MAX)),
             reached_gtid: r.reached_gtid.clone(),
+            replayed_transactions: r
+                .replayed_transactions
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
             message: Some(passed_message(r)),
             ..start.clone()
         },
@@ -115,21 +119,27 @@ fn round_ms(seconds: f64) -> f64 {
 
 /// What a drill that passed proved, in one line.
 pub fn passed_message(r: &DrillResult) -> String {
-    let replay = r
-        .reached_gtid
-        .as_deref()
-        .map(|g| format!(", replayed the binlog archive to {g}"))
-        .unwrap_or_default();
-    let unchecked = if r.tables_unchecked.is_empty() {
+    let replay = match (&r.reached_gtid, r.replayed_transactions) {
+        (Some(g), Some(0)) => format!(", nothing after it in the binlog archive (at {g})"),
+        (Some(g), Some(n)) => format!(", replayed {n} transactions of the binlog archive to {g}"),
+        (Some(g), None) => format!(", replayed the binlog archive to {g}"),
+        (None, _) => String::new(),
+    };
+    // The tool names a few tables and counts the rest as `and N more`.
+    let unchecked: usize = r
+        .tables_unchecked
+        .iter()
+        .map(|t| {
+            t.strip_prefix("and ")
+                .and_then(|rest| rest.strip_suffix(" more"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1)
+        })
+        .sum();
+    let unchecked = if unchecked == 0 {
         String::new()
     } else {
-        format!(
-            " ({} its engine cannot check)",
-            r.tables_unchecked
-                .iter()
-                .filter(|t| !t.starts_with("and "))
-                .count()
-        )
+        format!(" ({unchecked} its engine cannot check)")
     };
     format!(
         "restored {} bytes in {:.1} s{replay}; {} tables checked{unchecked}, {} assertions held",
@@ -173,6 +183,7 @@ mod tests {
             tables_unchecked: vec![],
             assertions: 2,
             reached_gtid: Some("0-100-42".into()),
+            replayed_transactions: Some(5),
         }
     }
 
@@ -250,7 +261,14 @@ mod tests {
         assert_eq!(done.restored_bytes, Some(2048));
         assert_eq!(
             done.message.as_deref(),
-            Some("restored 2048 bytes in 61.2 s, replayed the binlog archive to 0-100-42; 9 tables checked, 2 assertions held")
+            Some("restored 2048 bytes in 61.2 s, replayed 5 transactions of the binlog archive to 0-100-42; 9 tables checked, 2 assertions held")
+        );
+        let mut quiet = passed();
+        quiet.replayed_transactions = Some(0);
+        quiet.tables_unchecked = vec!["`a`.`b`".into(), "and 11 more".into()];
+        assert_eq!(
+            passed_message(&quiet),
+            "restored 2048 bytes in 61.2 s, nothing after it in the binlog archive (at 0-100-42); 9 tables checked (12 its engine cannot check), 2 assertions held"
         );
         let failed = finished(
             &start,

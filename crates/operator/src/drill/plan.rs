@@ -26,8 +26,8 @@ pub enum Pick {
     Requested(String),
     /// It was never drilled.
     New,
-    /// Its last drill is older than `everyBackupWithin`.
-    Again,
+    /// Its last drill (or, never drilled, its completion) is older than `everyBackupWithin`.
+    Overdue,
 }
 
 /// The backup the next drill restores, and why.
@@ -50,21 +50,29 @@ pub fn due(
     cron.latest_at_or_before(now).filter(|t| *t > floor)
 }
 
-/// Whether a backup waits for a drill: never drilled, or last drilled before `again_after`
-/// ago.
+/// Since when a backup has gone without a drill, when that is longer than `again_after`: its
+/// last drill, or its completion when it was never drilled.
+fn overdue(
+    v: &DrillView,
+    again_after: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let since = v.drilled.unwrap_or(v.completed);
+    (since < now - again_after?).then_some(since)
+}
+
+/// Whether a backup waits for a drill: never drilled, or overdue.
 fn waits(v: &DrillView, again_after: Option<Duration>, now: DateTime<Utc>) -> bool {
-    match (v.drilled, again_after) {
-        (None, _) => true,
-        (Some(t), Some(d)) => t < now - d,
-        (Some(_), None) => false,
-    }
+    v.drilled.is_none() || overdue(v, again_after, now).is_some()
 }
 
 /// Chooses the backup of the next drill, if any: a requested one first (whether the schedule
-/// is `due` or not), else, when it is due, the newest never-drilled backup of the group
-/// (schedule, or on demand) whose latest drill is the oldest, so that each schedule's newest
-/// backups take turns; else the backup whose last drill is the oldest, once older than
-/// `again_after`. Ties go to the name that sorts first, so the choice is stable.
+/// is `due` or not); else, when it is due, the backup that has gone longest without a drill
+/// once that is longer than `again_after` (so that every kept backup is drilled within it
+/// while drills keep up, however many new backups come); else the newest never-drilled backup
+/// of the group (schedule, or on demand) whose latest drill is the oldest (a group never
+/// drilled first), so that each schedule's newest backups take turns. Ties go to the name that
+/// sorts first, so the choice is stable.
 pub fn choose(
     views: &[DrillView],
     due: bool,
@@ -83,6 +91,17 @@ pub fn choose(
     }
     if !due {
         return None;
+    }
+    if let Some(v) = views
+        .iter()
+        .filter_map(|v| Some((overdue(v, again_after, now)?, v)))
+        .min_by(|(a, va), (b, vb)| (a, &va.name).cmp(&(b, &vb.name)))
+        .map(|(_, v)| v)
+    {
+        return Some(Choice {
+            backup: v.name.clone(),
+            pick: Pick::Overdue,
+        });
     }
     let group_drilled = |group: &Option<String>| {
         views
@@ -105,20 +124,10 @@ pub fn choose(
                 &b.name,
             ))
     });
-    if let Some(v) = newest_undrilled {
-        return Some(Choice {
-            backup: v.name.clone(),
-            pick: Pick::New,
-        });
-    }
-    views
-        .iter()
-        .filter(|v| waits(v, again_after, now))
-        .min_by(|a, b| (a.drilled, &a.name).cmp(&(b.drilled, &b.name)))
-        .map(|v| Choice {
-            backup: v.name.clone(),
-            pick: Pick::Again,
-        })
+    newest_undrilled.map(|v| Choice {
+        backup: v.name.clone(),
+        pick: Pick::New,
+    })
 }
 
 /// How many backups wait for a drill, and the one that completed first among them.
@@ -243,7 +252,37 @@ mod tests {
                 ],
                 true,
                 day,
-                Some(("n-2", Pick::Again)),
+                Some(("n-2", Pick::Overdue)),
+            ),
+            (
+                "an overdue drill goes before a new backup",
+                vec![
+                    view("h-22", Some("hourly"), 22, None),
+                    view("n-1", Some("nightly"), 1, Some(2)),
+                ],
+                true,
+                day,
+                Some(("n-1", Pick::Overdue)),
+            ),
+            (
+                "a backup never drilled for longer than everyBackupWithin is overdue",
+                vec![
+                    view("n-1", Some("nightly"), 1, None),
+                    view("n-20", Some("nightly"), 20, None),
+                ],
+                true,
+                day,
+                Some(("n-1", Pick::Overdue)),
+            ),
+            (
+                "without everyBackupWithin the newest goes first",
+                vec![
+                    view("n-1", Some("nightly"), 1, None),
+                    view("n-20", Some("nightly"), 20, None),
+                ],
+                true,
+                None,
+                Some(("n-20", Pick::New)),
             ),
             (
                 "a drill within everyBackupWithin is not repeated",
@@ -271,6 +310,7 @@ mod tests {
             view("m-4", None, 4, None),
         ];
         assert_eq!(waiting(&views, None, now), (2, Some("m-4".to_owned())));
+        // Overdue: n-2 (drilled at 3) and n-5 (never drilled, completed at 5, waits anyway).
         assert_eq!(
             waiting(&views, Some(Duration::hours(10)), now),
             (3, Some("n-2".to_owned()))

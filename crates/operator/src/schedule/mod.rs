@@ -40,8 +40,11 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         .map(|t| t.0)
         .unwrap_or(now);
     let api: Api<MySQLBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut backups = apply::backups_of(&ctx.client, &ns, &name).await?;
+    let all_backups = apply::backups_of(&ctx.client, &ns, &name).await?;
+    let mut backups = all_backups.clone();
     backups.retain(|b| b.meta().deletion_timestamp.is_none());
+    // Backups created or deleted by this pass: its list is stale for the drills.
+    let mut changed_backups = false;
     let zones: BTreeMap<String, chrono_tz::Tz> = cluster
         .spec
         .backup
@@ -100,6 +103,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         match decision.fire {
             Fire::Start(t) => {
                 create_backup(&cluster, &ctx, &api, sc, t).await?;
+                changed_backups = true;
                 last_fired = Some(t);
             }
             Fire::SkipLate(t) => {
@@ -133,6 +137,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             window_base,
         ) {
             apply::delete_opt(&api, &victim).await?;
+            changed_backups = true;
             ctx.event(
                 cluster.as_ref(),
                 Reason::BackupPruned,
@@ -189,7 +194,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         ctx.event(cluster.as_ref(), reason, health.message.clone())
             .await;
     }
-    let drills = crate::drill::pass(&cluster, &ctx, &backups, now).await?;
+    let drills = crate::drill::pass(&cluster, &ctx, &all_backups, !changed_backups, now).await?;
     if let Some(w) = drills.wake {
         wake = wake.min(w);
     }
