@@ -1,5 +1,6 @@
-//! Carries out a pass's decision about the primary (`plan`): reads the members' reports, and
-//! while the primary stays moves the members to the status' primary and epoch in the order
+//! A pass's decision about the primary: `settle` reads the members' reports and plans
+//! (`plan`); while the primary stays, `act` renews its lease (`lease_step`) and moves the
+//! members to the status' primary and epoch in the order
 //! `fencing` gives (labels and signed orders to their agents: every other member read-only
 //! first), the primary's move only after its data was compared (`roles`). A transition that
 //! changes the primary only raises the epoch with the new primary in the status; the members
@@ -75,7 +76,7 @@ pub async fn settle(
         // The Ready condition and an event say so; every pass would repeat it here.
         tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
     }
-    let mut views = crate::members::views(ctx.members.as_ref(), &pods).await;
+    let views = crate::members::views(ctx.members.as_ref(), &pods).await;
     let mut status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
@@ -141,41 +142,90 @@ pub async fn settle(
     if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
+    let acting = Acting {
+        ctx,
+        ns,
+        cluster: &name,
+        engine,
+        lease,
+        lease_key: &lease_key,
+        had_primary: status.primary_since.is_some(),
+    };
+    act(&acting, &mut settled, views).await?;
+    Ok(settled)
+}
+
+/// What carrying out a held plan needs besides the plan.
+struct Acting<'a> {
+    ctx: &'a Context,
+    ns: &'a str,
+    cluster: &'a str,
+    engine: bulwark_contract::Engine,
+    /// The lease a primary holds with automatic failover on.
+    lease: Option<Duration>,
+    lease_key: &'a str,
+    /// Whether the cluster ever had a ready primary (its data is then compared first).
+    had_primary: bool,
+}
+
+/// What the pass does with the primary's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseStep {
+    /// The primary needs none: nothing is kept for the cluster.
+    Forget,
+    /// The primary is counted lost with failover on: nothing may renew its lease any more.
+    Stop,
+    /// The primary (only it, at this epoch) is renewed with this lease.
+    Renew(Duration),
+}
+
+/// Decides the lease step: `wants` whether the primary's pod runs an agent that needs a lease,
+/// `lease` the failover lease (none when automatic failover is off), `lost` whether the primary
+/// is counted lost.
+fn lease_step(wants: bool, lease: Option<Duration>, lost: bool) -> LeaseStep {
+    match (wants, lease) {
+        (false, _) => LeaseStep::Forget,
+        // A failover may be counting.
+        (true, Some(_)) if lost => LeaseStep::Stop,
+        (true, lease) => LeaseStep::Renew(lease.unwrap_or(LEASE_WITHOUT_FAILOVER)),
+    }
+}
+
+/// Carries out a plan that holds the primary: the lease, then the members moved in the order
+/// `fencing` gives, the primary's move only after its data was compared.
+async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) -> Result<()> {
+    let (ctx, ns, name, engine, lease_key) = (a.ctx, a.ns, a.cluster, a.engine, a.lease_key);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let primary = settled.plan.primary.clone();
     let epoch = settled.plan.epoch;
     settled.primary_silent = views
         .iter()
         .find(|v| v.pod == primary)
         .is_some_and(|v| v.report.is_err());
-    let had_primary = status.primary_since.is_some();
+    let had_primary = a.had_primary;
     let pods = &settled.pods;
 
     let mut order_keys = Orders {
         ctx,
         ns,
-        cluster: &name,
+        cluster: name,
         key: None,
-        primary_host: names::pod_host(&name, &primary),
+        primary_host: names::pod_host(name, &primary),
     };
     // The primary pod's own command says whether its agent needs a lease (a change of
     // failoverAfterSeconds reaches it only when it is rolled).
     let primary_pod = pods.iter().find(|p| p.name_any() == primary);
-    let granted = primary_pod
-        .filter(|p| wants_lease(p))
-        .map(|_| lease.unwrap_or(LEASE_WITHOUT_FAILOVER));
-    match granted {
-        None => ctx.leases.forget(&lease_key),
-        // A failover may be counting: nothing may renew the lost primary's lease from now on.
-        Some(_) if settled.plan.lost_since.is_some() && lease.is_some() => {
-            ctx.leases.stop(&lease_key)
-        }
-        Some(lease) => {
+    let wants = primary_pod.is_some_and(wants_lease);
+    match lease_step(wants, a.lease, settled.plan.lost_since.is_some()) {
+        LeaseStep::Forget => ctx.leases.forget(lease_key),
+        LeaseStep::Stop => ctx.leases.stop(lease_key),
+        LeaseStep::Renew(lease) => {
             // Only the primary at this epoch is renewed, whoever was before.
-            ctx.leases.keep_only(&lease_key, &primary, epoch);
+            ctx.leases.keep_only(lease_key, &primary, epoch);
             let reports = views.iter().any(|v| v.pod == primary && v.report.is_ok());
             if let (true, Some(pod)) = (reports, primary_pod) {
                 let target = LeaseTarget {
-                    cluster: &lease_key,
+                    cluster: lease_key,
                     pod,
                     epoch,
                     lease,
@@ -226,11 +276,11 @@ pub async fn settle(
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
-                if granted.is_some() {
+                if wants {
                     // The lease first, so that the promoted member takes writes at once.
                     let beat = ctx
                         .leases
-                        .beat(&lease_key, &primary, epoch, ctx.members.as_ref());
+                        .beat(lease_key, &primary, epoch, ctx.members.as_ref());
                     if let Err(e) = beat.await {
                         tracing::warn!(namespace = ns, pod = %primary, error = %e, "lease heartbeat before the promotion not answered");
                     }
@@ -254,7 +304,7 @@ pub async fn settle(
             _ => None,
         })
         .collect();
-    Ok(settled)
+    Ok(())
 }
 
 /// The events, metrics and log lines of a pass's transition, once the status records it (a
@@ -508,4 +558,47 @@ async fn label(api: &Api<Pod>, ns: &str, step: &Step) -> Result<()> {
     apply::apply(api, &step.pod, &patch, ROLE_MANAGER).await?;
     tracing::info!(namespace = ns, pod = %step.pod, role = %step.standing.role, epoch = step.standing.epoch, "role labels set");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_is_renewed_only_for_a_primary_that_is_not_counted_lost() {
+        let failover = Some(Duration::from_secs(6));
+        let cases = [
+            (
+                "an agent without leases",
+                false,
+                failover,
+                false,
+                LeaseStep::Forget,
+            ),
+            (
+                "lost with failover on: never renewed again",
+                true,
+                failover,
+                true,
+                LeaseStep::Stop,
+            ),
+            (
+                "held",
+                true,
+                failover,
+                false,
+                LeaseStep::Renew(Duration::from_secs(6)),
+            ),
+            (
+                "failover off: the long lease, lost or not",
+                true,
+                None,
+                true,
+                LeaseStep::Renew(LEASE_WITHOUT_FAILOVER),
+            ),
+        ];
+        for (name, wants, lease, lost, want) in cases {
+            assert_eq!(lease_step(wants, lease, lost), want, "{name}");
+        }
+    }
 }
