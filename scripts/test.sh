@@ -20,6 +20,10 @@ export BULWARK_CONTROLPLANE_BIN
 # helm for the chart tests (crates/operator/tests/chart.rs), built the same way (~2.5 min once).
 BULWARK_HELM_BIN="$(bash tests/helm/build.sh)"
 export BULWARK_HELM_BIN
+# promtool for the alert rule tests (crates/operator/tests/alerts.rs), from the Go module proxy
+# (~4 min once).
+BULWARK_PROMTOOL_BIN="$(bash tests/promtool/build.sh)"
+export BULWARK_PROMTOOL_BIN
 
 # A one-off build of the whole workspace gains nothing from incremental state, which would
 # double the target directory; a developer's own setting wins.

@@ -160,6 +160,34 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
             }
         }
     }
+    // The exporter metrics the chart's alert rules and dashboard query are ones a replica's
+    // exporter serves.
+    let ip = kubectl_ok(&[
+        "get",
+        "pod",
+        "-n",
+        n,
+        "harbor-1",
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    let replica = http_get(&format!("{}:9104", ip.trim()), "/metrics").expect("replica metrics");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/mysql-operator");
+    for file in ["templates/prometheusrule.yaml", "files/dashboard.json"] {
+        let text = std::fs::read_to_string(root.join(file)).expect("chart file");
+        for name in text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|t| t.starts_with("mysql_"))
+        {
+            assert!(
+                replica
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{name}{{"))
+                        || l.starts_with(&format!("{name} "))),
+                "{file} queries {name}, which the exporter does not serve:\n{replica}"
+            );
+        }
+    }
     // Nothing else of the exporter's is reachable from the pod network: its `/probe`, which
     // logs in with its account to any server a caller names, is not served on the metrics
     // port, and the exporter itself listens on the pod's loopback only.

@@ -201,6 +201,32 @@ fn drills_prove_a_backup_restorable_and_name_what_fails() {
         (Some("base"), Some("Failed")),
         "{drills}"
     );
+    // The running operator serves what the chart's alerts and dashboard query of a cluster
+    // that backs up, archives and drills.
+    let ip = bulwark_e2e::operator_pod("{.status.podIP}");
+    let scrape =
+        bulwark_e2e::node::http_get(&format!("{ip}:8080"), "/metrics").expect("operator metrics");
+    for name in [
+        "bulwark_backup_last_success_timestamp_seconds",
+        "bulwark_backups_failed_total",
+        "bulwark_drill_last_timestamp_seconds",
+        "bulwark_drill_last_success",
+        "bulwark_drill_restore_duration_seconds_bucket",
+        "bulwark_drills_failed_total",
+        "bulwark_binlog_archive_lag_seconds",
+        "bulwark_binlog_archive_gaps",
+        "bulwark_cluster_ready",
+        "bulwark_cluster_primary_lost",
+        "bulwark_cluster_replication_broken_members",
+    ] {
+        let series = format!("{name}{{");
+        assert!(
+            scrape
+                .lines()
+                .any(|l| l.starts_with(&series) && l.contains(&format!("namespace=\"{n}\""))),
+            "the operator serves no {name} of {n}:\n{scrape}"
+        );
+    }
     let table = kubectl_ok(&["get", "mysqlbackup", "-n", n, "base"]);
     eprintln!("{table}");
     assert!(

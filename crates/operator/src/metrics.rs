@@ -56,6 +56,16 @@ impl ClusterLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// What a cluster pass found, for the cluster's state gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterState {
+    pub ready: bool,
+    pub primary_lost: bool,
+    pub broken_members: usize,
+    /// The archive's gaps, when the cluster archives its binary logs.
+    pub archive_gaps: Option<u32>,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -69,6 +79,11 @@ pub struct Metrics {
     failovers: Family<ClusterLabels, Counter>,
     switchovers: Family<ClusterLabels, Counter>,
     archive_lag: Family<ClusterLabels, FloatGauge>,
+    archive_gaps: Family<ClusterLabels, Gauge>,
+    ready: Family<ClusterLabels, Gauge>,
+    primary_lost: Family<ClusterLabels, Gauge>,
+    replication_broken: Family<ClusterLabels, Gauge>,
+    backups_healthy: Family<ClusterLabels, Gauge>,
     drill_last: Family<ClusterLabels, FloatGauge>,
     drill_last_success: Family<ClusterLabels, Gauge>,
     drill_restore_durations: Family<ClusterLabels, Histogram, fn() -> Histogram>,
@@ -92,6 +107,11 @@ impl Default for Metrics {
             failovers: Family::default(),
             switchovers: Family::default(),
             archive_lag: Family::default(),
+            archive_gaps: Family::default(),
+            ready: Family::default(),
+            primary_lost: Family::default(),
+            replication_broken: Family::default(),
+            backups_healthy: Family::default(),
             drill_last: Family::default(),
             drill_last_success: Family::default(),
             drill_restore_durations: Family::new_with_constructor(|| Histogram::new(DRILL_BUCKETS)),
@@ -150,6 +170,31 @@ impl Default for Metrics {
             "bulwark_binlog_archive_lag_seconds",
             "Seconds the cluster's binlog archive may be behind its primary, as its archiver last reported",
             m.archive_lag.clone(),
+        );
+        registry.register(
+            "bulwark_binlog_archive_gaps",
+            "Gaps in the cluster's binlog archive (binary logs purged before they were archived), as its archiver last reported",
+            m.archive_gaps.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_ready",
+            "Whether the cluster's Ready condition is True (1) or not (0)",
+            m.ready.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_primary_lost",
+            "Whether the cluster's primary is lost (1) or not (0)",
+            m.primary_lost.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_replication_broken_members",
+            "Members of the cluster whose replication stopped on an error",
+            m.replication_broken.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_backups_healthy",
+            "Whether the cluster's BackupHealthy condition is True (1) or False (0); absent while unknown",
+            m.backups_healthy.clone(),
         );
         registry.register(
             "bulwark_drill_last_timestamp_seconds",
@@ -287,6 +332,50 @@ impl Metrics {
         }
     }
 
+    /// Records what a cluster pass found: the Ready condition, a lost primary, members whose
+    /// replication broke, and the archive's gaps (when the cluster archives).
+    pub fn cluster_state(&self, ns: &str, cluster: &str, state: ClusterState) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.ready
+            .get_or_create(&labels)
+            .set(i64::from(state.ready));
+        self.primary_lost
+            .get_or_create(&labels)
+            .set(i64::from(state.primary_lost));
+        self.replication_broken
+            .get_or_create(&labels)
+            .set(i64::try_from(state.broken_members).unwrap_or(i64::MAX));
+        match state.archive_gaps {
+            Some(gaps) => {
+                self.archive_gaps
+                    .get_or_create(&labels)
+                    .set(i64::from(gaps));
+            }
+            None => {
+                self.archive_gaps.remove(&labels);
+            }
+        }
+        clusters.insert(labels);
+    }
+
+    /// Records the cluster's BackupHealthy condition: `None` while it is unknown (no schedule).
+    pub fn backups_healthy(&self, ns: &str, cluster: &str, healthy: Option<bool>) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        match healthy {
+            Some(h) => {
+                self.backups_healthy
+                    .get_or_create(&labels)
+                    .set(i64::from(h));
+                clusters.insert(labels);
+            }
+            None => {
+                self.backups_healthy.remove(&labels);
+            }
+        }
+    }
+
     /// Adds one to a cluster's counter in `family`, remembering the cluster's series.
     fn count(&self, family: &Family<ClusterLabels, Counter>, ns: &str, cluster: &str) {
         let labels = ClusterLabels::new(ns, cluster);
@@ -323,6 +412,11 @@ impl Metrics {
         self.failovers.remove(labels);
         self.switchovers.remove(labels);
         self.archive_lag.remove(labels);
+        self.archive_gaps.remove(labels);
+        self.ready.remove(labels);
+        self.primary_lost.remove(labels);
+        self.replication_broken.remove(labels);
+        self.backups_healthy.remove(labels);
         self.drill_last.remove(labels);
         self.drill_last_success.remove(labels);
         self.drill_restore_durations.remove(labels);
@@ -355,6 +449,18 @@ mod tests {
         m.failed_over("shop", "orders");
         m.switched_over("shop", "orders");
         m.drill_latest("shop", "orders", t, true);
+        m.archive_lag("shop", "orders", 2.5);
+        m.backups_healthy("shop", "orders", Some(true));
+        m.cluster_state(
+            "shop",
+            "orders",
+            ClusterState {
+                ready: true,
+                primary_lost: false,
+                broken_members: 0,
+                archive_gaps: Some(0),
+            },
+        );
         m.drill_finished("shop", "orders", Some(42.0));
         m.drill_finished("shop", "orders", None);
         m
@@ -474,6 +580,12 @@ mod tests {
                 "bulwark_backups_failed counter",
                 "bulwark_cluster_failovers counter",
                 "bulwark_cluster_switchovers counter",
+                "bulwark_binlog_archive_lag_seconds gauge",
+                "bulwark_binlog_archive_gaps gauge",
+                "bulwark_cluster_ready gauge",
+                "bulwark_cluster_primary_lost gauge",
+                "bulwark_cluster_replication_broken_members gauge",
+                "bulwark_cluster_backups_healthy gauge",
                 "bulwark_drill_last_timestamp_seconds gauge",
                 "bulwark_drill_last_success gauge",
                 "bulwark_drill_restore_duration_seconds histogram",
@@ -492,6 +604,12 @@ mod tests {
             "bulwark_backups_failed_total{namespace,cluster}",
             "bulwark_cluster_failovers_total{namespace,cluster}",
             "bulwark_cluster_switchovers_total{namespace,cluster}",
+            "bulwark_binlog_archive_lag_seconds{namespace,cluster}",
+            "bulwark_binlog_archive_gaps{namespace,cluster}",
+            "bulwark_cluster_ready{namespace,cluster}",
+            "bulwark_cluster_primary_lost{namespace,cluster}",
+            "bulwark_cluster_replication_broken_members{namespace,cluster}",
+            "bulwark_cluster_backups_healthy{namespace,cluster}",
             "bulwark_drill_last_timestamp_seconds{namespace,cluster}",
             "bulwark_drill_last_success{namespace,cluster}",
             "bulwark_drill_restore_duration_seconds_bucket{le,namespace,cluster}",
@@ -503,6 +621,37 @@ mod tests {
         .map(String::from)
         .collect();
         assert_eq!(samples, want, "{out}");
+    }
+
+    /// Every operator metric the chart's alert rules and dashboard query is one the operator
+    /// renders (each recorder called once): a renamed metric breaks the build, not the alerts.
+    /// The e2e drill test checks the same against a running operator's scrape.
+    #[test]
+    fn the_charts_queries_name_served_metrics() {
+        let out = recorded().render();
+        let served: BTreeSet<&str> = out
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let chart =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/mysql-operator");
+        let mut queried = BTreeSet::new();
+        for file in ["templates/prometheusrule.yaml", "files/dashboard.json"] {
+            let text = std::fs::read_to_string(chart.join(file)).unwrap();
+            queried.extend(
+                text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|t| t.starts_with("bulwark_"))
+                    .map(str::to_owned),
+            );
+        }
+        assert!(queried.len() >= 10, "{queried:?}");
+        for name in &queried {
+            assert!(
+                served.contains(name.as_str()),
+                "the chart queries {name}, not served:\n{out}"
+            );
+        }
     }
 
     #[test]

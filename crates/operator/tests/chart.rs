@@ -7,9 +7,8 @@
 //! `tests/helm/build.sh`, which builds it once into a cache outside the clone.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use bulwark_testenv::TestNamespace;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -26,48 +25,14 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::json;
 
-/// Directory holding the `helm` binary; when unset, `tests/helm/build.sh` provides it.
-const HELM_BIN_ENV: &str = "BULWARK_HELM_BIN";
 const FIELD_MANAGER: &str = "bulwark-chart-tests";
 const CHART: &str = "charts/mysql-operator";
 const RELEASE: &str = "mysql-operator";
 
-fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod tools;
 
-/// Directory of the helm binary: `BULWARK_HELM_BIN`, or the one `tests/helm/build.sh` prints
-/// (run once per test binary; instant when its cache is filled).
-fn helm_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os(HELM_BIN_ENV).filter(|d| !d.is_empty()) {
-            return PathBuf::from(dir);
-        }
-        let script = repository_root().join("tests/helm/build.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
-        assert!(
-            output.status.success(),
-            "{} failed: {}",
-            script.display(),
-            output.status
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let dir = stdout
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or_else(|| panic!("{} printed no directory", script.display()));
-        PathBuf::from(dir.trim())
-    })
-}
+use tools::{helm_dir, repository_root};
 
-/// Runs helm in the repository root.
 fn helm(args: &[&str]) -> Output {
     let helm = helm_dir().join("helm");
     Command::new(&helm)
@@ -540,7 +505,7 @@ fn plain_manifests_are_a_fresh_render() {
     let output = Command::new("bash")
         .arg(root.join("scripts/render-deploy.sh"))
         .arg("-")
-        .env(HELM_BIN_ENV, helm_dir())
+        .env("BULWARK_HELM_BIN", helm_dir())
         .current_dir(&root)
         .stdin(Stdio::null())
         .output()

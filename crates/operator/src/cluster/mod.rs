@@ -436,6 +436,20 @@ async fn report(
         },
     );
     write_status(cluster, ctx, ns, &status).await?;
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == bulwark_api::common::condition::READY && c.status == "True");
+    ctx.metrics.cluster_state(
+        ns,
+        &cluster.name_any(),
+        crate::metrics::ClusterState {
+            ready,
+            primary_lost: status.primary_lost_since.is_some(),
+            broken_members: settled.broken.len(),
+            archive_gaps: status.binlog_archive.as_ref().map(|a| a.gaps),
+        },
+    );
     primary::announce(ctx, cluster, ns, &settled.plan).await;
     Ok(r.ready_now)
 }

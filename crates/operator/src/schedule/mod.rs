@@ -166,6 +166,15 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         })
         .collect();
     let health = plan::backup_health(&views, &active, now);
+    ctx.metrics.backups_healthy(
+        &ns,
+        &name,
+        match health.status {
+            conditions::Status::True => Some(true),
+            conditions::Status::False => Some(false),
+            conditions::Status::Unknown => None,
+        },
+    );
     let prev_conds = cluster
         .status
         .as_ref()
