@@ -61,9 +61,19 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 pub struct ClusterState {
     pub ready: bool,
     pub primary_lost: bool,
-    pub broken_members: usize,
-    /// The archive's gaps, when the cluster archives its binary logs.
-    pub archive_gaps: Option<u32>,
+    /// Members whose replication broke, when the pass read the members (else left as it was).
+    pub broken_members: Option<usize>,
+    /// The binlog archive, when the cluster archives its binary logs.
+    pub archive: Option<ArchiveState>,
+}
+
+/// The binlog archive as a cluster pass found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveState {
+    /// The `BinlogArchiveHealthy` condition is True.
+    pub healthy: bool,
+    /// Gaps the archiver last reported.
+    pub gaps: u32,
 }
 
 /// The operator's metrics.
@@ -80,6 +90,10 @@ pub struct Metrics {
     switchovers: Family<ClusterLabels, Counter>,
     archive_lag: Family<ClusterLabels, FloatGauge>,
     archive_gaps: Family<ClusterLabels, Gauge>,
+    archive_healthy: Family<ClusterLabels, Gauge>,
+    archive_new_gaps: Family<ClusterLabels, Counter>,
+    backup_schedules: Family<ClusterLabels, Gauge>,
+    drills_scheduled: Family<ClusterLabels, Gauge>,
     ready: Family<ClusterLabels, Gauge>,
     primary_lost: Family<ClusterLabels, Gauge>,
     replication_broken: Family<ClusterLabels, Gauge>,
@@ -108,6 +122,10 @@ impl Default for Metrics {
             switchovers: Family::default(),
             archive_lag: Family::default(),
             archive_gaps: Family::default(),
+            archive_healthy: Family::default(),
+            archive_new_gaps: Family::default(),
+            backup_schedules: Family::default(),
+            drills_scheduled: Family::default(),
             ready: Family::default(),
             primary_lost: Family::default(),
             replication_broken: Family::default(),
@@ -175,6 +193,26 @@ impl Default for Metrics {
             "bulwark_binlog_archive_gaps",
             "Gaps in the cluster's binlog archive (binary logs purged before they were archived), as its archiver last reported",
             m.archive_gaps.clone(),
+        );
+        registry.register(
+            "bulwark_binlog_archive_healthy",
+            "Whether the cluster's BinlogArchiveHealthy condition is True (1) or not (0)",
+            m.archive_healthy.clone(),
+        );
+        registry.register(
+            "bulwark_binlog_archive_new_gaps",
+            "New gaps found in the cluster's binlog archive since the operator started",
+            m.archive_new_gaps.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_backup_schedules",
+            "Backup schedules of the cluster that are not suspended",
+            m.backup_schedules.clone(),
+        );
+        registry.register(
+            "bulwark_cluster_drills_scheduled",
+            "Whether the cluster has a drill schedule that is not suspended (1) or not (0)",
+            m.drills_scheduled.clone(),
         );
         registry.register(
             "bulwark_cluster_ready",
@@ -343,19 +381,52 @@ impl Metrics {
         self.primary_lost
             .get_or_create(&labels)
             .set(i64::from(state.primary_lost));
-        self.replication_broken
-            .get_or_create(&labels)
-            .set(i64::try_from(state.broken_members).unwrap_or(i64::MAX));
-        match state.archive_gaps {
-            Some(gaps) => {
+        if let Some(n) = state.broken_members {
+            self.replication_broken
+                .get_or_create(&labels)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        // Failure counters exist from the cluster's first pass, so that their first increase
+        // shows (an `increase()` over a series that starts at 1 sees nothing).
+        let _ = self.backups_failed.get_or_create(&labels);
+        let _ = self.drills_failed.get_or_create(&labels);
+        match state.archive {
+            Some(a) => {
                 self.archive_gaps
                     .get_or_create(&labels)
-                    .set(i64::from(gaps));
+                    .set(i64::from(a.gaps));
+                self.archive_healthy
+                    .get_or_create(&labels)
+                    .set(i64::from(a.healthy));
+                let _ = self.archive_new_gaps.get_or_create(&labels);
             }
             None => {
+                // Archiving is off: nothing of an archive remains to alert on.
                 self.archive_gaps.remove(&labels);
+                self.archive_healthy.remove(&labels);
+                self.archive_lag.remove(&labels);
+                self.archive_new_gaps.remove(&labels);
             }
         }
+        clusters.insert(labels);
+    }
+
+    /// Records a new gap in the cluster's binlog archive.
+    pub fn archive_gap(&self, ns: &str, cluster: &str) {
+        self.count(&self.archive_new_gaps, ns, cluster);
+    }
+
+    /// Records what the cluster's spec asks of backups and drills: its unsuspended backup
+    /// schedules, and whether drills are scheduled (the age alerts apply only then).
+    pub fn scheduled(&self, ns: &str, cluster: &str, schedules: usize, drills: bool) {
+        let labels = ClusterLabels::new(ns, cluster);
+        let mut clusters = self.clusters();
+        self.backup_schedules
+            .get_or_create(&labels)
+            .set(i64::try_from(schedules).unwrap_or(i64::MAX));
+        self.drills_scheduled
+            .get_or_create(&labels)
+            .set(i64::from(drills));
         clusters.insert(labels);
     }
 
@@ -413,6 +484,10 @@ impl Metrics {
         self.switchovers.remove(labels);
         self.archive_lag.remove(labels);
         self.archive_gaps.remove(labels);
+        self.archive_healthy.remove(labels);
+        self.archive_new_gaps.remove(labels);
+        self.backup_schedules.remove(labels);
+        self.drills_scheduled.remove(labels);
         self.ready.remove(labels);
         self.primary_lost.remove(labels);
         self.replication_broken.remove(labels);
@@ -457,10 +532,15 @@ mod tests {
             ClusterState {
                 ready: true,
                 primary_lost: false,
-                broken_members: 0,
-                archive_gaps: Some(0),
+                broken_members: Some(0),
+                archive: Some(ArchiveState {
+                    healthy: true,
+                    gaps: 0,
+                }),
             },
         );
+        m.archive_gap("shop", "orders");
+        m.scheduled("shop", "orders", 1, true);
         m.drill_finished("shop", "orders", Some(42.0));
         m.drill_finished("shop", "orders", None);
         m
@@ -582,6 +662,10 @@ mod tests {
                 "bulwark_cluster_switchovers counter",
                 "bulwark_binlog_archive_lag_seconds gauge",
                 "bulwark_binlog_archive_gaps gauge",
+                "bulwark_binlog_archive_healthy gauge",
+                "bulwark_binlog_archive_new_gaps counter",
+                "bulwark_cluster_backup_schedules gauge",
+                "bulwark_cluster_drills_scheduled gauge",
                 "bulwark_cluster_ready gauge",
                 "bulwark_cluster_primary_lost gauge",
                 "bulwark_cluster_replication_broken_members gauge",
@@ -606,6 +690,10 @@ mod tests {
             "bulwark_cluster_switchovers_total{namespace,cluster}",
             "bulwark_binlog_archive_lag_seconds{namespace,cluster}",
             "bulwark_binlog_archive_gaps{namespace,cluster}",
+            "bulwark_binlog_archive_healthy{namespace,cluster}",
+            "bulwark_binlog_archive_new_gaps_total{namespace,cluster}",
+            "bulwark_cluster_backup_schedules{namespace,cluster}",
+            "bulwark_cluster_drills_scheduled{namespace,cluster}",
             "bulwark_cluster_ready{namespace,cluster}",
             "bulwark_cluster_primary_lost{namespace,cluster}",
             "bulwark_cluster_replication_broken_members{namespace,cluster}",

@@ -82,7 +82,7 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
     )
     .unwrap();
     let checked = promtool(work.path(), &["check", "rules", "rules.yaml"]);
-    assert!(checked.contains("SUCCESS: 11 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
     promtool(work.path(), &["test", "rules", "tests.yaml"]);
     // Every alert of the chart has a unit test.
     let tests = std::fs::read_to_string(work.path().join("tests.yaml")).unwrap();

@@ -196,7 +196,44 @@ async fn invalid(cluster: &MySQLCluster, ctx: &Context, ns: &str, message: Strin
         report::stamp(cluster, &desired, Utc::now()),
         cluster.meta().generation,
     );
-    write_status(cluster, ctx, ns, &status).await
+    write_status(cluster, ctx, ns, &status).await?;
+    // Not ready; the members were not read, so what the last pass found of them stands.
+    record_state(ctx, ns, cluster, &status, None);
+    Ok(())
+}
+
+/// The cluster's state gauges, from the status just written.
+fn record_state(
+    ctx: &Context,
+    ns: &str,
+    cluster: &MySQLCluster,
+    status: &MySQLClusterStatus,
+    broken_members: Option<usize>,
+) {
+    let holds = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    };
+    let archiving = cluster
+        .spec
+        .backup
+        .as_ref()
+        .is_some_and(|b| b.binlog_archive.is_some());
+    ctx.metrics.cluster_state(
+        ns,
+        &cluster.name_any(),
+        crate::metrics::ClusterState {
+            ready: holds(condition::READY),
+            primary_lost: status.primary_lost_since.is_some(),
+            broken_members,
+            archive: archiving.then(|| crate::metrics::ArchiveState {
+                healthy: holds(archive::CONDITION),
+                gaps: status.binlog_archive.as_ref().map_or(0, |a| a.gaps),
+            }),
+        },
+    );
 }
 
 /// The state of the children after they were applied.
@@ -420,6 +457,9 @@ async fn report(
     let now = Utc::now();
     let r = report::of_pass(cluster, &applied.stateful_set, settled, archive.as_ref());
     for (reason, message) in r.events {
+        if reason == Reason::BinlogArchiveGap {
+            ctx.metrics.archive_gap(ns, &cluster.name_any());
+        }
         ctx.event(cluster, reason, message).await;
     }
     let status = status::of_pass(
@@ -436,19 +476,14 @@ async fn report(
         },
     );
     write_status(cluster, ctx, ns, &status).await?;
-    let ready = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == bulwark_api::common::condition::READY && c.status == "True");
-    ctx.metrics.cluster_state(
+    // Members are compared (and broken ones found) only when the pass carried out a held plan.
+    let acted = !(settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()));
+    record_state(
+        ctx,
         ns,
-        &cluster.name_any(),
-        crate::metrics::ClusterState {
-            ready,
-            primary_lost: status.primary_lost_since.is_some(),
-            broken_members: settled.broken.len(),
-            archive_gaps: status.binlog_archive.as_ref().map(|a| a.gaps),
-        },
+        cluster,
+        &status,
+        acted.then_some(settled.broken.len()),
     );
     primary::announce(ctx, cluster, ns, &settled.plan).await;
     Ok(r.ready_now)

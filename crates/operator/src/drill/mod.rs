@@ -94,6 +94,12 @@ pub async fn pass(
         };
         let backup = backup.name_any();
         let job_name = j.name_any();
+        if j.meta().deletion_timestamp.is_some() {
+            // Being taken back (a backup slipped in) or cleared: no drill to record, but its
+            // pod may still run, so nothing starts beside it.
+            running = Some(backup);
+            continue;
+        }
         let (request, scheduled) = job::why_started(j);
         // A due time a Job was started for is used, whatever the status write of its pass did.
         last_fired = last_fired.max(scheduled);
@@ -148,6 +154,7 @@ pub async fn pass(
         let Some(r) = current.record(&b) else {
             continue;
         };
+        // A Job being deleted is not gone yet.
         if r.result == DrillPhase::Running && !jobs.iter().any(|j| j.name_any() == r.job) {
             let gone = DrillOutcome::Failed {
                 message: format!("the drill job {} is gone without a result", r.job),
@@ -189,10 +196,15 @@ pub async fn pass(
             (Some(_), None) if !may_start => wake = Some(Duration::from_millis(200)),
             (Some(choice), None) => {
                 let scheduled = due.filter(|_| !matches!(choice.pick, Pick::Requested(_)));
-                if start(ctx, cluster, &mut current, &choice, scheduled, now).await? {
-                    running = Some(choice.backup.clone());
+                match start(ctx, cluster, &mut current, &choice, scheduled, now).await? {
+                    Started::Running => {
+                        running = Some(choice.backup.clone());
+                        last_fired = last_fired.max(scheduled);
+                    }
+                    Started::Failed => last_fired = last_fired.max(scheduled),
+                    // Nothing was recorded: the due time stays due.
+                    Started::TakenBack => wake = Some(RUNNING_POLL),
                 }
-                last_fired = last_fired.max(scheduled);
             }
             (None, _) => last_fired = last_fired.max(due),
         }
@@ -320,9 +332,19 @@ async fn backup_running<'a>(
     Ok(crate::backup::running_job(&backup_jobs))
 }
 
-/// Starts the drill of `choice` (for the due time `scheduled`, if the schedule chose it);
-/// whether it runs. A backup that appeared while the Job was made wins: the Job is taken back
-/// and the drill waits for the next pass.
+/// What became of a drill [`start`] was asked for.
+enum Started {
+    /// Its Job runs, and its backup's record says so.
+    Running,
+    /// It could not start; its backup's record says why.
+    Failed,
+    /// A backup slipped in while its Job was made: the Job is taken back, nothing recorded.
+    TakenBack,
+}
+
+/// Starts the drill of `choice` (for the due time `scheduled`, if the schedule chose it). A
+/// backup that appeared while the Job was made wins: the Job is taken back and the drill waits
+/// for the next pass.
 async fn start(
     ctx: &Context,
     cluster: &MySQLCluster,
@@ -330,10 +352,10 @@ async fn start(
     choice: &Choice,
     scheduled: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
-) -> Result<bool> {
+) -> Result<Started> {
     let ns = cluster.namespace().unwrap_or_default();
     let Some(backup) = current.0.get(&choice.backup).cloned() else {
-        return Ok(false);
+        return Ok(Started::TakenBack);
     };
     let previous = backup.status.as_ref().and_then(|s| s.last_drill.clone());
     let request = match &choice.pick {
@@ -387,7 +409,7 @@ async fn start(
     if let Some(b) = backup_running(ctx, &ns, &cluster.name_any(), live).await? {
         tracing::info!(namespace = %ns, backup = %b, job = %name, "a backup started beside the new drill; the drill waits for it");
         apply::delete_foreground(&jobs, &name).await?;
-        return Ok(false);
+        return Ok(Started::TakenBack);
     }
     record_drill(ctx, &ns, current, &choice.backup, &started).await?;
     let why = match &choice.pick {
@@ -402,7 +424,7 @@ async fn start(
     )
     .await;
     tracing::info!(namespace = %ns, backup = %choice.backup, job = %name, "drill job created");
-    Ok(true)
+    Ok(Started::Running)
 }
 
 /// Records the drill of `backup` that could not start as failed, with `why`.
@@ -414,7 +436,7 @@ async fn cannot_start(
     started: &DrillRecord,
     why: &str,
     now: DateTime<Utc>,
-) -> Result<bool> {
+) -> Result<Started> {
     let ns = cluster.namespace().unwrap_or_default();
     let failed = DrillOutcome::Failed {
         message: format!("the drill could not start: {why}"),
@@ -423,7 +445,7 @@ async fn cannot_start(
     let done = outcome::finished(started, &failed, now);
     record_drill(ctx, &ns, current, backup, &done).await?;
     announce(ctx, &ns, &cluster.name_any(), current.0.get(backup), &done).await;
-    Ok(false)
+    Ok(Started::Failed)
 }
 
 /// Writes a backup's `status.lastDrill` (the drill manager's only field of it) over the copy

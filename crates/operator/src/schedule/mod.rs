@@ -166,6 +166,18 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         })
         .collect();
     let health = plan::backup_health(&views, &active, now);
+    let drills_scheduled = cluster
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.drills.as_ref())
+        .is_some_and(|d| !d.suspend);
+    ctx.metrics.scheduled(
+        &ns,
+        &name,
+        schedules.iter().filter(|s| !s.suspend).count(),
+        drills_scheduled,
+    );
     ctx.metrics.backups_healthy(
         &ns,
         &name,
