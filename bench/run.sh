@@ -194,7 +194,7 @@ find "$DATADIR" -type f -exec cat {} + >/dev/null
 
 # Best (lowest) wall seconds with the CPU seconds (user + system, children included) of that
 # run, the largest peak RSS (KiB) and the output size of a measurement, by name.
-declare -A SECS CPU RSS OWNRSS OUTBYTES
+declare -A SECS CPU RSS OWNRSS OUTBYTES RESTORESECS
 
 # measure_once NAME SETUP_CMD CMD OUTPUT_PATH KEEP ROUND: runs SETUP_CMD (untimed), then CMD
 # under `bash -o pipefail` and GNU time; records the time, peak RSS and size of OUTPUT_PATH
@@ -212,6 +212,8 @@ measure_once() {
   if [[ -z "${SECS[$name]:-}" ]] || awk -v a="$secs" -v b="${SECS[$name]}" 'BEGIN{exit !(a<b)}'; then
     SECS[$name]=$secs
     CPU[$name]=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%.2f", u+s}')
+    # A drill reports how much of its time the restore took (--json: restoreSeconds).
+    RESTORESECS[$name]=$(grep -o '"restoreSeconds": *[0-9.]*' "$WORK/run.log" | grep -o '[0-9.]*$' || true)
   fi
   if [[ -z "${RSS[$name]:-}" || "$rss" -gt "${RSS[$name]}" ]]; then
     RSS[$name]=$rss
@@ -361,6 +363,9 @@ for L in $BENCH_LEVELS; do
   row "$G"
   row "$H" "$I"
   row "$I"
+  if [[ -n "${RESTORESECS[$H]:-}" ]]; then
+    printf '(h): the restore (to a running scratch server) took %.2f s of the drill\n' "${RESTORESECS[$H]}"
+  fi
   printf '* peak RSS of the largest single process of the measurement (GNU time %%M)\n'
   printf '** peak RSS of mysql-backup itself (getrusage), without the tools it starts\n'
 
