@@ -2,8 +2,9 @@
 
 use bulwark_contract::command::Argv;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PodSecurityContext, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, SeccompProfile,
+    SecurityContext, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 
 /// uid and gid of the server in both official images; the operator's containers that touch the
@@ -86,6 +87,33 @@ pub fn server_user() -> PodSecurityContext {
             ..SeccompProfile::default()
         }),
         ..PodSecurityContext::default()
+    }
+}
+
+/// Pods near the cluster's server pods on different nodes where the scheduler can (preferred, so
+/// a cluster larger than the node count still schedules): the members' default placement
+/// (`spec.affinity` replaces it), and where drills prefer to stay off the servers' nodes.
+pub fn spread_over_nodes(cluster: &str) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                                match_labels: Some(crate::names::selector_labels(cluster)),
+                                ..Default::default()
+                            },
+                        ),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
     }
 }
 

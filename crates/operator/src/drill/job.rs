@@ -8,11 +8,10 @@ use bulwark_contract::{command, paths};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PodTemplateSpec, Volume, VolumeMount, WeightedPodAffinityTerm,
+    Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use super::outcome::CONTAINER;
@@ -139,7 +138,8 @@ pub fn drill_job(input: &DrillJobInput<'_>) -> Job {
         enable_service_links: Some(false),
         // The drill reads the repository, never the Kubernetes API.
         automount_service_account_token: Some(false),
-        affinity: Some(away_from_servers(&cluster_name)),
+        // Off the servers' nodes where the cluster has room: a drill's disk and CPU load.
+        affinity: Some(podspec::spread_over_nodes(&cluster_name)),
         ..PodSpec::default()
     };
     let mut annotations = BTreeMap::new();
@@ -181,30 +181,6 @@ pub fn drill_job(input: &DrillJobInput<'_>) -> Job {
             ..JobSpec::default()
         }),
         ..Job::default()
-    }
-}
-
-/// Prefers nodes that do not run the cluster's servers, so that a drill's disk and CPU load
-/// stays off them where the cluster has room.
-fn away_from_servers(cluster: &str) -> Affinity {
-    Affinity {
-        pod_anti_affinity: Some(PodAntiAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                WeightedPodAffinityTerm {
-                    weight: 100,
-                    pod_affinity_term: PodAffinityTerm {
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(names::selector_labels(cluster)),
-                            ..LabelSelector::default()
-                        }),
-                        topology_key: "kubernetes.io/hostname".to_owned(),
-                        ..PodAffinityTerm::default()
-                    },
-                },
-            ]),
-            ..PodAntiAffinity::default()
-        }),
-        ..Affinity::default()
     }
 }
 

@@ -21,12 +21,12 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
     DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, ExecAction, HTTPGetAction, KeyToPath,
     Lifecycle, LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SecretProjection, Volume, VolumeMount,
-    VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
+    ResourceRequirements, SecretProjection, Volume, VolumeMount, VolumeProjection,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -153,7 +153,7 @@ fn pod_template(
             affinity: Some(
                 spec.affinity
                     .clone()
-                    .unwrap_or_else(|| spread_over_nodes(cluster_name(cluster))),
+                    .unwrap_or_else(|| podspec::spread_over_nodes(cluster_name(cluster))),
             ),
             tolerations: spec.tolerations.clone(),
             node_selector: spec.node_selector.clone(),
@@ -162,30 +162,6 @@ fn pod_template(
             enable_service_links: Some(false),
             ..PodSpec::default()
         }),
-    }
-}
-
-/// The default placement: members on different nodes where the scheduler can (preferred, so a
-/// cluster larger than the node count still schedules). `spec.affinity` replaces it.
-fn spread_over_nodes(cluster: &str) -> Affinity {
-    Affinity {
-        pod_anti_affinity: Some(PodAntiAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                WeightedPodAffinityTerm {
-                    weight: 100,
-                    pod_affinity_term: PodAffinityTerm {
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(names::selector_labels(cluster)),
-                            ..LabelSelector::default()
-                        }),
-                        topology_key: "kubernetes.io/hostname".to_owned(),
-                        ..PodAffinityTerm::default()
-                    },
-                },
-            ]),
-            ..PodAntiAffinity::default()
-        }),
-        ..Affinity::default()
     }
 }
 
