@@ -439,13 +439,8 @@ async fn observe(
     access: &StorageAccess,
 ) -> Result<Action> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let job_pods = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
-    // The Job's own pods only: another pod given its label could report a backup it never
-    // took (its termination message is the result).
-    let pod = job_pods
-        .iter()
-        .filter(|p| crate::ownership::controls(job, *p))
-        .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
+    let pod = job_pod(ctx, ns, job).await?;
+    let pod = pod.as_ref();
     let location_base = access.location.clone();
     let outcome = outcome::backup_outcome(job, pod);
     if matches!(outcome, Outcome::Pending | Outcome::Running { .. }) {
@@ -529,6 +524,17 @@ async fn observe(
         }
         Outcome::Failed { message, finished } => fail(backup, ctx, ns, message, finished).await,
     }
+}
+
+/// The newest pod `job` controls, if any: another pod given its label could report a result
+/// the Job never produced (its termination message is the result).
+pub(crate) async fn job_pod(ctx: &Context, ns: &str, job: &Job) -> Result<Option<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let list = apply::list(&pods, &format!("job-name={}", job.name_any())).await?;
+    Ok(list
+        .into_iter()
+        .filter(|p| crate::ownership::controls(job, p))
+        .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0)))
 }
 
 /// The latest progress the backup tool logged, if the logs can be read.

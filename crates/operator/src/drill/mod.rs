@@ -103,7 +103,17 @@ pub async fn pass(
         let (request, scheduled) = job::why_started(j);
         // A due time a Job was started for is used, whatever the status write of its pass did.
         last_fired = last_fired.max(scheduled);
-        let pod = job_pod(ctx, &ns, j).await?;
+        let record = current.record(&backup);
+        let ours = record.as_ref().filter(|r| r.job == job_name).cloned();
+        if ours
+            .as_ref()
+            .is_some_and(|r| r.result != DrillPhase::Running)
+        {
+            // Finished and recorded (the newest, kept for its log): nothing to read again.
+            finished_jobs.push(j);
+            continue;
+        }
+        let pod = crate::backup::job_pod(ctx, &ns, j).await?;
         let mut result = outcome::drill_outcome(j, pod.as_ref());
         let mut stuck = false;
         if result == DrillOutcome::Running {
@@ -118,8 +128,6 @@ pub async fn pass(
                 };
             }
         }
-        let record = current.record(&backup);
-        let ours = record.as_ref().filter(|r| r.job == job_name).cloned();
         // Started by a pass that did not live to record it: the Job says why it runs.
         let start = ours.clone().unwrap_or_else(|| {
             let answered = request.or_else(|| record.as_ref().and_then(|r| r.request.clone()));
@@ -133,12 +141,11 @@ pub async fn pass(
             continue;
         }
         finished_jobs.push(j);
-        let recorded = ours.is_some_and(|r| r.result != DrillPhase::Running);
         // A record of a later drill is never replaced by an older Job's.
         let newer_recorded = record.as_ref().is_some_and(|r| {
             r.job != job_name && r.start_time.as_ref().map(|t| t.0) > job_created(j)
         });
-        if !recorded && !newer_recorded {
+        if !newer_recorded {
             let done = outcome::finished(&start, &result, now);
             record_drill(ctx, &ns, &mut current, &backup, &done).await?;
             announce(ctx, &ns, &name, current.0.get(&backup), &done).await;
@@ -186,8 +193,12 @@ pub async fn pass(
         .map(|t| (t - now).to_std().unwrap_or_default() + Duration::from_millis(50));
     if running.is_none() {
         let views = views_of(&current);
+        // The backups are looked at only when there is a drill to start.
         let choice = plan::choose(&views, due.is_some(), again_after, now);
-        let busy = backup_running(ctx, &ns, &name, current.live()).await?;
+        let busy = match &choice {
+            Some(_) => backup_running(ctx, &ns, &name, current.live()).await?,
+            None => None,
+        };
         match (choice, busy) {
             (Some(_), Some(_)) => {
                 // Started once the backup finishes; the due time stays due until then.
@@ -278,16 +289,6 @@ fn views_of(current: &Backups) -> Vec<DrillView> {
             })
         })
         .collect()
-}
-
-/// The newest pod the drill Job controls, if any.
-async fn job_pod(ctx: &Context, ns: &str, j: &Job) -> Result<Option<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let list = apply::list(&pods, &format!("job-name={}", j.name_any())).await?;
-    Ok(list
-        .into_iter()
-        .filter(|p| crate::ownership::controls(j, p))
-        .max_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0)))
 }
 
 fn job_created(j: &Job) -> Option<DateTime<Utc>> {
