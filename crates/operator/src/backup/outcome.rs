@@ -54,42 +54,70 @@ pub fn termination_message<'a>(pod: &'a Pod, container: &str) -> Option<&'a str>
         .filter(|m| !m.is_empty())
 }
 
-/// Interprets a backup Job and the pod it ran (if still there).
-pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
-    let report = pod
-        .and_then(|p| termination_message(p, "backup"))
-        .and_then(result::parse_line);
+/// How a Job ended, as its conditions say (the tool's own account is in its pod).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    Complete {
+        finished: Option<DateTime<Utc>>,
+    },
+    /// Failed; `why` is the Job's own message (or reason).
+    Failed {
+        why: String,
+        finished: Option<DateTime<Utc>>,
+    },
+    /// Not ended yet.
+    Open,
+}
+
+/// How `job` ended, if it did.
+pub fn job_end(job: &Job) -> JobEnd {
     let finished = job
         .status
         .as_ref()
         .and_then(|s| s.completion_time.as_ref().map(|t| t.0));
     if job_condition(job, "Complete").is_some() {
-        return match report {
-            Some(Report::Committed(r)) => Outcome::Succeeded(r),
-            // Never report success without the tool's own account of the committed backup.
-            _ => Outcome::Failed {
+        return JobEnd::Complete { finished };
+    }
+    match job_condition(job, "Failed") {
+        Some(c) => JobEnd::Failed {
+            why: c
+                .message
+                .clone()
+                .or_else(|| c.reason.clone())
+                .unwrap_or_else(|| "no reason given".to_owned()),
+            finished: finished.or_else(|| c.last_transition_time.as_ref().map(|t| t.0)),
+        },
+        None => JobEnd::Open,
+    }
+}
+
+/// Interprets a backup Job and the pod it ran (if still there).
+pub fn backup_outcome(job: &Job, pod: Option<&Pod>) -> Outcome {
+    let report = pod
+        .and_then(|p| termination_message(p, "backup"))
+        .and_then(result::parse_line);
+    match (job_end(job), report) {
+        (JobEnd::Complete { .. }, Some(Report::Committed(r))) => return Outcome::Succeeded(r),
+        // Never report success without the tool's own account of the committed backup.
+        (JobEnd::Complete { finished }, _) => {
+            return Outcome::Failed {
                 message: "backup job completed without reporting a committed backup".to_owned(),
                 finished,
-            },
-        };
-    }
-    if let Some(c) = job_condition(job, "Failed") {
-        let cause = match report {
-            Some(Report::Failed(e)) => Some(e),
-            _ => None,
-        };
-        let message = match cause {
-            Some(e) => format!("backup failed: {e}"),
-            None => format!(
-                "backup job failed: {}",
-                c.message
-                    .clone()
-                    .or_else(|| c.reason.clone())
-                    .unwrap_or_else(|| "no reason given".to_owned())
-            ),
-        };
-        let finished = finished.or_else(|| c.last_transition_time.as_ref().map(|t| t.0));
-        return Outcome::Failed { message, finished };
+            }
+        }
+        (JobEnd::Failed { finished, .. }, Some(Report::Failed(e))) => {
+            return Outcome::Failed {
+                message: format!("backup failed: {e}"),
+                finished,
+            }
+        }
+        (JobEnd::Failed { why, finished }, _) => {
+            return Outcome::Failed {
+                message: format!("backup job failed: {why}"),
+                finished,
+            }
+        }
+        (JobEnd::Open, _) => {}
     }
     let started = job
         .status

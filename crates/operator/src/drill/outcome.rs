@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::backup::outcome::{job_condition, termination_message};
+use crate::backup::outcome::{job_end, termination_message, JobEnd};
 
 /// The container of a drill Job's pod.
 pub const CONTAINER: &str = "drill";
@@ -33,35 +33,23 @@ pub fn drill_outcome(job: &Job, pod: Option<&Pod>) -> DrillOutcome {
     let report = pod
         .and_then(|p| termination_message(p, CONTAINER))
         .and_then(result::parse_drill_line);
-    let finished = job
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.as_ref().map(|t| t.0));
-    if job_condition(job, "Complete").is_some() {
-        return match report {
-            Some(DrillReport::Passed(r)) => DrillOutcome::Passed(r),
-            // Never a pass without the tool's own account of what it proved.
-            _ => DrillOutcome::Failed {
-                message: "the drill job completed without reporting a result".to_owned(),
-                finished,
-            },
-        };
+    match (job_end(job), report) {
+        (JobEnd::Complete { .. }, Some(DrillReport::Passed(r))) => DrillOutcome::Passed(r),
+        // Never a pass without the tool's own account of what it proved.
+        (JobEnd::Complete { finished }, _) => DrillOutcome::Failed {
+            message: "the drill job completed without reporting a result".to_owned(),
+            finished,
+        },
+        (JobEnd::Failed { finished, .. }, Some(DrillReport::Failed(e))) => DrillOutcome::Failed {
+            message: e,
+            finished,
+        },
+        (JobEnd::Failed { why, finished }, _) => DrillOutcome::Failed {
+            message: format!("drill job failed: {why}"),
+            finished,
+        },
+        (JobEnd::Open, _) => DrillOutcome::Running,
     }
-    if let Some(c) = job_condition(job, "Failed") {
-        let message = match report {
-            Some(DrillReport::Failed(e)) => e,
-            _ => format!(
-                "drill job failed: {}",
-                c.message
-                    .clone()
-                    .or_else(|| c.reason.clone())
-                    .unwrap_or_else(|| "no reason given".to_owned())
-            ),
-        };
-        let finished = finished.or_else(|| c.last_transition_time.as_ref().map(|t| t.0));
-        return DrillOutcome::Failed { message, finished };
-    }
-    DrillOutcome::Running
 }
 
 /// The record of a drill that started: running, answering `request` if a user asked for it.
