@@ -362,7 +362,7 @@ spec:
     #[test]
     fn problems_are_listed_in_a_fixed_order() {
         let c = cluster(&format!(
-            "{BASE}  credentials:\n    root: {{name: vault, key: pw}}\n  mysqldConfig:\n    'bad key': x\n  backup:\n    encryption: {{keySecretRef: {{name: enc, key: k}}}}\n    storages:\n    - {{name: nas, pvc: {{claimName: dumps}}}}\n    schedules:\n    - {{name: nightly, schedule: '61 * * * *', storage: nas}}\n"
+            "{BASE}  credentials:\n    root: {{name: vault, key: pw}}\n  mysqldConfig:\n    'bad key': x\n  backup:\n    encryption: {{keySecretRef: {{name: enc, key: k}}}}\n    storages:\n    - {{name: nas, pvc: {{claimName: dumps}}}}\n    schedules:\n    - {{name: nightly, schedule: '61 * * * *', storage: nas}}\n    drills: {{schedule: '0 4 * * *', timeZone: Mars/Olympus, everyBackupWithin: 3x}}\n"
         ));
         let err = validate(&c, &Refs::default()).unwrap_err();
         assert_eq!(
@@ -371,7 +371,9 @@ spec:
              mysqldConfig key \"bad key\" is not an option name (letters, digits, '_', '-', '.'); \
              secret enc named by backup.encryption.keySecretRef does not exist; \
              persistentvolumeclaim dumps of backup storage nas does not exist; \
-             schedule nightly: invalid cron expression \"61 * * * *\""
+             schedule nightly: invalid cron expression \"61 * * * *\"; \
+             drills: unknown time zone \"Mars/Olympus\"; \
+             drills.everyBackupWithin: invalid duration \"3x\": unknown unit \"x\" (use y, m, w, d, h, min, s)"
         );
     }
 
