@@ -3,10 +3,18 @@
 # real single-node cluster in its own network namespace, no route out), the operator installed
 # from the Helm chart with images built here from the working tree.
 #
-#   scripts/dev-cluster.sh up            # idempotent; prints the KUBECONFIG to export
+#   scripts/dev-cluster.sh up [NODES]    # idempotent; prints the KUBECONFIG to export
+#                                        # NODES: how many nodes (default 1; 3 for failover)
 #   scripts/dev-cluster.sh status
 #   scripts/dev-cluster.sh kubectl ARGS  # the bundled kubectl (the node's release) on it
 #   scripts/dev-cluster.sh down          # removes everything it made
+#
+# Chaos, for failover by hand (nodes by number or name; node 1 holds the control plane):
+#   scripts/dev-cluster.sh node stop 2   # node 2 loses its power: link down, every process
+#                                        # of it killed (its disk stays)
+#   scripts/dev-cluster.sh node start 2  # it boots again; its pods restart
+#   scripts/dev-cluster.sh cut 2 3       # drop every packet between two nodes or pod addresses
+#   scripts/dev-cluster.sh heal          # undo every cut
 #
 # Needs root and Debian (it installs containerd, runc, the CNI plugins, buildah and debootstrap
 # from Debian, and builds the node's parts from the Go module proxy the first time). The API
@@ -31,7 +39,7 @@ up() {
 	}
 	bash scripts/install-test-deps.sh
 	bash tests/node/install-deps.sh
-	bash "$node" up
+	BULWARK_NODE_COUNT="${1:-${BULWARK_NODE_COUNT:-1}}" bash "$node" up
 	log "building mysql-operator, mysql-backup and bulwark-agent"
 	cargo build --locked -p mysql-operator -p mysql-backup -p bulwark-agent --bins
 	local target
@@ -79,16 +87,17 @@ up() {
 }
 
 case "${1:-}" in
-up) up ;;
+up) up "${2:-}" ;;
 down) bash "$node" down ;;
 status) bash "$node" status ;;
+node | cut | heal) exec bash "$node" "$@" ;;
 kubectl)
 	shift
 	eval "$(bash "$node" env)"
 	exec "$BULWARK_NODE_BIN/kubectl" "$@"
 	;;
 *)
-	log "usage: $0 up | down | status | kubectl ARGS..."
+	log "usage: $0 up [NODES] | down | status | kubectl ARGS... | node stop|start NODE | cut A B | heal"
 	exit 2
 	;;
 esac

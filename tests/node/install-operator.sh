@@ -44,8 +44,11 @@ helm() { "$helm_bin/helm" "$@"; }
 
 if [[ -n "${1:-}" ]]; then
 	t0="$(now)"
-	"$node_dir/images.sh" import "$BULWARK_NODE_CONTAINERD_SOCKET"
-	"$node_dir/bulwark-images.sh" import "$1" "$BULWARK_NODE_CONTAINERD_SOCKET"
+	# Every node's containerd: nothing can be pulled, and a pod may land on any node.
+	for sock in ${BULWARK_NODE_CONTAINERD_SOCKETS:-$BULWARK_NODE_CONTAINERD_SOCKET}; do
+		"$node_dir/images.sh" import "$sock"
+		"$node_dir/bulwark-images.sh" import "$1" "$sock"
+	done
 	log "images imported in $(elapsed "$t0" "$(now)")s"
 fi
 
@@ -58,6 +61,13 @@ diagnose() {
 	kubectl -n "$NAMESPACE" logs "deploy/$RELEASE" --all-containers --tail=100 >&2 || true
 	kubectl -n "$NAMESPACE" logs "deploy/$RELEASE" --all-containers --previous --tail=50 >&2 2>/dev/null || true
 }
+
+# With several nodes the operator stays on node 1, beside the control plane: the chaos verbs
+# (node stop, cut) act on the others, so a test decides when the operator is cut off.
+placement=()
+if ((${BULWARK_NODE_COUNT:-1} > 1)); then
+	placement=(--set-string "nodeSelector.kubernetes\\.io/hostname=$NODE_NAME")
+fi
 
 t0="$(now)"
 existed=false
@@ -79,6 +89,7 @@ helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
 	--set "backupImage.serves={mariadb-10.11}" \
 	--set-string "exporterImage=$EXPORTER_IMAGE" \
 	--set-string logFormat=text \
+	"${placement[@]}" \
 	${BULWARK_HELM_ARGS:-} >/dev/null
 log "helm upgrade --install done in $(elapsed "$t0" "$(now)")s"
 # The tag stays `dev` across builds: an operator already running on a reused node is restarted

@@ -14,6 +14,8 @@ NODE_IP=10.200.0.1
 NODE_PREFIX=24
 POD_BRIDGE=cni0
 POD_CIDR=10.244.0.0/24
+# Every node's pods: node k (1-based) takes 10.244.(k-1).0/24.
+CLUSTER_POD_CIDR=10.244.0.0/16
 SERVICE_CIDR=10.96.0.0/16
 API_SERVICE_IP=10.96.0.1
 DNS_SERVICE_IP=10.96.0.10
@@ -21,6 +23,16 @@ API_PORT=6443
 CLUSTER_DOMAIN=cluster.local
 # The host reaches the API server on this loopback port (socat, through a unix socket).
 API_HOST_PORT="${BULWARK_NODE_API_PORT:-16443}"
+
+# Nodes beyond the first: node 1 ($NODE_NAME) holds the control plane in $NODE_NETNS; node k
+# (2..) runs its own containerd, kubelet and kube-proxy in a network namespace of its own,
+# joined to node 1's bridge by a veth pair. `node.sh up` records the count it was started with.
+# The count `up` starts: BULWARK_NODE_COUNT, default 1.
+NODE_COUNT_WANTED="${BULWARK_NODE_COUNT:-1}"
+node_name() { if (($1 == 1)); then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_netns() { if (($1 == 1)); then echo "$NODE_NETNS"; else echo "$NODE_NETNS-$1"; fi; }
+node_ip() { echo "10.200.0.$1"; }
+node_pod_cidr() { echo "10.244.$(($1 - 1)).0/24"; }
 
 # Runtime state: certificates, etcd, the kubelet's root, local-path volumes, logs, PID files.
 # On disk rather than a tmpfs because pod volumes and MariaDB data would otherwise sit in

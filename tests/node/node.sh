@@ -5,6 +5,16 @@
 #   node.sh down     stop everything and leave the host as it was
 #   node.sh status   say whether the node is up, with its components
 #   node.sh env      print shell exports: KUBECONFIG (the host's), paths, the namespace's name
+#   node.sh node stop|start K   node K (2..) loses its power / boots again
+#   node.sh cut A B  drop every packet between A and B (nodes or pod addresses), both ways
+#   node.sh heal     undo every cut
+#
+# BULWARK_NODE_COUNT (default 1) nodes: node 1 holds the control plane as below; node k (2..)
+# runs its own containerd, kubelet and kube-proxy in a network namespace of its own
+# ($NODE_NETNS-k, address 10.200.0.k, pods 10.244.(k-1).0/24), joined to node 1's bridge by a
+# veth pair, in a mount namespace and cgroup of its own, with its own volume directory (a
+# claim is bound to its node). `node stop` sets its veth down and kills every process of it
+# but its supervisor, which keeps its mount namespace (images, volumes: the node's disk).
 #
 # Layout (see shared/design/real-node.md beside the project for why each piece is there):
 # - The network namespace $NODE_NETNS holds only loopback, a bridge without ports giving the node
@@ -64,6 +74,9 @@ api_bridge_sock="$sock_dir/apiserver.sock"
 host_kubeconfig="$kubeconfigs/admin-host.kubeconfig"
 inner_kubeconfig="$kubeconfigs/admin.kubeconfig"
 netns_path="/run/netns/$NODE_NETNS"
+count_file="$NODE_STATE/node-count"
+# Components in start order on every other node; a node's `stop` kills them with its pods.
+worker_components=(containerd kubelet kube-proxy)
 # Components in start order; `down` stops them in reverse.
 components=(etcd kube-apiserver api-bridge kube-controller-manager kube-scheduler containerd
 	kubelet kube-proxy coredns local-path-provisioner)
@@ -96,6 +109,18 @@ alive() {
 }
 
 kubectl_host() { "$NODE_BIN/kubectl" --kubeconfig "$host_kubeconfig" "$@"; }
+
+# Where node $1's own things are: node 1's are the node's (beside the control plane's), node k's
+# under nodes/k.
+node_state() { if (($1 == 1)); then echo "$NODE_STATE"; else echo "$NODE_STATE/nodes/$1"; fi; }
+node_config() { if (($1 == 1)); then echo "$config"; else echo "$NODE_STATE/nodes/$1/config"; fi; }
+node_sock() { echo "$(node_state "$1")/containerd/containerd.sock"; }
+node_cgroup() { if (($1 == 1)); then echo "$NODE_CGROUP"; else echo "$NODE_CGROUP/node-$1"; fi; }
+node_kubelet_cert() { if (($1 == 1)); then echo kubelet; else echo "kubelet-$1"; fi; }
+# The node's end of node k's veth pair, in node 1's namespace (on its bridge).
+node_link() { echo "nk$1"; }
+# How many nodes the running cluster has (what `up` was started with).
+node_count() { cat "$count_file" 2>/dev/null || echo 1; }
 
 # Whether the node is up: its supervisor runs and the host's API bridge answers.
 is_up() {
@@ -148,8 +173,11 @@ make_pki() {
 		"DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.$CLUSTER_DOMAIN, DNS:localhost, IP:$NODE_IP, IP:$API_SERVICE_IP, IP:127.0.0.1"
 	sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
 	sign admin "/O=system:masters/CN=bulwark-node-admin" clientAuth
-	sign kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "serverAuth, clientAuth" \
-		"DNS:$NODE_NAME, IP:$NODE_IP"
+	local k
+	for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
+		sign "$(node_kubelet_cert "$k")" "/O=system:nodes/CN=system:node:$(node_name "$k")" \
+			"serverAuth, clientAuth" "DNS:$(node_name "$k"), IP:$(node_ip "$k")"
+	done
 	sign kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
 	sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
 	sign kube-proxy "/CN=system:kube-proxy" clientAuth
@@ -181,33 +209,31 @@ kubeconfig() {
 	EOF
 }
 
-make_config() {
-	mkdir -p "$kubeconfigs" "$config/cni" "$NODE_STATE/cni/ipam" "$NODE_STATE/cni/lib" \
-		"$NODE_STATE/log-containers" "$NODE_STATE/pod-logs" "$NODE_STATE/local-path" \
-		"$NODE_STATE/kubelet/volume-plugins" "$NODE_STATE/containerd" "$NODE_STATE/sysctl" "$sock_dir"
-	local inner="https://$NODE_IP:$API_PORT" c
-	kubeconfig admin admin "$inner"
-	kubeconfig admin-host admin "https://127.0.0.1:$API_HOST_PORT"
-	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
-		kubeconfig "$c" "$c" "$inner"
-	done
-
-	cat >"$config/containerd.toml" <<-EOF
+# Writes node $1's containerd, CNI, kubelet and kube-proxy configuration and makes its
+# directories. Every node shares the cluster's resolv.conf and the kube-proxy identity.
+node_files() {
+	local k="$1" dir state sock cert
+	dir="$(node_config "$k")" state="$(node_state "$k")" sock="$(node_sock "$k")"
+	cert="$(node_kubelet_cert "$k")"
+	mkdir -p "$dir/cni" "$state/cni/ipam" "$state/cni/lib" "$state/log-containers" \
+		"$state/pod-logs" "$state/local-path" "$state/kubelet/volume-plugins" "$state/containerd" \
+		"$state/sysctl"
+	cat >"$dir/containerd.toml" <<-EOF
 		version = 2
-		root = "$NODE_STATE/containerd/root"
-		state = "$NODE_STATE/containerd/state"
+		root = "$state/containerd/root"
+		state = "$state/containerd/state"
 		# Snapshotters and tracing that cannot work here (or are not needed) stay off.
 		disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
 		  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
 		  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 		[grpc]
-		  address = "$containerd_sock"
+		  address = "$sock"
 		[metrics]
 		  address = ""
 		[plugins]
 		  # Would create /opt/containerd on the host.
 		  [plugins."io.containerd.internal.v1.opt"]
-		    path = "$NODE_STATE/containerd/opt"
+		    path = "$state/containerd/opt"
 		  [plugins."io.containerd.grpc.v1.cri"]
 		    sandbox_image = "$PAUSE_IMAGE"
 		    # Root here lacks CAP_SYS_RESOURCE: runc could not lower oom_score_adj to -998.
@@ -225,10 +251,10 @@ make_config() {
 		          SystemdCgroup = false
 		    [plugins."io.containerd.grpc.v1.cri".cni]
 		      bin_dir = "/usr/lib/cni"
-		      conf_dir = "$config/cni"
+		      conf_dir = "$dir/cni"
 	EOF
 
-	cat >"$config/cni/10-bulwark.conflist" <<-EOF
+	cat >"$dir/cni/10-bulwark.conflist" <<-EOF
 		{
 		  "cniVersion": "0.4.0",
 		  "name": "bulwark",
@@ -241,9 +267,9 @@ make_config() {
 		      "hairpinMode": true,
 		      "ipam": {
 		        "type": "host-local",
-		        "ranges": [[{"subnet": "$POD_CIDR"}]],
+		        "ranges": [[{"subnet": "$(node_pod_cidr "$k")"}]],
 		        "routes": [{"dst": "0.0.0.0/0"}],
-		        "dataDir": "$NODE_STATE/cni/ipam"
+		        "dataDir": "$state/cni/ipam"
 		      }
 		    },
 		    {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -251,8 +277,7 @@ make_config() {
 		}
 	EOF
 
-	echo "nameserver $DNS_SERVICE_IP" >"$config/resolv.conf"
-	cat >"$config/kubelet.yaml" <<-EOF
+	cat >"$dir/kubelet.yaml" <<-EOF
 		apiVersion: kubelet.config.k8s.io/v1beta1
 		kind: KubeletConfiguration
 		authentication:
@@ -260,21 +285,21 @@ make_config() {
 		  webhook: {enabled: true}
 		  x509: {clientCAFile: $pki/ca.crt}
 		authorization: {mode: Webhook}
-		tlsCertFile: $pki/kubelet.crt
-		tlsPrivateKeyFile: $pki/kubelet.key
+		tlsCertFile: $pki/$cert.crt
+		tlsPrivateKeyFile: $pki/$cert.key
 		readOnlyPort: 0
 		healthzBindAddress: 127.0.0.1
-		containerRuntimeEndpoint: unix://$containerd_sock
+		containerRuntimeEndpoint: unix://$sock
 		# containerd 1.6 cannot report its cgroup driver; cgroup v1 is still accepted.
 		cgroupDriver: cgroupfs
-		cgroupRoot: $NODE_CGROUP
+		cgroupRoot: $(node_cgroup "$k")
 		failCgroupV1: false
 		failSwapOn: false
 		clusterDNS: [$DNS_SERVICE_IP]
 		clusterDomain: $CLUSTER_DOMAIN
 		resolvConf: $config/resolv.conf
-		podLogsDir: $NODE_STATE/pod-logs
-		volumePluginDir: $NODE_STATE/kubelet/volume-plugins
+		podLogsDir: $state/pod-logs
+		volumePluginDir: $state/kubelet/volume-plugins
 		# Imported images cannot be pulled again: never collect them.
 		imageGCHighThresholdPercent: 100
 		imageGCLowThresholdPercent: 99
@@ -284,20 +309,44 @@ make_config() {
 		serverTLSBootstrap: false
 	EOF
 
-	cat >"$config/kube-proxy.yaml" <<-EOF
+	cat >"$dir/kube-proxy.yaml" <<-EOF
 		apiVersion: kubeproxy.config.k8s.io/v1alpha1
 		kind: KubeProxyConfiguration
 		clientConnection: {kubeconfig: $kubeconfigs/kube-proxy.kubeconfig}
-		hostnameOverride: $NODE_NAME
+		hostnameOverride: $(node_name "$k")
 		# --proxy-mode is ignored when a config file is given.
 		mode: iptables
-		clusterCIDR: $POD_CIDR
+		clusterCIDR: $CLUSTER_POD_CIDR
 		detectLocalMode: ClusterCIDR
 		healthzBindAddress: 127.0.0.1:10256
 		metricsBindAddress: 127.0.0.1:10249
 		# Zero leaves the host-wide conntrack settings alone.
 		conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 	EOF
+}
+
+make_config() {
+	mkdir -p "$kubeconfigs" "$config" "$sock_dir"
+	local inner="https://$NODE_IP:$API_PORT" c k
+	kubeconfig admin admin "$inner"
+	kubeconfig admin-host admin "https://127.0.0.1:$API_HOST_PORT"
+	for c in kube-controller-manager kube-scheduler kube-proxy; do
+		kubeconfig "$c" "$c" "$inner"
+	done
+	for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
+		c="$(node_kubelet_cert "$k")"
+		kubeconfig "$c" "$c" "$inner"
+		node_files "$k"
+	done
+	echo "nameserver $DNS_SERVICE_IP" >"$config/resolv.conf"
+
+	# Each node's volumes in its own directory: a claim is bound to its node and goes with it.
+	local path_map
+	path_map="{\"node\": \"DEFAULT_PATH_FOR_NON_LISTED_NODES\", \"paths\": [\"$NODE_STATE/local-path\"]}"
+	for ((k = 2; k <= NODE_COUNT_WANTED; k++)); do
+		path_map+=", {\"node\": \"$(node_name "$k")\", \"paths\": [\"$(node_state "$k")/local-path\"]}"
+	done
+
 
 	# No forward plugin: names outside the cluster are never resolved elsewhere.
 	cat >"$config/Corefile" <<-EOF
@@ -359,7 +408,7 @@ make_config() {
 		metadata: {name: local-path-config, namespace: local-path-storage}
 		data:
 		  config.json: |-
-		    {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["$NODE_STATE/local-path"]}]}
+		    {"nodePathMap": [$path_map]}
 		  setup: |-
 		    #!/bin/sh
 		    set -eu
@@ -444,26 +493,66 @@ stop_components() {
 	exit 0
 }
 
-inner() {
-	# Join the node's cgroup first: every process started from here on is found there by `down`.
+# Moves this shell (or subshell) into node $1's cgroup $2 (default system): every process it
+# starts from here on is found there by `down` (and by `node stop`).
+join_cgroup() {
 	local h
 	while read -r h; do
-		echo $$ >"$h$NODE_CGROUP/system/cgroup.procs"
+		echo "$BASHPID" >"$h$(node_cgroup "$1")/${2:-system}/cgroup.procs"
 	done < <(cgroup_hierarchies | grep -E '/(pids|freezer)$' || true)
-	trap stop_components TERM INT
+}
 
-	# Mounts made from here on propagate to the containers, and none reaches the host.
+# Runs the command (in a background subshell of `start`) in node $1's system cgroup: a worker's
+# supervisor stays apart, in its own, so that `node stop` kills all but it.
+in_node_cgroup() {
+	join_cgroup "$1"
+	shift
+	exec "$@"
+}
+
+# Covers, in this mount namespace, the host paths node $1's containerd and kubelet hard-code, and
+# the /proc/sys files the kubelet would write. Mounts made from here on propagate to the
+# containers, and none reaches the host.
+cover_host_paths() {
+	local state entry name value
+	state="$(node_state "$1")"
 	mount --make-rshared /
-	mount -t tmpfs -o mode=0711 bulwark-node-containerd /run/containerd
-	mount --bind "$NODE_STATE/cni/lib" /var/lib/cni
-	mount --bind "$NODE_STATE/log-containers" /var/log/containers
-	local entry name value
+	mount -t tmpfs -o mode=0711 "bulwark-node-$1-containerd" /run/containerd
+	mount --bind "$state/cni/lib" /var/lib/cni
+	mount --bind "$state/log-containers" /var/log/containers
 	for entry in "${kubelet_sysctls[@]}"; do
 		name="${entry%%=*}" value="${entry#*=}"
 		[[ -e "/proc/sys/$name" ]] || continue
-		echo "$value" >"$NODE_STATE/sysctl/${name//\//.}"
-		mount --bind "$NODE_STATE/sysctl/${name//\//.}" "/proc/sys/$name"
+		echo "$value" >"$state/sysctl/${name//\//.}"
+		mount --bind "$state/sysctl/${name//\//.}" "/proc/sys/$name"
 	done
+	if [[ "${BULWARK_NODE_CONTAINERD_TMPFS:-1}" == 1 ]]; then
+		# Images and container layers in memory: imports write no disk and `down` has nothing
+		# to delete.
+		mkdir -p "$state/containerd/root"
+		mount -t tmpfs -o mode=0700,size="${BULWARK_NODE_CONTAINERD_TMPFS_SIZE:-4g}" \
+			"bulwark-node-$1-containerd-root" "$state/containerd/root"
+	fi
+}
+
+# Starts node $1's containerd, kubelet and kube-proxy.
+start_node() {
+	local k="$1" dir sock
+	dir="$(node_config "$k")" sock="$(node_sock "$k")"
+	local c=(in_node_cgroup "$k")
+	start containerd "${c[@]}" containerd --config "$dir/containerd.toml"
+	wait_for containerd 30 ctr -a "$sock" version
+	start kubelet "${c[@]}" "$NODE_BIN/kubelet" --config "$dir/kubelet.yaml" \
+		--kubeconfig "$kubeconfigs/$(node_kubelet_cert "$k").kubeconfig" \
+		--root-dir "$(node_state "$k")/kubelet" --hostname-override "$(node_name "$k")" \
+		--node-ip "$(node_ip "$k")"
+	start kube-proxy "${c[@]}" "$NODE_BIN/kube-proxy" --config "$dir/kube-proxy.yaml"
+}
+
+inner() {
+	join_cgroup 1
+	trap stop_components TERM INT
+	cover_host_paths 1
 
 	start etcd "$CP_BIN/etcd" --name "$NODE_NAME" --data-dir "$NODE_STATE/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -504,20 +593,7 @@ inner() {
 	# Objects of the cluster itself: the DNS Service, local-path's configuration, the StorageClass.
 	wait_for kube-apiserver 30 kubectl_inner apply -f "$config/cluster.yaml"
 
-	if [[ "${BULWARK_NODE_CONTAINERD_TMPFS:-1}" == 1 ]]; then
-		# Images and container layers in memory: imports write no disk and `down` has nothing
-		# to delete.
-		mkdir -p "$NODE_STATE/containerd/root"
-		mount -t tmpfs -o mode=0700,size="${BULWARK_NODE_CONTAINERD_TMPFS_SIZE:-4g}" \
-			bulwark-node-containerd-root "$NODE_STATE/containerd/root"
-	fi
-	start containerd containerd --config "$config/containerd.toml"
-	wait_for containerd 30 ctr -a "$containerd_sock" version
-
-	start kubelet "$NODE_BIN/kubelet" --config "$config/kubelet.yaml" \
-		--kubeconfig "$kubeconfigs/kubelet.kubeconfig" --root-dir "$NODE_STATE/kubelet" \
-		--hostname-override "$NODE_NAME" --node-ip "$NODE_IP"
-	start kube-proxy "$NODE_BIN/kube-proxy" --config "$config/kube-proxy.yaml"
+	start_node 1
 	start coredns "$NODE_BIN/coredns" -conf "$config/Corefile"
 	start local-path-provisioner "$NODE_BIN/local-path-provisioner" start \
 		--kubeconfig "$inner_kubeconfig" --namespace local-path-storage \
@@ -536,6 +612,78 @@ inner() {
 			fi
 		done
 		sleep 1
+	done
+}
+
+# PIDs of node $1's components, shims and containers: its cgroup tree but its supervisor's.
+node_pids_but_supervisor() {
+	local h cg
+	h="$(cgroup_hierarchies | grep -m1 '/pids$' || cgroup_hierarchies | head -n1)"
+	cg="$h$(node_cgroup "$1")"
+	[[ -n "$h" && -d "$cg" ]] || return 0
+	find "$cg" -path "$cg/supervisor" -prune -o -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
+}
+
+# Node $1 loses its power: every process of it (components, shims, containers) is killed at
+# once, and what a reboot clears goes: containerd's runtime state and pod network namespaces.
+# Its disk stays: volumes, the kubelet's directory, containerd's images.
+power_off() {
+	local k="$1" state rest m
+	state="$(node_state "$k")"
+	for _ in $(seq 50); do
+		mapfile -t rest < <(node_pids_but_supervisor "$k")
+		((${#rest[@]})) || break
+		kill -KILL "${rest[@]}" 2>/dev/null || true
+		sleep 0.2
+	done
+	for c in "${worker_components[@]}"; do
+		[[ -z "$(pid_of "$c")" ]] || wait "$(pid_of "$c")" 2>/dev/null || true
+		rm -f "$pids/$c.pid" "$pids/$c.exited"
+	done
+	awk -v s="$state/containerd/state" -v r=/run/containerd/ 'index($5, s) == 1 || index($5, r) == 1 { print $5 }' \
+		/proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	rm -rf --one-file-system "${state:?}/containerd/state"
+	umount -l /run/containerd 2>/dev/null || true
+	mount -t tmpfs -o mode=0711 "bulwark-node-$k-containerd" /run/containerd
+	touch "$pids/off"
+	echo "$(date -u +%T) powered off"
+}
+
+# The supervisor of node $1 (2..): holds the node's mount namespace (so its containerd images
+# and mounts survive a `node stop`), starts its components, and on SIGUSR1 powers the node off
+# (`node stop`), on SIGUSR2 on again (`node start`), on SIGTERM stops it for good.
+worker() {
+	local k="$1"
+	logs="$(node_state "$k")/logs" pids="$(node_state "$k")/pids"
+	mkdir -p "$logs" "$pids"
+	join_cgroup "$k" supervisor
+	cover_host_paths "$k"
+	local wanted=on
+	trap 'wanted=off' USR1
+	trap 'wanted=on' USR2
+	trap 'power_off "$k"; echo "$(date -u +%T) stopped"; exit 0' TERM INT
+	local running=off
+	while true; do
+		if [[ "$wanted" == on && "$running" == off ]]; then
+			rm -f "$pids/off"
+			start_node "$k"
+			running=on
+			echo "$(date -u +%T) node $k started"
+		elif [[ "$wanted" == off && "$running" == on ]]; then
+			power_off "$k"
+			running=off
+		fi
+		if [[ "$running" == on ]]; then
+			for c in "${worker_components[@]}"; do
+				if [[ -f "$pids/$c.pid" ]] && ! alive "$(pid_of "$c")" && [[ ! -f "$pids/$c.exited" ]]; then
+					echo "$(date -u +%T) $c exited; see $logs/$c.log"
+					touch "$pids/$c.exited"
+				fi
+			done
+		fi
+		# A signal interrupts the wait, not a foreground sleep.
+		sleep 0.5 &
+		wait $! 2>/dev/null || true
 	done
 }
 
@@ -563,7 +711,7 @@ api_ready() { kubectl_host get --raw /readyz >/dev/null 2>&1; }
 storage_class_present() { kubectl_host get storageclass local-path >/dev/null 2>&1; }
 
 node_ready() {
-	[[ "$(kubectl_host get node "$NODE_NAME" \
+	[[ "$(kubectl_host get node "${1:-$NODE_NAME}" \
 		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
@@ -615,9 +763,13 @@ await() {
 up() {
 	[[ $(id -u) -eq 0 ]] || die "the node needs root"
 	if is_up; then
+		if [[ "$(node_count)" != "$NODE_COUNT_WANTED" ]]; then
+			die "the cluster is up with $(node_count) nodes, not $NODE_COUNT_WANTED: run '$0 down' first"
+		fi
 		log "the node is already up (KUBECONFIG=$host_kubeconfig)"
 		return 0
 	fi
+	[[ "$NODE_COUNT_WANTED" =~ ^[1-9]$ ]] || die "BULWARK_NODE_COUNT must be 1 to 9, not $NODE_COUNT_WANTED"
 	if [[ -e "$NODE_STATE" || -e "$netns_path" ]] || [[ -n "$(node_cgroup_pids)" ]]; then
 		log "removing the remains of a previous node"
 		down >&2
@@ -651,17 +803,43 @@ up() {
 	if [[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
 		nsenter --net="$netns_path" sysctl -qw net.bridge.bridge-nf-call-iptables=1
 	fi
+	# The other nodes: each in a namespace of its own, on node 1's bridge through a veth pair
+	# (so nothing of theirs reaches the host either), routing each other's pods.
+	echo "$NODE_COUNT_WANTED" >"$count_file"
+	local k j wns
+	for ((k = 2; k <= NODE_COUNT_WANTED; k++)); do
+		wns="$(node_netns "$k")"
+		ip netns add "$wns"
+		"${nsx[@]}" link add "$(node_link "$k")" type veth peer name eth0 netns "$wns"
+		"${nsx[@]}" link set "$(node_link "$k")" master "$NODE_BRIDGE" up
+		ip -n "$wns" link set lo up
+		ip -n "$wns" addr add "$(node_ip "$k")/$NODE_PREFIX" dev eth0
+		ip -n "$wns" link set eth0 up
+		ip -n "$wns" route add "$SERVICE_CIDR" dev eth0
+		nsenter --net="/run/netns/$wns" sysctl -qw net.ipv4.ip_forward=1
+		if [[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
+			nsenter --net="/run/netns/$wns" sysctl -qw net.bridge.bridge-nf-call-iptables=1
+		fi
+	done
+	for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
+		for ((j = 1; j <= NODE_COUNT_WANTED; j++)); do
+			((j == k)) || ip -n "$(node_netns "$k")" route add "$(node_pod_cidr "$j")" via "$(node_ip "$j")"
+		done
+	done
 
 	# The node's cgroup in every v1 hierarchy (cpuset needs its CPUs and memory nodes first).
 	local h
 	while read -r h; do
-		mkdir -p "$h$NODE_CGROUP/system"
-		if [[ -f "$h/cpuset.cpus" ]]; then
-			cat "$h/cpuset.cpus" >"$h$NODE_CGROUP/cpuset.cpus"
-			cat "$h/cpuset.mems" >"$h$NODE_CGROUP/cpuset.mems"
-			cat "$h/cpuset.cpus" >"$h$NODE_CGROUP/system/cpuset.cpus"
-			cat "$h/cpuset.mems" >"$h$NODE_CGROUP/system/cpuset.mems"
-		fi
+		for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
+			local g
+			for g in "$(node_cgroup "$k")" "$(node_cgroup "$k")/system" "$(node_cgroup "$k")/supervisor"; do
+				mkdir -p "$h$g"
+				if [[ -f "$h/cpuset.cpus" ]]; then
+					cat "$h/cpuset.cpus" >"$h$g/cpuset.cpus"
+					cat "$h/cpuset.mems" >"$h$g/cpuset.mems"
+				fi
+			done
+		done
 	done < <(cgroup_hierarchies)
 
 	# Mount points for the covered paths; the ones created here are removed by `down`.
@@ -676,6 +854,11 @@ up() {
 	setsid unshare --mount --propagation slave nsenter --net="$netns_path" \
 		"$BASH" "$node_dir/node.sh" __inner </dev/null >>"$logs/supervisor.log" 2>&1 &
 	echo $! >"$pids/supervisor.pid"
+	for ((k = 2; k <= NODE_COUNT_WANTED; k++)); do
+		setsid unshare --mount --propagation slave nsenter --net="/run/netns/$(node_netns "$k")" \
+			"$BASH" "$node_dir/node.sh" __worker "$k" </dev/null >>"$logs/node-$k.log" 2>&1 &
+		echo $! >"$pids/node-$k.pid"
+	done
 
 	# The host's side of the API bridge, on loopback only, in the node's cgroup too.
 	await "the API server" "$logs/kube-apiserver.log $logs/etcd.log" test -S "$api_bridge_sock"
@@ -689,7 +872,11 @@ up() {
 		"${procs[@]}" </dev/null >>"$logs/host-api-bridge.log" 2>&1 &
 	echo $! >"$pids/host-api-bridge.pid"
 	await "the API server from the host" "$logs/host-api-bridge.log $logs/api-bridge.log" api_ready
-	await "node $NODE_NAME Ready" "$logs/kubelet.log $logs/containerd.log" node_ready
+	for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
+		local klogs="$logs/kubelet.log $logs/containerd.log"
+		((k == 1)) || klogs="$logs/node-$k.log $(node_state "$k")/logs/kubelet.log $(node_state "$k")/logs/containerd.log"
+		await "node $(node_name "$k") Ready" "$klogs" node_ready "$(node_name "$k")"
+	done
 	await "CoreDNS answering kubernetes.default.svc.$CLUSTER_DOMAIN" \
 		"$logs/coredns.log $logs/kube-proxy.log" \
 		dns_answers "kubernetes.default.svc.$CLUSTER_DOMAIN" "$API_SERVICE_IP"
@@ -725,6 +912,13 @@ down() {
 	t0="$(now)"
 	# The supervisor stops the components in order; then everything left in the node's cgroup
 	# (containers, shims, the host's API bridge) goes.
+	local workers=() f
+	for f in "$pids"/node-*.pid; do
+		[[ -e "$f" ]] || continue
+		pid="$(cat "$f")"
+		! alive "$pid" || workers+=("$pid")
+	done
+	terminate 10 "${workers[@]}"
 	pid="$(pid_of supervisor)"
 	if alive "$pid"; then
 		terminate 20 "$pid"
@@ -759,6 +953,10 @@ down() {
 	done < <(cgroup_mounts)
 
 	t3="$(now)"
+	local ns
+	for ns in /run/netns/"$NODE_NETNS"-[0-9]*; do
+		[[ ! -e "$ns" ]] || ip netns delete "${ns##*/}"
+	done
 	if [[ -e "$netns_path" ]]; then
 		ip netns delete "$NODE_NETNS"
 	fi
@@ -807,11 +1005,149 @@ status() {
 			printf '  %-24s not running\n' "$c"
 		fi
 	done
-	if node_ready; then
-		echo "  node Ready"
-	else
-		echo "  node not Ready"
-	fi
+	local k n
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		local state=on
+		if ((k > 1)); then
+			alive "$(cat "$pids/node-$k.pid" 2>/dev/null)" || state="supervisor gone"
+			alive "$(cat "$(node_state "$k")/pids/kubelet.pid" 2>/dev/null)" || state="${state/on/stopped}"
+		fi
+		if node_ready "$(node_name "$k")"; then
+			echo "  node $(node_name "$k") ($(node_ip "$k"), $(node_netns "$k")): Ready, $state"
+		else
+			echo "  node $(node_name "$k") ($(node_ip "$k"), $(node_netns "$k")): not Ready, $state"
+		fi
+	done
+}
+
+### Chaos: nodes stopped and started, traffic cut and healed ###
+
+# Fails unless $1 names a node of the running cluster other than node 1 (which holds the
+# control plane); prints its number. A node is named by its number or its name.
+worker_number() {
+	local n k
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		if [[ "$1" == "$k" || "$1" == "$(node_name "$k")" ]]; then
+			((k > 1)) || die "node $1 holds the control plane and cannot be stopped; stop another"
+			echo "$k"
+			return
+		fi
+	done
+	die "no node $1 (nodes: 1..$n, or their names)"
+}
+
+# `node stop K`: node K loses its power: its link goes down (its address and its pods' stop
+# answering, as for a machine that is off, not refusing), then every process of it is killed.
+# `node start K`: it boots again: link up, containerd, kubelet and kube-proxy started; its pods
+# come back as the kubelet restarts them.
+node_verb() {
+	is_up || die "the node is down"
+	local verb="$1" k pid
+	k="$(worker_number "${2:-}")"
+	pid="$(cat "$pids/node-$k.pid" 2>/dev/null)"
+	alive "$pid" || die "node $k's supervisor is not running; see $logs/node-$k.log"
+	case "$verb" in
+	stop)
+		ip -n "$NODE_NETNS" link set "$(node_link "$k")" down
+		kill -USR1 "$pid"
+		local deadline=$((SECONDS + 30))
+		until [[ -e "$(node_state "$k")/pids/off" ]]; do
+			((SECONDS < deadline)) || die "node $k did not stop within 30s; see $logs/node-$k.log"
+			sleep 0.2
+		done
+		log "node $(node_name "$k") stopped"
+		;;
+	start)
+		ip -n "$NODE_NETNS" link set "$(node_link "$k")" up
+		kill -USR2 "$pid"
+		local deadline=$((SECONDS + 30))
+		until alive "$(cat "$(node_state "$k")/pids/kubelet.pid" 2>/dev/null)"; do
+			((SECONDS < deadline)) || die "node $k did not start within 30s; see $logs/node-$k.log"
+			sleep 0.2
+		done
+		log "node $(node_name "$k") started (its kubelet runs; it reports Ready on its own)"
+		;;
+	*) die "usage: $0 node stop|start NODE" ;;
+	esac
+}
+
+# The addresses of $1: a node (number or name: its address and its pods' range) or an IPv4
+# address (a pod's).
+addresses_of() {
+	local n k
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		if [[ "$1" == "$k" || "$1" == "$(node_name "$k")" ]]; then
+			echo "$(node_ip "$k")/32 $(node_pod_cidr "$k")"
+			return
+		fi
+	done
+	[[ "$1" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "$1 is neither a node nor an IPv4 address"
+	echo "$1/32"
+}
+
+# Runs iptables in every namespace of the cluster.
+iptables_everywhere() {
+	local n k
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		ip netns exec "$(node_netns "$k")" iptables -w "$@"
+	done
+}
+
+# `cut A B`: every packet between A and B is dropped, both ways, in every node (ahead of
+# kube-proxy's rules, established connections included), until `heal`. A and B are nodes or pod
+# addresses. The API server and the cluster DNS on node 1 stay reachable from every node, and
+# the API server still reaches every kubelet (exec, logs), as a control plane that sits apart
+# from the split would; pods on node 1 (the operator) are cut like any other.
+cut_traffic() {
+	is_up || die "the node is down"
+	[[ -n "${1:-}" && -n "${2:-}" ]] || die "usage: $0 cut A B (nodes or pod addresses)"
+	local a b x y chain=BULWARK-CUT n k
+	a="$(addresses_of "$1")" b="$(addresses_of "$2")"
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		local ipt=(ip netns exec "$(node_netns "$k")" iptables -w)
+		if ! "${ipt[@]}" -nL "$chain" >/dev/null 2>&1; then
+			"${ipt[@]}" -N "$chain"
+			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p tcp --dport "$API_PORT" -j RETURN
+			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p tcp --sport "$API_PORT" -j RETURN
+			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p udp --dport 53 -j RETURN
+			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p udp --sport 53 -j RETURN
+			# The API server's own calls to kubelets (exec, logs) of the cut nodes.
+			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p tcp --dport 10250 -j RETURN
+			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p tcp --sport 10250 -j RETURN
+			for x in INPUT FORWARD OUTPUT; do
+				"${ipt[@]}" -I "$x" 1 -j "$chain"
+			done
+		fi
+		for x in $a; do
+			for y in $b; do
+				"${ipt[@]}" -A "$chain" -s "$x" -d "$y" -j DROP
+				"${ipt[@]}" -A "$chain" -s "$y" -d "$x" -j DROP
+			done
+		done
+	done
+	log "cut $1 from $2"
+}
+
+# `heal`: every cut is undone.
+heal_traffic() {
+	is_up || die "the node is down"
+	local n k x chain=BULWARK-CUT
+	n="$(node_count)"
+	for ((k = 1; k <= n; k++)); do
+		local ipt=(ip netns exec "$(node_netns "$k")" iptables -w)
+		"${ipt[@]}" -nL "$chain" >/dev/null 2>&1 || continue
+		for x in INPUT FORWARD OUTPUT; do
+			while "${ipt[@]}" -D "$x" -j "$chain" 2>/dev/null; do :; done
+		done
+		"${ipt[@]}" -F "$chain"
+		"${ipt[@]}" -X "$chain"
+	done
+	log "healed: no cut left"
 }
 
 print_env() {
@@ -823,6 +1159,8 @@ print_env() {
 		export BULWARK_NODE_STATE=$NODE_STATE
 		export BULWARK_NODE_INNER_KUBECONFIG=$inner_kubeconfig
 		export BULWARK_NODE_CONTAINERD_SOCKET=$containerd_sock
+		export BULWARK_NODE_COUNT=$(node_count)
+		export BULWARK_NODE_CONTAINERD_SOCKETS="$(for ((k = 1; k <= $(node_count); k++)); do printf '%s ' "$(node_sock "$k")"; done)"
 		export BULWARK_NODE_BIN=$NODE_BIN
 		export BULWARK_CONTROLPLANE_BIN=$CP_BIN
 		export PATH=$NODE_BIN:\$PATH
@@ -834,6 +1172,10 @@ up) up ;;
 down) down ;;
 status) status ;;
 env) print_env ;;
+node) node_verb "${2:-}" "${3:-}" ;;
+cut) cut_traffic "${2:-}" "${3:-}" ;;
+heal) heal_traffic ;;
 __inner) inner ;;
-*) die "usage: $0 up | down | status | env" ;;
+__worker) worker "$2" ;;
+*) die "usage: $0 up | down | status | env | node stop|start NODE | cut A B | heal" ;;
 esac
