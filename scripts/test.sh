@@ -57,13 +57,16 @@ if [[ $(id -u) -eq 0 ]]; then
     status=1
   fi
   trap 'bash tests/node/node.sh down >&2 || true; rm -f "$log" "$figures"' EXIT
-  if bash tests/node/node.sh up; then
+  # Three nodes: members spread over them, and the chaos cases (crates/e2e/tests/chaos.rs)
+  # stop a node or cut traffic between nodes for real.
+  if BULWARK_NODE_COUNT="${BULWARK_NODE_COUNT:-3}" bash tests/node/node.sh up; then
     node_env="$(bash tests/node/node.sh env)"
     BULWARK_NODE_KUBECONFIG="$(sed -n 's/^export KUBECONFIG=//p' <<<"$node_env")"
     BULWARK_NODE_BIN="$(sed -n 's/^export BULWARK_NODE_BIN=//p' <<<"$node_env")"
     BULWARK_NODE_NETNS="$(sed -n 's/^export BULWARK_NODE_NETNS=//p' <<<"$node_env")"
     BULWARK_NODE_IP="$(sed -n 's/^export BULWARK_NODE_IP=//p' <<<"$node_env")"
-    export BULWARK_NODE_KUBECONFIG BULWARK_NODE_BIN BULWARK_NODE_NETNS BULWARK_NODE_IP
+    BULWARK_NODE_COUNT="$(sed -n 's/^export BULWARK_NODE_COUNT=//p' <<<"$node_env")"
+    export BULWARK_NODE_KUBECONFIG BULWARK_NODE_BIN BULWARK_NODE_NETNS BULWARK_NODE_IP BULWARK_NODE_COUNT
   else
     echo "[test] the node did not come up; the end-to-end tests will fail" >&2
     status=1

@@ -27,12 +27,120 @@ pub fn node_ip() -> Ipv4Addr {
         .unwrap_or(Ipv4Addr::new(10, 200, 0, 1))
 }
 
+/// How many nodes the test cluster has (`BULWARK_NODE_COUNT`, exported by `node.sh env`).
+pub fn node_count() -> usize {
+    std::env::var("BULWARK_NODE_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Node `k`'s name (1-based; tests/node/lib.sh `node_name`): node 1 holds the control plane.
+pub fn node_name(k: usize) -> String {
+    if k == 1 {
+        "bulwark-node".to_owned()
+    } else {
+        format!("bulwark-node-{k}")
+    }
+}
+
+/// The network namespace of every node: node 1's, then node k's (`<netns>-k`).
+pub fn every_netns() -> Vec<String> {
+    (1..=node_count())
+        .map(|k| {
+            if k == 1 {
+                netns()
+            } else {
+                format!("{}-{k}", netns())
+            }
+        })
+        .collect()
+}
+
+/// `tests/node/node.sh` with `args` (a chaos verb); panics with its output when it fails.
+fn node_script(args: &[&str]) {
+    let script = crate::repo_root().join("tests/node/node.sh");
+    let out = output({
+        let mut c = Command::new("bash");
+        c.arg(&script).args(args).stdin(Stdio::null());
+        c
+    });
+    assert!(
+        out.status.success(),
+        "node.sh {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// A node stopped (`node.sh node stop`: its link down, then every process of it killed, as when
+/// a machine loses its power) until [`StoppedNode::start`] or drop boots it again.
+pub struct StoppedNode {
+    name: String,
+    running: bool,
+}
+
+impl StoppedNode {
+    pub fn stop(name: &str) -> StoppedNode {
+        node_script(&["node", "stop", name]);
+        StoppedNode {
+            name: name.to_owned(),
+            running: false,
+        }
+    }
+
+    /// Boots it again: link up, containerd, kubelet and kube-proxy started; its pods follow.
+    pub fn start(mut self) {
+        node_script(&["node", "start", &self.name]);
+        self.running = true;
+    }
+}
+
+impl Drop for StoppedNode {
+    fn drop(&mut self) {
+        if !self.running {
+            let script = crate::repo_root().join("tests/node/node.sh");
+            let _ = Command::new("bash")
+                .arg(script)
+                .args(["node", "start", &self.name])
+                .stdin(Stdio::null())
+                .output();
+        }
+    }
+}
+
+/// Traffic between `a` and `b` (nodes or pod addresses) dropped both ways in every node
+/// (`node.sh cut`), the API server and DNS on node 1 excepted, until dropped (`node.sh heal`).
+pub struct Cut;
+
+impl Cut {
+    pub fn between(a: &str, b: &str) -> Cut {
+        node_script(&["cut", a, b]);
+        Cut
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        let script = crate::repo_root().join("tests/node/node.sh");
+        let _ = Command::new("bash")
+            .arg(script)
+            .arg("heal")
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
 /// `program` run inside the node's namespace (`ip netns exec`, which execs it: the child is the
 /// program itself, so killing the child stops it).
 pub fn in_node(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    in_netns(&netns(), program)
+}
+
+fn in_netns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec"])
-        .arg(netns())
+        .arg(ns)
         .arg(program)
         .stdin(Stdio::null());
     c
@@ -198,7 +306,7 @@ pub fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHand
     })
 }
 
-/// A pod cut off the pod network, both ways, until dropped: inside the node's namespace, every
+/// A pod cut off the pod network, both ways, until dropped: inside every node's namespace, every
 /// packet forwarded to or from its address is dropped (ahead of kube-proxy's rules, which let
 /// established connections through). The node itself (the kubelet's probes, `kubectl exec`)
 /// still reaches it, as a node's own kubelet does when its network splits from the others.
@@ -209,17 +317,19 @@ pub struct Isolated {
 impl Isolated {
     pub fn pod(ip: &str) -> Isolated {
         let cut = Isolated { ip: ip.to_owned() };
-        for rule in cut.rules() {
-            let out = output({
-                let mut c = in_node(iptables());
-                c.args(["-I", "FORWARD", "1"]).args(&rule);
-                c
-            });
-            assert!(
-                out.status.success(),
-                "iptables: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        for ns in every_netns() {
+            for rule in cut.rules() {
+                let out = output({
+                    let mut c = in_netns(&ns, iptables());
+                    c.args(["-w", "-I", "FORWARD", "1"]).args(&rule);
+                    c
+                });
+                assert!(
+                    out.status.success(),
+                    "iptables in {ns}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
         cut
     }
@@ -239,12 +349,14 @@ impl Isolated {
 
 impl Drop for Isolated {
     fn drop(&mut self) {
-        for rule in self.rules() {
-            let _ = output({
-                let mut c = in_node(iptables());
-                c.args(["-D", "FORWARD"]).args(&rule);
-                c
-            });
+        for ns in every_netns() {
+            for rule in self.rules() {
+                let _ = output({
+                    let mut c = in_netns(&ns, iptables());
+                    c.args(["-w", "-D", "FORWARD"]).args(&rule);
+                    c
+                });
+            }
         }
     }
 }

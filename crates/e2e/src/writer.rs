@@ -37,7 +37,7 @@ const CLIENT_POD: &str = "writer";
 /// Starts the writer as [`start`] does, in a client pod of its own (the server image, running
 /// nothing but the writer), so that no server pod's restart stops it.
 pub fn start_in_client(namespace: &str, password: &str, host: &str, seconds: u32) -> Child {
-    start_client(namespace, password, host, seconds, None)
+    start_client(namespace, password, host, seconds, None, None)
 }
 
 /// [`start_in_client`] with each insert given up after `timeout` seconds (counted refused): a
@@ -49,7 +49,26 @@ pub fn start_in_client_bounded(
     seconds: u32,
     timeout: u32,
 ) -> Child {
-    start_client(namespace, password, host, seconds, Some(timeout))
+    start_client(namespace, password, host, seconds, Some(timeout), None)
+}
+
+/// [`start_in_client_bounded`] with the client pod on `node`: a chaos test keeps the writer
+/// off the nodes it stops or cuts.
+pub fn start_in_client_on(
+    namespace: &str,
+    password: &str,
+    host: &str,
+    (seconds, timeout): (u32, u32),
+    node: &str,
+) -> Child {
+    start_client(
+        namespace,
+        password,
+        host,
+        seconds,
+        Some(timeout),
+        Some(node),
+    )
 }
 
 fn start_client(
@@ -58,11 +77,13 @@ fn start_client(
     host: &str,
     seconds: u32,
     timeout: Option<u32>,
+    node: Option<&str>,
 ) -> Child {
+    let placement = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
     crate::apply(
         namespace,
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT_POD}}}\nspec:\n  \
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT_POD}}}\nspec:\n{placement}  \
              securityContext: {{runAsNonRoot: true, runAsUser: 999, seccompProfile: {{type: RuntimeDefault}}}}\n  \
              containers:\n  - name: client\n    image: {image}\n    imagePullPolicy: Never\n    \
              command: [sleep, infinity]\n    \

@@ -1,5 +1,5 @@
-//! Automatic failover on the real node, in a test binary of its own (it cordons the node, which
-//! would hold the pods of any test running beside it): under a steady writer the primary's pod is
+//! Automatic failover on the real node, in a test binary of its own (it cordons the primary's
+//! node, which would hold the pods of any test running beside it): under a steady writer the primary's pod is
 //! force-deleted (no grace, as on a lost node) and cannot come back; a replica is promoted, writes
 //! resume through the primary Service, and every acknowledged row is on the new primary. Once the
 //! node takes pods again, the old primary's pod returns as a replica of the new one, with every
@@ -12,14 +12,18 @@ use bulwark_e2e::{
     wait_takes_writes, writer, Namespace,
 };
 
-/// Cordons the node for its lifetime.
+/// Cordons a node for its lifetime.
 struct Cordoned(String);
 
 impl Cordoned {
-    fn node() -> Cordoned {
-        let node = kubectl_ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
-        kubectl_ok(&["cordon", node.trim()]);
-        Cordoned(node.trim().to_owned())
+    /// The node `pod` runs on (its volume is bound there, so its pod can come back nowhere else).
+    fn node_of(n: &str, pod: &str) -> Cordoned {
+        let node = get_json(n, &format!("pod/{pod}")).expect("the pod")["spec"]["nodeName"]
+            .as_str()
+            .expect("a node")
+            .to_owned();
+        kubectl_ok(&["cordon", &node]);
+        Cordoned(node)
     }
 }
 
@@ -54,7 +58,7 @@ fn a_lost_primary_is_replaced_by_a_replica_and_no_acknowledged_row_is_lost() {
     std::thread::sleep(Duration::from_secs(10));
     // The node takes no new pod: the primary's pod, once deleted, stays away (a lost node).
     // Deleted at once, without the grace in which a deleted primary hands its role over.
-    let cordon = Cordoned::node();
+    let cordon = Cordoned::node_of(n, "surge-0");
     let lost = Instant::now();
     kubectl_ok(&[
         "delete",

@@ -1,0 +1,383 @@
+//! Chaos on the three-node test cluster (`BULWARK_NODE_COUNT=3`): members on three nodes, the
+//! operator on node 1 (beside the control plane), a writer recording every acknowledged row,
+//! and faults made for real: a whole node lost (its link down, every process of it killed,
+//! `tests/node/node.sh node stop`), or the network split between nodes (`node.sh cut`). Each
+//! case ends with every acknowledged row on the final primary and never two writable members at
+//! a sampled moment, or with the documented refusal, and prints its write unavailability, time
+//! to promotion and rows. The cases run one after the other (they share the nodes).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::node::{node_count, node_name, Cut, StoppedNode};
+use bulwark_e2e::{
+    apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready,
+    wait_takes_writes, writer, Namespace,
+};
+
+const CLUSTER: &str = "atoll";
+
+/// The node `pod` runs on.
+fn node_of(n: &str, pod: &str) -> String {
+    get_json(n, &format!("pod/{pod}")).unwrap_or_default()["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn current_primary(n: &str) -> Option<String> {
+    primary_state(n).0
+}
+
+/// The cluster's primary, and whether it counts as lost (`status.primaryLostSince`).
+fn primary_state(n: &str) -> (Option<String>, bool) {
+    let status =
+        get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"].clone();
+    (
+        status["currentPrimary"].as_str().map(str::to_owned),
+        status["primaryLostSince"].is_string(),
+    )
+}
+
+/// `@@read_only` of `pod`'s server, asked on the pod itself; `None` when it does not answer (a
+/// fenced primary ends client sessions, root's included).
+fn read_only(n: &str, pod: &str, password: &str) -> Option<bool> {
+    match sql(n, pod, password, "localhost", "SELECT @@read_only")
+        .ok()?
+        .trim()
+    {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// Which members answer as writable (`@@read_only` 0), asked on each pod itself, but `off`: the
+/// member whose node is down (its server is gone with it, and the API server would wait for the
+/// node's kubelet until its connection times out).
+fn writable_members(n: &str, password: &str, off: Option<&str>) -> Vec<String> {
+    (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .filter(|pod| Some(pod.as_str()) != off)
+        .filter(|pod| read_only(n, pod, password) == Some(false))
+        .collect()
+}
+
+/// The cluster on three nodes, one member each, with its primary off node 1 (which holds the
+/// control plane and cannot be stopped): a switchover moves it when it started there.
+fn three_members_on_three_nodes(n: &str, password: &str) -> String {
+    let nodes: BTreeSet<String> = (0..3)
+        .map(|i| node_of(n, &format!("{CLUSTER}-{i}")))
+        .collect();
+    if nodes.len() != 3 {
+        bulwark_e2e::dump(n);
+        panic!("the members share nodes: {nodes:?}");
+    }
+    let primary = current_primary(n).expect("a primary");
+    if node_of(n, &primary) != node_name(1) {
+        return primary;
+    }
+    let to = (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .find(|p| *p != primary)
+        .expect("a replica");
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        n,
+        &format!("mysqlcluster/{CLUSTER}"),
+        &format!("mysql.bulwark.dev/switchover={to}"),
+    ]);
+    wait_for(
+        n,
+        &format!("the switchover to {to}"),
+        Duration::from_secs(90),
+        || match current_primary(n) {
+            Some(p) if p == to => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    wait_ready(n, CLUSTER, 3, "the cluster Ready after the switchover");
+    wait_takes_writes(n, &to, password, &format!("{CLUSTER}-primary"));
+    to
+}
+
+/// A namespace with the operator and a Ready 3-member cluster (`failoverAfterSeconds: 10`) on
+/// three nodes, its primary off node 1; the root password and the primary.
+fn three_member_cluster(prefix: &str) -> (Namespace, String, String) {
+    operator();
+    let ns = Namespace::create(prefix);
+    let n = ns.0.as_str();
+    apply(
+        n,
+        &format!(
+            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {CLUSTER}}}\n\
+             spec: {{engine: mariadb, version: \"10.11\", replicas: 3, storage: {{size: 1Gi}}, \
+             replication: {{failoverAfterSeconds: 10}}}}\n"
+        ),
+    );
+    wait_ready(n, CLUSTER, 3, "the cluster to become Ready");
+    let password = secret_value(n, &format!("{CLUSTER}-credentials"), "root");
+    let primary = three_members_on_three_nodes(n, &password);
+    (ns, password, primary)
+}
+
+#[test]
+fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
+    assert!(
+        node_count() >= 3,
+        "the chaos cases need three nodes: BULWARK_NODE_COUNT=3 tests/node/node.sh up \
+         (scripts/test.sh does), found {}",
+        node_count()
+    );
+    let _one_at_a_time = serial();
+    let (ns, password, old) = three_member_cluster("e2e-chaos-node");
+    let n = ns.0.as_str();
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &old, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
+    std::thread::sleep(Duration::from_secs(5));
+
+    let lost_node = node_of(n, &old);
+    let stopped = StoppedNode::stop(&lost_node);
+    let began = Instant::now();
+    // Sampled until writes land on a new primary: at most one member is writable at any time.
+    let mut promoted_at = None;
+    let mut counted_lost = None;
+    let new = loop {
+        let writable = writable_members(n, &password, Some(&old));
+        assert!(
+            writable.len() <= 1,
+            "two writable members at {:.1}s: {writable:?}",
+            began.elapsed().as_secs_f64()
+        );
+        if promoted_at.is_none() {
+            match primary_state(n) {
+                (Some(p), _) if p != old => promoted_at = Some((p, began.elapsed().as_secs_f64())),
+                (_, true) if counted_lost.is_none() => {
+                    counted_lost = Some(began.elapsed().as_secs_f64());
+                }
+                _ => {}
+            }
+        }
+        if let Some((p, _)) = &promoted_at {
+            if writable.as_slice() == [p.clone()] {
+                break p.clone();
+            }
+        }
+        if began.elapsed() > Duration::from_secs(150) {
+            bulwark_e2e::dump(n);
+            panic!("no member took writes within 150s after {lost_node} stopped");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let promoted = promoted_at.map(|(_, t)| t).unwrap_or(f64::NAN);
+    wait_takes_writes(n, &new, &password, &service);
+    let writable_again = began.elapsed().as_secs_f64();
+    bulwark_e2e::figure!(
+        "chaos, primary's node stopped: counted lost {:.1}s after {lost_node} stopped, {new} \
+         promoted at {promoted:.1}s, writes through {service} land on it at {writable_again:.1}s",
+        counted_lost.unwrap_or(f64::NAN)
+    );
+
+    // The node boots again: its pods restart, and the old primary comes back as a read-only
+    // replica of the new one holding what it holds, never as a second primary.
+    std::thread::sleep(Duration::from_secs(5));
+    stopped.start();
+    let back = Instant::now();
+    wait_for(
+        n,
+        &format!("{old} back as a read-only replica"),
+        Duration::from_secs(180),
+        || {
+            let writable = writable_members(n, &password, None);
+            assert!(writable.len() <= 1, "two writable members: {writable:?}");
+            match sql(n, &old, &password, "localhost", "SELECT @@read_only") {
+                Ok(out) if out.trim() == "1" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    );
+    wait_ready(n, CLUSTER, 3, "the cluster Ready with the returned node");
+    let rejoined = back.elapsed().as_secs_f64();
+    assert_eq!(current_primary(n).as_deref(), Some(new.as_str()));
+
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &new, &password, &service);
+    // The returned member holds exactly the new primary's rows once it has caught up.
+    let rows = |pod: &str| {
+        sql(
+            n,
+            pod,
+            &password,
+            "localhost",
+            "SELECT COUNT(*) FROM ledger.acks",
+        )
+    };
+    let want = rows(&new).expect("the primary's rows");
+    wait_for(
+        n,
+        &format!("{old} holding the primary's {} rows", want.trim()),
+        Duration::from_secs(60),
+        || match rows(&old) {
+            Ok(have) if have == want => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    bulwark_e2e::figure!(
+        "chaos, primary's node stopped: writes paused {:.1}s at most, {} acknowledged, none \
+         lost, {} refused; {old} back as a replica {rejoined:.1}s after its node started",
+        outcome.longest_gap,
+        outcome.acked.len(),
+        outcome.refused
+    );
+}
+
+/// The member on `node`.
+fn member_on(n: &str, node: &str) -> String {
+    (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .find(|p| node_of(n, p) == node)
+        .unwrap_or_else(|| panic!("no member on {node}"))
+}
+
+#[test]
+fn a_primary_cut_off_with_one_replica_is_not_replaced_and_loses_nothing() {
+    assert!(node_count() >= 3, "the chaos cases need three nodes");
+    let _one_at_a_time = serial();
+    let (ns, password, primary) = three_member_cluster("e2e-chaos-split");
+    let n = ns.0.as_str();
+    let primary_node = node_of(n, &primary);
+    // {primary, its replica A} on two nodes, {operator, replica B} on node 1; the writer beside
+    // A, so that it still reaches the primary and A still acknowledges its commits.
+    let b = member_on(n, &node_name(1));
+    let a = (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .find(|p| *p != primary && *p != b)
+        .expect("replica A");
+    let a_node = node_of(n, &a);
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &primary, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &a_node);
+    std::thread::sleep(Duration::from_secs(5));
+
+    let cuts = (
+        Cut::between(&primary_node, &node_name(1)),
+        Cut::between(&a_node, &node_name(1)),
+    );
+    let began = Instant::now();
+    // Longer than failoverAfterSeconds plus the lease: B alone reports, and a commit A
+    // acknowledged may be on A alone, so nobody is promoted; the primary, cut off from the
+    // operator, fences itself.
+    let mut waiting_said = None;
+    let mut fenced = None;
+    while began.elapsed() < Duration::from_secs(45) {
+        let writable = writable_members(n, &password, None);
+        assert!(writable.len() <= 1, "two writable members: {writable:?}");
+        if fenced.is_none() && read_only(n, &primary, &password) == Some(true) {
+            fenced = Some(began.elapsed().as_secs_f64());
+        }
+        let cluster = get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default();
+        assert_eq!(
+            cluster["status"]["currentPrimary"].as_str(),
+            Some(primary.as_str()),
+            "a replica was promoted while a commit may be on {a} alone: {}",
+            cluster["status"]
+        );
+        let ready = bulwark_e2e::condition(&cluster["status"], "Ready");
+        let refusal = "no replica is promoted until 2 report";
+        if waiting_said.is_none()
+            && ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(refusal))
+        {
+            waiting_said = Some((ready["message"].clone(), began.elapsed().as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (said, at) = waiting_said.unwrap_or_else(|| {
+        bulwark_e2e::dump(n);
+        panic!("Ready never said that no replica is promoted until 2 report")
+    });
+    // Cut off from the operator, the primary stops taking writes once its lease runs out.
+    let fenced = fenced.expect("the cut-off primary never turned read-only");
+    drop(cuts);
+    let healed = Instant::now();
+    wait_takes_writes(n, &primary, &password, &service);
+    let resumed = healed.elapsed().as_secs_f64();
+    wait_ready(n, CLUSTER, 3, "the cluster Ready after the heal");
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &primary, &password, &service);
+    bulwark_e2e::figure!(
+        "chaos, {{primary, replica}} cut from {{operator, replica}}: {primary} read-only \
+         {fenced:.1}s after the cut, no promotion in 45s, Ready said at {at:.1}s: {said}; writes \
+         paused {:.1}s at most, {} acknowledged, none lost; {primary} took writes again \
+         {resumed:.1}s after the heal",
+        outcome.longest_gap,
+        outcome.acked.len()
+    );
+}
+
+/// The cases share the nodes: one runs at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn a_primary_cut_off_from_the_operator_alone_fences_itself_and_is_not_replaced() {
+    assert!(node_count() >= 3, "the chaos cases need three nodes");
+    let _one_at_a_time = serial();
+    let (ns, password, primary) = three_member_cluster("e2e-chaos-operator");
+    let n = ns.0.as_str();
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &primary, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
+    std::thread::sleep(Duration::from_secs(5));
+
+    let operator_ip = bulwark_e2e::operator_pod("{.status.podIP}");
+    let primary_ip = get_json(n, &format!("pod/{primary}")).expect("the primary's pod")["status"]
+        ["podIP"]
+        .as_str()
+        .expect("its address")
+        .to_owned();
+    let cut = Cut::between(&operator_ip, &primary_ip);
+    let began = Instant::now();
+    // The replicas still receive from it, so it is not lost and nobody is promoted; without
+    // the operator's heartbeats its lease runs out and it stops taking writes (what this
+    // costs, as the README says).
+    let mut fenced = None;
+    while began.elapsed() < Duration::from_secs(40) {
+        let writable = writable_members(n, &password, None);
+        assert!(writable.len() <= 1, "two writable members: {writable:?}");
+        if fenced.is_none() && read_only(n, &primary, &password) == Some(true) {
+            fenced = Some(began.elapsed().as_secs_f64());
+        }
+        let status =
+            get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"].clone();
+        assert_eq!(
+            status["currentPrimary"].as_str(),
+            Some(primary.as_str()),
+            "a replica was promoted while the replicas still receive from {primary}: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let fenced = fenced.expect("the primary kept taking writes without the operator's heartbeats");
+    drop(cut);
+    let healed = Instant::now();
+    wait_takes_writes(n, &primary, &password, &service);
+    let resumed = healed.elapsed().as_secs_f64();
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &primary, &password, &service);
+    assert_eq!(current_primary(n).as_deref(), Some(primary.as_str()));
+    bulwark_e2e::figure!(
+        "chaos, operator cut from the primary: {primary} read-only {fenced:.1}s after the cut, \
+         no promotion in 40s; writes paused {:.1}s at most, {} acknowledged, none lost; writes \
+         again {resumed:.1}s after the heal",
+        outcome.longest_gap,
+        outcome.acked.len()
+    );
+}
