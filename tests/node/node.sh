@@ -102,6 +102,9 @@ node_cgroup_pids() {
 }
 
 pid_of() { cat "$pids/$1.pid" 2>/dev/null || true; }
+# Whether PID $1 is a process of the node (in its cgroup): a PID file that outlived its process
+# (the state survives a reboot) may name another process by now, which is never signalled.
+ours() { [[ -n "$1" ]] && grep -q ":$NODE_CGROUP\(/\|\$\)" "/proc/$1/cgroup" 2>/dev/null; }
 # Whether PID $1 runs (a zombie, exited but not yet reaped by its parent, does not).
 alive() {
 	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null &&
@@ -620,7 +623,7 @@ node_pids_but_supervisor() {
 	local h cg
 	h="$(cgroup_hierarchies | grep -m1 '/pids$' || cgroup_hierarchies | head -n1)"
 	cg="$h$(node_cgroup "$1")"
-	[[ -n "$h" && -d "$cg" ]] || return 0
+	[[ -n "$h" && -d "$cg" ]] || die "node $1 has no cgroup in $h: its processes cannot be found"
 	find "$cg" -path "$cg/supervisor" -prune -o -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
 
@@ -637,7 +640,6 @@ power_off() {
 		sleep 0.2
 	done
 	for c in "${worker_components[@]}"; do
-		[[ -z "$(pid_of "$c")" ]] || wait "$(pid_of "$c")" 2>/dev/null || true
 		rm -f "$pids/$c.pid" "$pids/$c.exited"
 	done
 	awk -v s="$state/containerd/state" -v r=/run/containerd/ 'index($5, s) == 1 || index($5, r) == 1 { print $5 }' \
@@ -666,9 +668,14 @@ worker() {
 	while true; do
 		if [[ "$wanted" == on && "$running" == off ]]; then
 			rm -f "$pids/off"
-			start_node "$k"
+			# In a subshell: a component that fails to start (its `die`) ends that, not the
+			# supervisor, and the node stays stoppable and startable.
+			if (start_node "$k"); then
+				echo "$(date -u +%T) node $k started"
+			else
+				echo "$(date -u +%T) node $k failed to start; see $logs"
+			fi
 			running=on
-			echo "$(date -u +%T) node $k started"
 		elif [[ "$wanted" == off && "$running" == on ]]; then
 			power_off "$k"
 			running=off
@@ -770,7 +777,8 @@ up() {
 		return 0
 	fi
 	[[ "$NODE_COUNT_WANTED" =~ ^[1-9]$ ]] || die "BULWARK_NODE_COUNT must be 1 to 9, not $NODE_COUNT_WANTED"
-	if [[ -e "$NODE_STATE" || -e "$netns_path" ]] || [[ -n "$(node_cgroup_pids)" ]]; then
+	if [[ -e "$NODE_STATE" || -e "$netns_path" ]] || compgen -G "/run/netns/$NODE_NETNS-[0-9]*" >/dev/null ||
+		[[ -n "$(node_cgroup_pids)" ]]; then
 		log "removing the remains of a previous node"
 		down >&2
 	fi
@@ -800,9 +808,11 @@ up() {
 	# Per-namespace settings: pods are routed through the node; bridged pod traffic goes
 	# through iptables (kube-proxy's rules).
 	nsenter --net="$netns_path" sysctl -qw net.ipv4.ip_forward=1
-	if [[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
-		nsenter --net="$netns_path" sysctl -qw net.bridge.bridge-nf-call-iptables=1
-	fi
+	# Without it, traffic between pods of one node bypasses iptables: kube-proxy's hairpin and
+	# every cut between pods of a node would silently do nothing.
+	[[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]] ||
+		die "the br_netfilter module is missing (net.bridge.bridge-nf-call-iptables)"
+	nsenter --net="$netns_path" sysctl -qw net.bridge.bridge-nf-call-iptables=1
 	# The other nodes: each in a namespace of its own, on node 1's bridge through a veth pair
 	# (so nothing of theirs reaches the host either), routing each other's pods.
 	echo "$NODE_COUNT_WANTED" >"$count_file"
@@ -817,9 +827,7 @@ up() {
 		ip -n "$wns" link set eth0 up
 		ip -n "$wns" route add "$SERVICE_CIDR" dev eth0
 		nsenter --net="/run/netns/$wns" sysctl -qw net.ipv4.ip_forward=1
-		if [[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
-			nsenter --net="/run/netns/$wns" sysctl -qw net.bridge.bridge-nf-call-iptables=1
-		fi
+		nsenter --net="/run/netns/$wns" sysctl -qw net.bridge.bridge-nf-call-iptables=1
 	done
 	for ((k = 1; k <= NODE_COUNT_WANTED; k++)); do
 		for ((j = 1; j <= NODE_COUNT_WANTED; j++)); do
@@ -915,16 +923,16 @@ down() {
 	local workers=() f
 	for f in "$pids"/node-*.pid; do
 		[[ -e "$f" ]] || continue
-		pid="$(cat "$f")"
-		! alive "$pid" || workers+=("$pid")
+		pid="$(cat "$f" 2>/dev/null || true)"
+		! { alive "$pid" && ours "$pid"; } || workers+=("$pid")
 	done
 	terminate 10 "${workers[@]}"
 	pid="$(pid_of supervisor)"
-	if alive "$pid"; then
+	if alive "$pid" && ours "$pid"; then
 		terminate 20 "$pid"
 	fi
 	pid="$(pid_of host-api-bridge)"
-	if alive "$pid"; then
+	if alive "$pid" && ours "$pid"; then
 		terminate 5 "$pid"
 	fi
 	local t1 t2 t3
@@ -1010,8 +1018,11 @@ status() {
 	for ((k = 1; k <= n; k++)); do
 		local state=on
 		if ((k > 1)); then
-			alive "$(cat "$pids/node-$k.pid" 2>/dev/null)" || state="supervisor gone"
-			alive "$(cat "$(node_state "$k")/pids/kubelet.pid" 2>/dev/null)" || state="${state/on/stopped}"
+			if ! alive "$(cat "$pids/node-$k.pid" 2>/dev/null)"; then
+				state="supervisor gone"
+			elif ! alive "$(cat "$(node_state "$k")/pids/kubelet.pid" 2>/dev/null)"; then
+				state=stopped
+			fi
 		fi
 		if node_ready "$(node_name "$k")"; then
 			echo "  node $(node_name "$k") ($(node_ip "$k"), $(node_netns "$k")): Ready, $state"
@@ -1046,8 +1057,8 @@ node_verb() {
 	is_up || die "the node is down"
 	local verb="$1" k pid
 	k="$(worker_number "${2:-}")"
-	pid="$(cat "$pids/node-$k.pid" 2>/dev/null)"
-	alive "$pid" || die "node $k's supervisor is not running; see $logs/node-$k.log"
+	pid="$(cat "$pids/node-$k.pid" 2>/dev/null || true)"
+	{ alive "$pid" && ours "$pid"; } || die "node $k's supervisor is not running; see $logs/node-$k.log"
 	case "$verb" in
 	stop)
 		ip -n "$NODE_NETNS" link set "$(node_link "$k")" down
@@ -1088,15 +1099,6 @@ addresses_of() {
 	echo "$1/32"
 }
 
-# Runs iptables in every namespace of the cluster.
-iptables_everywhere() {
-	local n k
-	n="$(node_count)"
-	for ((k = 1; k <= n; k++)); do
-		ip netns exec "$(node_netns "$k")" iptables -w "$@"
-	done
-}
-
 # `cut A B`: every packet between A and B is dropped, both ways, in every node (ahead of
 # kube-proxy's rules, established connections included), until `heal`. A and B are nodes or pod
 # addresses. The API server and the cluster DNS on node 1 stay reachable from every node, and
@@ -1107,6 +1109,7 @@ cut_traffic() {
 	[[ -n "${1:-}" && -n "${2:-}" ]] || die "usage: $0 cut A B (nodes or pod addresses)"
 	local a b x y chain=BULWARK-CUT n k
 	a="$(addresses_of "$1")" b="$(addresses_of "$2")"
+	[[ "$a" != "$b" ]] || die "cut: $1 and $2 are the same"
 	n="$(node_count)"
 	for ((k = 1; k <= n; k++)); do
 		local ipt=(ip netns exec "$(node_netns "$k")" iptables -w)
@@ -1116,6 +1119,8 @@ cut_traffic() {
 			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p tcp --sport "$API_PORT" -j RETURN
 			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p udp --dport 53 -j RETURN
 			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p udp --sport 53 -j RETURN
+			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p tcp --dport 53 -j RETURN
+			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p tcp --sport 53 -j RETURN
 			# The API server's own calls to kubelets (exec, logs) of the cut nodes.
 			"${ipt[@]}" -A "$chain" -s "$NODE_IP" -p tcp --dport 10250 -j RETURN
 			"${ipt[@]}" -A "$chain" -d "$NODE_IP" -p tcp --sport 10250 -j RETURN

@@ -333,8 +333,68 @@ if [[ "${SMOKE_WARM:-1}" == 1 ]]; then
 		"$node_dir/images.sh" import "$sock"
 	done
 	timing "image import into three nodes' containerd, warm" "$(elapsed "$t" "$(now)")"
+	# Across nodes: a Service on node 3 reached from a pod on node 2; nothing out of node 2.
+	kubectl create namespace "$ns" >/dev/null
+	kubectl apply -n "$ns" -f - >/dev/null <<-EOF
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: echo, labels: {app: echo}}
+		spec:
+		  nodeName: $NODE_NAME-3
+		  containers:
+		  - name: echo
+		    image: $BASE_IMAGE
+		    imagePullPolicy: Never
+		    command: [perl, -MIO::Socket::INET, -e]
+		    args: ['my \$s = IO::Socket::INET->new(LocalPort => 8080, Listen => 16, ReuseAddr => 1) or die; while (my \$c = \$s->accept) { print \$c "hello from echo\\n"; close \$c }']
+		    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+		---
+		apiVersion: v1
+		kind: Service
+		metadata: {name: echo}
+		spec:
+		  selector: {app: echo}
+		  ports: [{port: 80, targetPort: 8080}]
+		---
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: client}
+		spec:
+		  nodeName: $NODE_NAME-2
+		  terminationGracePeriodSeconds: 1
+		  containers:
+		  - {name: client, image: $BASE_IMAGE, imagePullPolicy: Never, command: [sleep, infinity]}
+	EOF
+	for pod in echo client; do
+		kubectl wait -n "$ns" --for=condition=Ready "pod/$pod" --timeout=120s >/dev/null ||
+			fail "pod $pod did not become Ready on its node"
+	done
+	echo_ip="$(kubectl get pod -n "$ns" echo -o jsonpath='{.status.podIP}')"
+	reach() { in_pod client timeout 4 bash -c "exec 3<>/dev/tcp/$1/$2 && timeout 3 cat <&3" 2>/dev/null; }
+	[[ "$(reach echo 80)" == "hello from echo" ]] || fail "node 2 did not reach node 3's pod through its Service"
+	if err="$(in_pod client timeout 10 bash -c 'exec 3<>/dev/tcp/192.0.2.1/80' 2>&1)"; then
+		fail "a pod on node 2 connected to 192.0.2.1:80"
+	fi
+	grep -qi 'network is unreachable' <<<"$err" || fail "from node 2, 192.0.2.1:80 failed otherwise: $err"
+	log "ok: node 2's pod reached node 3's through a Service, and nothing outside"
+	# A cut drops the traffic between the nodes; heal restores it.
+	"$node" cut 2 3
+	! reach "$echo_ip" 8080 >/dev/null || fail "node 2 still reached node 3's pod after 'cut 2 3'"
+	"$node" heal
+	[[ "$(reach "$echo_ip" 8080)" == "hello from echo" ]] || fail "node 2 did not reach node 3's pod after 'heal'"
+	log "ok: 'cut 2 3' dropped node 2's traffic to node 3's pod, 'heal' restored it"
+	# A stopped node's processes are all gone but its supervisor's; started, it is Ready again
+	# and its pod runs again.
 	"$node" node stop 3
+	left="$(find "/sys/fs/cgroup/pids$NODE_CGROUP/node-3" -path "*/node-3/supervisor" -prune -o \
+		-name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')"
+	[[ -z "${left// /}" ]] || fail "processes of node 3 left after 'node stop 3': $left"
 	"$node" node start 3
+	kubectl wait --for=condition=Ready "node/$NODE_NAME-3" --timeout=60s >/dev/null ||
+		fail "node 3 not Ready after 'node start 3'"
+	kubectl wait -n "$ns" --for=condition=Ready pod/echo --timeout=120s >/dev/null ||
+		fail "node 3's pod did not run again after 'node start 3'"
+	log "ok: 'node stop 3' killed every process of node 3; 'node start 3' brought it and its pod back"
 	t="$(now)"
 	"$node" down
 	timing "teardown of three nodes" "$(elapsed "$t" "$(now)")"
