@@ -44,17 +44,25 @@ pub fn node_name(k: usize) -> String {
     }
 }
 
-/// The network namespace of every node: node 1's, then node k's (`<netns>-k`).
+/// The network namespace of every node that is up: node 1's, then node k's (`<netns>-k`), as
+/// found in /run/netns (not from the environment, which a hand run may lack).
 pub fn every_netns() -> Vec<String> {
-    (1..=node_count())
-        .map(|k| {
-            if k == 1 {
-                netns()
+    let first = netns();
+    let mut found: Vec<(usize, String)> = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| {
+            let k = if name == first {
+                1
             } else {
-                format!("{}-{k}", netns())
-            }
+                name.strip_prefix(&format!("{first}-"))?.parse().ok()?
+            };
+            Some((k, name))
         })
-        .collect()
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, name)| name).collect()
 }
 
 /// `tests/node/node.sh` with `args` (a chaos verb); panics with its output when it fails.
@@ -82,29 +90,39 @@ pub struct StoppedNode {
 
 impl StoppedNode {
     pub fn stop(name: &str) -> StoppedNode {
-        node_script(&["node", "stop", name]);
-        StoppedNode {
+        // The guard first: a stop that fails half-way is undone by its drop.
+        let stopped = StoppedNode {
             name: name.to_owned(),
             running: false,
-        }
+        };
+        node_script(&["node", "stop", name]);
+        stopped
     }
 
-    /// Boots it again: link up, containerd, kubelet and kube-proxy started; its pods follow.
+    /// Boots it again (link up, containerd, kubelet and kube-proxy started; its pods follow)
+    /// and waits until it is Ready.
     pub fn start(mut self) {
-        node_script(&["node", "start", &self.name]);
         self.running = true;
+        boot(&self.name);
     }
+}
+
+/// Starts a stopped node and waits until it reports Ready, so that whatever comes next can
+/// schedule on it.
+fn boot(name: &str) {
+    node_script(&["node", "start", name]);
+    crate::kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=120s",
+        &format!("node/{name}"),
+    ]);
 }
 
 impl Drop for StoppedNode {
     fn drop(&mut self) {
         if !self.running {
-            let script = crate::repo_root().join("tests/node/node.sh");
-            let _ = Command::new("bash")
-                .arg(script)
-                .args(["node", "start", &self.name])
-                .stdin(Stdio::null())
-                .output();
+            boot(&self.name);
         }
     }
 }
@@ -115,8 +133,10 @@ pub struct Cut;
 
 impl Cut {
     pub fn between(a: &str, b: &str) -> Cut {
+        // The guard first: a cut that fails half-way is healed by its drop.
+        let cut = Cut;
         node_script(&["cut", a, b]);
-        Cut
+        cut
     }
 }
 
@@ -309,13 +329,16 @@ pub fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHand
 /// A pod cut off the pod network, both ways, until dropped: inside every node's namespace, every
 /// packet forwarded to or from its address is dropped (ahead of kube-proxy's rules, which let
 /// established connections through). The node itself (the kubelet's probes, `kubectl exec`)
-/// still reaches it, as a node's own kubelet does when its network splits from the others.
+/// still reaches it, as a node's own kubelet does when its network splits from the others, and
+/// it still reaches the API server and DNS, as with a control plane apart from the split. (On
+/// node 1 it also still reaches other services on node 1's own address, such as moto.)
 pub struct Isolated {
     ip: String,
 }
 
 impl Isolated {
     pub fn pod(ip: &str) -> Isolated {
+        // The guard first: rules added before a failure are removed by its drop.
         let cut = Isolated { ip: ip.to_owned() };
         for ns in every_netns() {
             for rule in cut.rules() {
@@ -334,16 +357,25 @@ impl Isolated {
         cut
     }
 
-    fn rules(&self) -> [Vec<String>; 2] {
-        let drop = |dir: &str| {
-            vec![
-                dir.to_owned(),
-                self.ip.clone(),
-                "-j".to_owned(),
-                "DROP".to_owned(),
-            ]
-        };
-        [drop("-s"), drop("-d")]
+    /// The rules in the order they are inserted at the top of FORWARD (so the last comes
+    /// first): the drops, then what stays reachable wherever the pod runs, the API server and
+    /// DNS on node 1 (on node 1 itself that traffic never crosses FORWARD).
+    fn rules(&self) -> Vec<Vec<String>> {
+        let rule = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        let (ip, node) = (self.ip.as_str(), node_ip().to_string());
+        let mut rules = vec![
+            rule(&["-s", ip, "-j", "DROP"]),
+            rule(&["-d", ip, "-j", "DROP"]),
+        ];
+        for (proto, port) in [("tcp", "6443"), ("udp", "53"), ("tcp", "53")] {
+            rules.push(rule(&[
+                "-s", ip, "-d", &node, "-p", proto, "--dport", port, "-j", "ACCEPT",
+            ]));
+            rules.push(rule(&[
+                "-s", &node, "-d", ip, "-p", proto, "--sport", port, "-j", "ACCEPT",
+            ]));
+        }
+        rules
     }
 }
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use bulwark_e2e::node::{node_count, node_name, Cut, StoppedNode};
+use bulwark_e2e::node::{node_count, node_name, servers_of, Cut, StoppedNode};
 use bulwark_e2e::{
     apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready,
     wait_takes_writes, writer, Namespace,
@@ -56,11 +56,28 @@ fn read_only(n: &str, pod: &str, password: &str) -> Option<bool> {
 /// member whose node is down (its server is gone with it, and the API server would wait for the
 /// node's kubelet until its connection times out).
 fn writable_members(n: &str, password: &str, off: Option<&str>) -> Vec<String> {
+    member_states(n, password, off)
+        .into_iter()
+        .filter(|(_, read_only)| *read_only == Some(false))
+        .map(|(pod, _)| pod)
+        .collect()
+}
+
+/// Each member's `@@read_only` as [`read_only`] reads it, but `off`'s.
+fn member_states(n: &str, password: &str, off: Option<&str>) -> Vec<(String, Option<bool>)> {
     (0..3)
         .map(|i| format!("{CLUSTER}-{i}"))
         .filter(|pod| Some(pod.as_str()) != off)
-        .filter(|pod| read_only(n, pod, password) == Some(false))
+        .map(|pod| {
+            let state = read_only(n, &pod, password);
+            (pod, state)
+        })
         .collect()
+}
+
+/// The cluster's status, `None` when it could not be read (a sample to skip, not a verdict).
+fn cluster_status(n: &str) -> Option<serde_json::Value> {
+    get_json(n, &format!("mysqlcluster/{CLUSTER}")).map(|c| c["status"].clone())
 }
 
 /// The cluster on three nodes, one member each, with its primary off node 1 (which holds the
@@ -103,7 +120,8 @@ fn three_members_on_three_nodes(n: &str, password: &str) -> String {
 }
 
 /// A namespace with the operator and a Ready 3-member cluster (`failoverAfterSeconds: 10`) on
-/// three nodes, its primary off node 1; the root password and the primary.
+/// three nodes (required anti-affinity: the default only prefers it), its primary off node 1;
+/// the root password and the primary.
 fn three_member_cluster(prefix: &str) -> (Namespace, String, String) {
     operator();
     let ns = Namespace::create(prefix);
@@ -113,7 +131,10 @@ fn three_member_cluster(prefix: &str) -> (Namespace, String, String) {
         &format!(
             "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {CLUSTER}}}\n\
              spec: {{engine: mariadb, version: \"10.11\", replicas: 3, storage: {{size: 1Gi}}, \
-             replication: {{failoverAfterSeconds: 10}}}}\n"
+             replication: {{failoverAfterSeconds: 10}}, affinity: {{podAntiAffinity: \
+             {{requiredDuringSchedulingIgnoredDuringExecution: [{{topologyKey: kubernetes.io/hostname, \
+             labelSelector: {{matchLabels: {{app.kubernetes.io/instance: {CLUSTER}, \
+             app.kubernetes.io/component: database}}}}}}]}}}}}}\n"
         ),
     );
     wait_ready(n, CLUSTER, 3, "the cluster to become Ready");
@@ -124,12 +145,7 @@ fn three_member_cluster(prefix: &str) -> (Namespace, String, String) {
 
 #[test]
 fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
-    assert!(
-        node_count() >= 3,
-        "the chaos cases need three nodes: BULWARK_NODE_COUNT=3 tests/node/node.sh up \
-         (scripts/test.sh does), found {}",
-        node_count()
-    );
+    three_nodes();
     let _one_at_a_time = serial();
     let (ns, password, old) = three_member_cluster("e2e-chaos-node");
     let n = ns.0.as_str();
@@ -139,8 +155,17 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     std::thread::sleep(Duration::from_secs(5));
 
     let lost_node = node_of(n, &old);
-    let stopped = StoppedNode::stop(&lost_node);
+    let uid = get_json(n, &format!("pod/{old}")).expect("the primary's pod")["metadata"]["uid"]
+        .as_str()
+        .expect("its uid")
+        .to_owned();
     let began = Instant::now();
+    let stopped = StoppedNode::stop(&lost_node);
+    // Its server is gone with the node (so not sampling it below hides nothing).
+    assert!(
+        servers_of(&uid).is_empty(),
+        "{old}'s mariadbd still runs after its node stopped"
+    );
     // Sampled until writes land on a new primary: at most one member is writable at any time.
     let mut promoted_at = None;
     let mut counted_lost = None;
@@ -244,7 +269,7 @@ fn member_on(n: &str, node: &str) -> String {
 
 #[test]
 fn a_primary_cut_off_with_one_replica_is_not_replaced_and_loses_nothing() {
-    assert!(node_count() >= 3, "the chaos cases need three nodes");
+    three_nodes();
     let _one_at_a_time = serial();
     let (ns, password, primary) = three_member_cluster("e2e-chaos-split");
     let n = ns.0.as_str();
@@ -273,19 +298,21 @@ fn a_primary_cut_off_with_one_replica_is_not_replaced_and_loses_nothing() {
     let mut waiting_said = None;
     let mut fenced = None;
     while began.elapsed() < Duration::from_secs(45) {
-        let writable = writable_members(n, &password, None);
+        let states = member_states(n, &password, None);
+        let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
         assert!(writable.len() <= 1, "two writable members: {writable:?}");
-        if fenced.is_none() && read_only(n, &primary, &password) == Some(true) {
+        if fenced.is_none() && states.contains(&(primary.clone(), Some(true))) {
             fenced = Some(began.elapsed().as_secs_f64());
         }
-        let cluster = get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default();
+        let Some(status) = cluster_status(n) else {
+            continue;
+        };
         assert_eq!(
-            cluster["status"]["currentPrimary"].as_str(),
+            status["currentPrimary"].as_str(),
             Some(primary.as_str()),
-            "a replica was promoted while a commit may be on {a} alone: {}",
-            cluster["status"]
+            "a replica was promoted while a commit may be on {a} alone: {status}"
         );
-        let ready = bulwark_e2e::condition(&cluster["status"], "Ready");
+        let ready = bulwark_e2e::condition(&status, "Ready");
         let refusal = "no replica is promoted until 2 report";
         if waiting_said.is_none()
             && ready["message"]
@@ -320,6 +347,16 @@ fn a_primary_cut_off_with_one_replica_is_not_replaced_and_loses_nothing() {
     );
 }
 
+/// Fails unless the test cluster has exactly three nodes (one member on each).
+fn three_nodes() {
+    assert_eq!(
+        node_count(),
+        3,
+        "the chaos cases need three nodes: BULWARK_NODE_COUNT=3 tests/node/node.sh up \
+         (scripts/test.sh does)"
+    );
+}
+
 /// The cases share the nodes: one runs at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -328,7 +365,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn a_primary_cut_off_from_the_operator_alone_fences_itself_and_is_not_replaced() {
-    assert!(node_count() >= 3, "the chaos cases need three nodes");
+    three_nodes();
     let _one_at_a_time = serial();
     let (ns, password, primary) = three_member_cluster("e2e-chaos-operator");
     let n = ns.0.as_str();
@@ -350,13 +387,15 @@ fn a_primary_cut_off_from_the_operator_alone_fences_itself_and_is_not_replaced()
     // costs, as the README says).
     let mut fenced = None;
     while began.elapsed() < Duration::from_secs(40) {
-        let writable = writable_members(n, &password, None);
+        let states = member_states(n, &password, None);
+        let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
         assert!(writable.len() <= 1, "two writable members: {writable:?}");
-        if fenced.is_none() && read_only(n, &primary, &password) == Some(true) {
+        if fenced.is_none() && states.contains(&(primary.clone(), Some(true))) {
             fenced = Some(began.elapsed().as_secs_f64());
         }
-        let status =
-            get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"].clone();
+        let Some(status) = cluster_status(n) else {
+            continue;
+        };
         assert_eq!(
             status["currentPrimary"].as_str(),
             Some(primary.as_str()),
@@ -379,5 +418,99 @@ fn a_primary_cut_off_from_the_operator_alone_fences_itself_and_is_not_replaced()
          again {resumed:.1}s after the heal",
         outcome.longest_gap,
         outcome.acked.len()
+    );
+}
+
+/// Uncordons a node when dropped.
+struct Drained(String);
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        let _ = bulwark_e2e::try_kubectl(&["uncordon", &self.0]);
+    }
+}
+
+#[test]
+fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
+    three_nodes();
+    let _one_at_a_time = serial();
+    let (ns, password, old) = three_member_cluster("e2e-chaos-drain");
+    let n = ns.0.as_str();
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &old, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
+    std::thread::sleep(Duration::from_secs(5));
+
+    // `kubectl drain` evicts the primary's pod (through the PodDisruptionBudget): its agent
+    // holds it in its preStop hooks until the primary is handed over, and its pod cannot come
+    // back while the node is cordoned (its claim is bound there).
+    let node = node_of(n, &old);
+    let drained = Drained(node.clone());
+    let began = Instant::now();
+    let drain = std::thread::spawn({
+        let node = node.clone();
+        move || {
+            bulwark_e2e::try_kubectl(&[
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=180s",
+            ])
+        }
+    });
+    let new = loop {
+        let writable = writable_members(n, &password, None);
+        assert!(
+            writable.len() <= 1,
+            "two writable members at {:.1}s: {writable:?}",
+            began.elapsed().as_secs_f64()
+        );
+        if let Some(p) = current_primary(n).filter(|p| *p != old) {
+            if writable.as_slice() == [p.clone()] {
+                break p;
+            }
+        }
+        if began.elapsed() > Duration::from_secs(120) {
+            bulwark_e2e::dump(n);
+            panic!("no member took writes within 120s of draining {node}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let handed_over = began.elapsed().as_secs_f64();
+    let drain = drain.join().expect("drain thread");
+    assert!(drain.is_ok(), "kubectl drain {node}: {drain:?}");
+    let record = cluster_status(n).expect("the cluster")["lastSwitchover"].clone();
+    assert_eq!(
+        (
+            record["from"].as_str(),
+            record["to"].as_str(),
+            record["result"].as_str()
+        ),
+        (Some(old.as_str()), Some(new.as_str()), Some("Completed")),
+        "the drain was not a completed switchover: {record}"
+    );
+    assert!(
+        get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"]
+            ["lastFailover"]
+            .is_null(),
+        "a failover followed the drain"
+    );
+
+    // Back in service: the old primary's pod returns to its node as a read-only replica with
+    // every row.
+    drop(drained);
+    wait_ready(n, CLUSTER, 3, "the cluster Ready after the uncordon");
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &new, &password, &service);
+    assert_eq!(read_only(n, &old, &password), Some(true));
+    bulwark_e2e::figure!(
+        "chaos, primary's node drained: {new} took writes {handed_over:.1}s after the drain \
+         began (a switchover, no failover); writes paused {:.1}s at most, {} acknowledged, none \
+         lost, {} refused",
+        outcome.longest_gap,
+        outcome.acked.len(),
+        outcome.refused
     );
 }

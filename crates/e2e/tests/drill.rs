@@ -16,10 +16,14 @@ use bulwark_e2e::{
 /// The base64 master key of the test cluster (32 bytes).
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 
+/// The cluster, its archiver (both under its nodeSelector) and so its physical backups' Jobs on
+/// node 1: `dumps` is a local-path claim, bound to the node of its first user, and a physical
+/// backup runs on its source's node (see the README on claims bound to one node).
 fn cluster(assertion: &str) -> String {
     format!(
         "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: quay}}\n\
          spec:\n  engine: mariadb\n  version: \"10.11\"\n  replicas: 1\n  storage: {{size: 1Gi}}\n\
+         \x20 nodeSelector: {{kubernetes.io/hostname: bulwark-node}}\n\
          \x20 backup:\n    encryption: {{keySecretRef: {{name: quay-key, key: master}}}}\n\
          \x20   storages: [{{name: shelf, pvc: {{claimName: dumps, subPath: quay}}}}]\n\
          \x20   binlogArchive: {{storage: shelf, flushEverySeconds: 2}}\n\
