@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local Kubernetes with the operator installed, for people: the test node of tests/node (a
-# real single-node cluster in its own network namespace, no route out), the operator installed
+# real cluster of one or more nodes in network namespaces of their own, no route out), the operator installed
 # from the Helm chart with images built here from the working tree.
 #
 #   scripts/dev-cluster.sh up [NODES]    # idempotent; prints the KUBECONFIG to export
@@ -10,9 +10,9 @@
 #   scripts/dev-cluster.sh down          # removes everything it made
 #
 # Chaos, for failover by hand (nodes by number or name; node 1 holds the control plane):
-#   scripts/dev-cluster.sh node stop 2   # node 2 loses its power: link down, every process
-#                                        # of it killed (its disk stays)
-#   scripts/dev-cluster.sh node start 2  # it boots again; its pods restart
+#   scripts/dev-cluster.sh node stop 2   # node 2 stops: link down, then every process of it
+#                                        # killed at once (its files stay)
+#   scripts/dev-cluster.sh node start 2  # it starts again; its pods restart
 #   scripts/dev-cluster.sh cut 2 3       # drop every packet between two nodes or pod addresses
 #   scripts/dev-cluster.sh heal          # undo every cut
 #

@@ -5,7 +5,7 @@
 #   node.sh down     stop everything and leave the host as it was
 #   node.sh status   say whether the node is up, with its components
 #   node.sh env      print shell exports: KUBECONFIG (the host's), paths, the namespace's name
-#   node.sh node stop|start K   node K (2..) loses its power / boots again
+#   node.sh node stop|start K   node K (2..) stops (every process killed) / starts again
 #   node.sh cut A B  drop every packet between A and B (nodes or pod addresses), both ways
 #   node.sh heal     undo every cut
 #
@@ -627,7 +627,7 @@ node_pids_but_supervisor() {
 	find "$cg" -path "$cg/supervisor" -prune -o -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
 
-# Node $1 loses its power: every process of it (components, shims, containers) is killed at
+# Node $1 stops as if its power went: every process of it (components, shims, containers) is killed at
 # once, and what a reboot clears goes: containerd's runtime state and pod network namespaces.
 # Its disk stays: volumes, the kubelet's directory, containerd's images.
 power_off() {
@@ -1049,7 +1049,7 @@ worker_number() {
 	die "no node $1 (nodes: 1..$n, or their names)"
 }
 
-# `node stop K`: node K loses its power: its link goes down (its address and its pods' stop
+# `node stop K`: node K stops as if its power went: its link goes down (its address and its pods' stop
 # answering, as for a machine that is off, not refusing), then every process of it is killed.
 # `node start K`: it boots again: link up, containerd, kubelet and kube-proxy started; its pods
 # come back as the kubelet restarts them.

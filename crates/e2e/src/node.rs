@@ -81,8 +81,8 @@ fn node_script(args: &[&str]) {
     );
 }
 
-/// A node stopped (`node.sh node stop`: its link down, then every process of it killed, as when
-/// a machine loses its power) until [`StoppedNode::start`] or drop boots it again.
+/// A node stopped (`node.sh node stop`: its link down, then every process of it killed at once;
+/// its files stay) until [`StoppedNode::start`] or drop starts it again.
 pub struct StoppedNode {
     name: String,
     running: bool,
@@ -291,8 +291,9 @@ impl Drop for NodeS3 {
     }
 }
 
-/// Host PIDs of the `mariadbd` processes of the pod with `uid` (the node's processes share the
-/// host's PID namespace; a pod's cgroup path names its uid).
+/// Host PIDs of the running `mariadbd` processes of the pod with `uid` (the node's processes
+/// share the host's PID namespace; a pod's cgroup path names its uid). A zombie (killed, not yet
+/// reaped: its parent shim was killed with it) runs no more and is left out.
 pub fn servers_of(uid: &str) -> Vec<i32> {
     let underscored = uid.replace('-', "_");
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -303,7 +304,13 @@ pub fn servers_of(uid: &str) -> Vec<i32> {
         .filter(|pid| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            comm.trim() == "mariadbd" && (cgroup.contains(uid) || cgroup.contains(&underscored))
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'));
+            comm.trim() == "mariadbd"
+                && !zombie
+                && (cgroup.contains(uid) || cgroup.contains(&underscored))
         })
         .collect()
 }
