@@ -93,10 +93,13 @@ cgroup_hierarchies() { awk '$9 == "cgroup" { print $5 }' /proc/self/mountinfo | 
 # unified one.
 cgroup_mounts() { awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u; }
 
+# The v1 hierarchy whose cgroup.procs files list the node's processes: pids, or any other.
+pids_hierarchy() { cgroup_hierarchies | grep -m1 '/pids$' || cgroup_hierarchies | head -n1; }
+
 # The PIDs of every process in the node's cgroup tree (the pids hierarchy, or any other).
 node_cgroup_pids() {
 	local h
-	h="$(cgroup_hierarchies | grep -m1 '/pids$' || cgroup_hierarchies | head -n1)"
+	h="$(pids_hierarchy)"
 	[[ -n "$h" && -d "$h$NODE_CGROUP" ]] || return 0
 	find "$h$NODE_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
 }
@@ -621,7 +624,7 @@ inner() {
 # PIDs of node $1's components, shims and containers: its cgroup tree but its supervisor's.
 node_pids_but_supervisor() {
 	local h cg
-	h="$(cgroup_hierarchies | grep -m1 '/pids$' || cgroup_hierarchies | head -n1)"
+	h="$(pids_hierarchy)"
 	cg="$h$(node_cgroup "$1")"
 	[[ -n "$h" && -d "$cg" ]] || die "node $1 has no cgroup in $h: its processes cannot be found"
 	find "$cg" -path "$cg/supervisor" -prune -o -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un
@@ -1037,16 +1040,22 @@ status() {
 # Fails unless $1 names a node of the running cluster other than node 1 (which holds the
 # control plane); prints its number. A node is named by its number or its name.
 worker_number() {
-	local n k
-	n="$(node_count)"
-	for ((k = 1; k <= n; k++)); do
+	local k
+	k="$(node_number "$1")" || die "no node $1 (nodes: 1..$(node_count), or their names)"
+	((k > 1)) || die "node $1 holds the control plane and cannot be stopped; stop another"
+	echo "$k"
+}
+
+# The number of the node $1 names (its number or its name); fails when none does.
+node_number() {
+	local k
+	for ((k = 1; k <= $(node_count); k++)); do
 		if [[ "$1" == "$k" || "$1" == "$(node_name "$k")" ]]; then
-			((k > 1)) || die "node $1 holds the control plane and cannot be stopped; stop another"
 			echo "$k"
-			return
+			return 0
 		fi
 	done
-	die "no node $1 (nodes: 1..$n, or their names)"
+	return 1
 }
 
 # `node stop K`: node K stops as if its power went: its link goes down (its address and its pods' stop
@@ -1087,14 +1096,11 @@ node_verb() {
 # The addresses of $1: a node (number or name: its address and its pods' range) or an IPv4
 # address (a pod's).
 addresses_of() {
-	local n k
-	n="$(node_count)"
-	for ((k = 1; k <= n; k++)); do
-		if [[ "$1" == "$k" || "$1" == "$(node_name "$k")" ]]; then
-			echo "$(node_ip "$k")/32 $(node_pod_cidr "$k")"
-			return
-		fi
-	done
+	local k
+	if k="$(node_number "$1")"; then
+		echo "$(node_ip "$k")/32 $(node_pod_cidr "$k")"
+		return
+	fi
 	[[ "$1" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "$1 is neither a node nor an IPv4 address"
 	echo "$1/32"
 }
