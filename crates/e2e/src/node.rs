@@ -67,18 +67,27 @@ pub fn every_netns() -> Vec<String> {
 
 /// `tests/node/node.sh` with `args` (a chaos verb); panics with its output when it fails.
 fn node_script(args: &[&str]) {
+    if let Err(e) = try_node_script(args) {
+        panic!("{e}");
+    }
+}
+
+/// [`node_script`] for guards' drops, which must not panic (a panic while a failed test
+/// unwinds aborts the whole test binary).
+fn try_node_script(args: &[&str]) -> Result<(), String> {
     let script = crate::repo_root().join("tests/node/node.sh");
     let out = output({
         let mut c = Command::new("bash");
         c.arg(&script).args(args).stdin(Stdio::null());
         c
     });
-    assert!(
-        out.status.success(),
-        "node.sh {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    out.status.success().then_some(()).ok_or_else(|| {
+        format!(
+            "node.sh {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
 }
 
 /// A node stopped (`node.sh node stop`: its link down, then every process of it killed at once;
@@ -103,26 +112,31 @@ impl StoppedNode {
     /// and waits until it is Ready.
     pub fn start(mut self) {
         self.running = true;
-        boot(&self.name);
+        if let Err(e) = boot(&self.name) {
+            panic!("{e}");
+        }
     }
 }
 
 /// Starts a stopped node and waits until it reports Ready, so that whatever comes next can
 /// schedule on it.
-fn boot(name: &str) {
-    node_script(&["node", "start", name]);
-    crate::kubectl_ok(&[
+fn boot(name: &str) -> Result<(), String> {
+    try_node_script(&["node", "start", name])?;
+    crate::try_kubectl(&[
         "wait",
         "--for=condition=Ready",
         "--timeout=120s",
         &format!("node/{name}"),
-    ]);
+    ])
+    .map(drop)
 }
 
 impl Drop for StoppedNode {
     fn drop(&mut self) {
         if !self.running {
-            boot(&self.name);
+            if let Err(e) = boot(&self.name) {
+                eprintln!("starting {} again after the test: {e}", self.name);
+            }
         }
     }
 }
@@ -142,12 +156,9 @@ impl Cut {
 
 impl Drop for Cut {
     fn drop(&mut self) {
-        let script = crate::repo_root().join("tests/node/node.sh");
-        let _ = Command::new("bash")
-            .arg(script)
-            .arg("heal")
-            .stdin(Stdio::null())
-            .output();
+        if let Err(e) = try_node_script(&["heal"]) {
+            eprintln!("healing after the test: {e}");
+        }
     }
 }
 
