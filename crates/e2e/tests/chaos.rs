@@ -31,8 +31,7 @@ fn current_primary(n: &str) -> Option<String> {
 
 /// The cluster's primary, and whether it counts as lost (`status.primaryLostSince`).
 fn primary_state(n: &str) -> (Option<String>, bool) {
-    let status =
-        get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"].clone();
+    let status = cluster_status(n).unwrap_or_default();
     (
         status["currentPrimary"].as_str().map(str::to_owned),
         status["primaryLostSince"].is_string(),
@@ -310,33 +309,18 @@ fn a_primary_cut_off_with_one_replica_is_not_replaced_and_loses_nothing() {
     // acknowledged may be on A alone, so nobody is promoted; the primary, cut off from the
     // operator, fences itself.
     let mut waiting_said = None;
-    let mut fenced = None;
-    while began.elapsed() < Duration::from_secs(45) {
-        let states = member_states(n, &password, None);
-        let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
-        assert!(writable.len() <= 1, "two writable members: {writable:?}");
-        if fenced.is_none() && states.contains(&(primary.clone(), Some(true))) {
-            fenced = Some(began.elapsed().as_secs_f64());
-        }
-        let Some(status) = cluster_status(n) else {
-            continue;
-        };
-        assert_eq!(
-            status["currentPrimary"].as_str(),
-            Some(primary.as_str()),
-            "a replica was promoted while a commit may be on {a} alone: {status}"
-        );
-        let ready = bulwark_e2e::condition(&status, "Ready");
+    let why = format!("a commit may be on {a} alone");
+    let fenced = no_promotion_for(n, &password, &primary, (began, 45), &why, |status, at| {
+        let ready = bulwark_e2e::condition(status, "Ready");
         let refusal = "no replica is promoted until 2 report";
         if waiting_said.is_none()
             && ready["message"]
                 .as_str()
                 .is_some_and(|m| m.contains(refusal))
         {
-            waiting_said = Some((ready["message"].clone(), began.elapsed().as_secs_f64()));
+            waiting_said = Some((ready["message"].clone(), at));
         }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    });
     let (said, at) = waiting_said.unwrap_or_else(|| {
         bulwark_e2e::dump(n);
         panic!("Ready never said that no replica is promoted until 2 report")
@@ -371,6 +355,39 @@ fn three_nodes() {
     );
 }
 
+/// Samples the cluster until `seconds` after `began`: never two writable members, and `primary`
+/// stays the primary (a promotion fails the test, naming `why` none may happen); each status
+/// read goes to `seen` with its time. Returns when `primary` was first seen read-only (fenced).
+fn no_promotion_for(
+    n: &str,
+    password: &str,
+    primary: &str,
+    (began, seconds): (Instant, u64),
+    why: &str,
+    mut seen: impl FnMut(&serde_json::Value, f64),
+) -> Option<f64> {
+    let mut fenced = None;
+    while began.elapsed() < Duration::from_secs(seconds) {
+        let states = member_states(n, password, None);
+        let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
+        assert!(writable.len() <= 1, "two writable members: {writable:?}");
+        if fenced.is_none() && states.contains(&(primary.to_owned(), Some(true))) {
+            fenced = Some(began.elapsed().as_secs_f64());
+        }
+        // A status that could not be read is a sample to skip, not a verdict.
+        if let Some(status) = cluster_status(n) {
+            assert_eq!(
+                status["currentPrimary"].as_str(),
+                Some(primary),
+                "a replica was promoted while {why}: {status}"
+            );
+            seen(&status, began.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    fenced
+}
+
 /// The cases share the nodes: one runs at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -399,24 +416,8 @@ fn a_primary_cut_off_from_the_operator_alone_fences_itself_and_is_not_replaced()
     // The replicas still receive from it, so it is not lost and nobody is promoted; without
     // the operator's heartbeats its lease runs out and it stops taking writes (what this
     // costs, as the README says).
-    let mut fenced = None;
-    while began.elapsed() < Duration::from_secs(40) {
-        let states = member_states(n, &password, None);
-        let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
-        assert!(writable.len() <= 1, "two writable members: {writable:?}");
-        if fenced.is_none() && states.contains(&(primary.clone(), Some(true))) {
-            fenced = Some(began.elapsed().as_secs_f64());
-        }
-        let Some(status) = cluster_status(n) else {
-            continue;
-        };
-        assert_eq!(
-            status["currentPrimary"].as_str(),
-            Some(primary.as_str()),
-            "a replica was promoted while the replicas still receive from {primary}: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let why = format!("the replicas still receive from {primary}");
+    let fenced = no_promotion_for(n, &password, &primary, (began, 40), &why, |_, _| {});
     let fenced = fenced.expect("the primary kept taking writes without the operator's heartbeats");
     drop(cut);
     let healed = Instant::now();
@@ -505,9 +506,7 @@ fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
         "the drain was not a completed switchover: {record}"
     );
     assert!(
-        get_json(n, &format!("mysqlcluster/{CLUSTER}")).unwrap_or_default()["status"]
-            ["lastFailover"]
-            .is_null(),
+        cluster_status(n).expect("the cluster")["lastFailover"].is_null(),
         "a failover followed the drain"
     );
 
