@@ -92,6 +92,33 @@ pub fn within_history(engine: Engine, logged: &str, position: &str, history: &st
     })
 }
 
+/// Whether a server holds nothing another lacks: every transaction of its `history` is in the
+/// other, whose position is `position` and whose history is `other_history`. MariaDB: `history`
+/// is the server's `@@gtid_binlog_state` (every server's last transaction in every domain),
+/// each entry judged as [`within_history`] does, so an old primary's commit nobody received
+/// shows even after it replicated the new primary's later ones; an empty history holds
+/// nothing. MySQL: `history` is its `@@gtid_executed`, a whole set.
+pub fn holds_nothing_beyond(
+    engine: Engine,
+    history: &str,
+    position: &str,
+    other_history: &str,
+) -> bool {
+    match engine {
+        Engine::MySql => within(engine, history, position),
+        Engine::MariaDb => mariadb_gtids(history).is_some_and(|entries| {
+            entries.iter().all(|(domain, server, seq)| {
+                within_history(
+                    engine,
+                    &format!("{domain}-{server}-{seq}"),
+                    position,
+                    other_history,
+                )
+            })
+        }),
+    }
+}
+
 /// The `gtid_binlog_state` a server restored from a copy at MariaDB `position` takes, given
 /// the history its donor reported before the copy began: the history's entries that are not
 /// beyond the position (sequence numbers grow within a domain, so an entry at or below the
@@ -320,6 +347,52 @@ mod tests {
             &format!("{a}:1-9"),
             "ignored"
         ));
+    }
+
+    #[test]
+    fn a_member_holding_a_commit_its_primary_lacks_is_seen_by_its_history() {
+        let cases = [
+            // A replica behind, or level with, its primary.
+            ("lagging", "0-100-39,0-101-150", true),
+            ("level", "0-100-39,0-101-200", true),
+            // An old primary's commit nobody received, then the new primary's writes
+            // replicated after it: its position is within, its history is not.
+            ("old primary caught up", "0-100-40,0-101-200", false),
+            ("ahead of the primary", "0-100-39,0-101-201", false),
+            (
+                "a server the primary never logged",
+                "0-100-39,0-102-7,0-101-150",
+                false,
+            ),
+            (
+                "a domain the primary never logged",
+                "0-101-150,5-9-1",
+                false,
+            ),
+            ("nothing logged", "", true),
+            ("garbage", "0-100", false),
+        ];
+        for (name, history, want) in cases {
+            assert_eq!(
+                holds_nothing_beyond(Engine::MariaDb, history, "0-101-200", "0-100-39,0-101-200"),
+                want,
+                "{name}"
+            );
+        }
+        let a = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let b = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let primary = format!("{a}:1-9");
+        for (history, want) in [
+            (format!("{a}:1-5"), true),
+            (format!("{a}:1-9"), true),
+            (format!("{a}:1-5,{b}:1"), false),
+        ] {
+            assert_eq!(
+                holds_nothing_beyond(Engine::MySql, &history, &primary, ""),
+                want,
+                "{history}"
+            );
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! operator reads. Nothing here does I/O, and nothing imports [`crate::run`] (the layering test
 //! checks the imports), so every rule is a table test.
 
+pub mod caught_up;
 pub mod handover;
 pub mod labels;
 pub mod lease;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::decide::caught_up::SourceLag;
 use crate::decide::labels::Role;
 use crate::decide::lease::LeaseState;
 use crate::decide::restored::RestoredGtid;
@@ -101,6 +102,8 @@ pub struct Situation<'a> {
     pub restored_gtid: &'a GtidAdoption,
     /// Largest replica lag that is still ready.
     pub max_lag: Duration,
+    /// A running replica against its primary's own position.
+    pub source_lag: &'a SourceLag,
     /// Replicas that must acknowledge each commit once the primary waits (0: asynchronous).
     pub semi_sync_acks: u32,
 }
@@ -525,13 +528,44 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
         ));
     }
     let max = s.max_lag.as_secs();
-    match r.lag_seconds {
-        None => wait("replication lag unknown"),
-        Some(lag) if lag > max => wait(format!("replica {lag}s behind (at most {max}s)")),
-        Some(lag) => ready(format!(
-            "replica: replicating from {}:{}, {lag}s behind",
-            r.source_host, r.source_port
+    let lag = match r.lag_seconds {
+        None => return wait("replication lag unknown"),
+        Some(lag) if lag > max => return wait(format!("replica {lag}s behind (at most {max}s)")),
+        Some(lag) => lag,
+    };
+    // The replica's own figure is 0 whenever its applier is idle, whether or not anything
+    // arrives: it is served only while it provably holds what the primary had logged within
+    // the lag allowed, and nothing the primary lacks.
+    let from = format!("{}:{}", r.source_host, r.source_port);
+    match s.source_lag {
+        SourceLag::Within(d) if *d <= s.max_lag => ready(format!(
+            "replica: replicating from {from}, {lag}s behind; holds what the primary had \
+             logged {}s ago",
+            d.as_secs()
         )),
+        SourceLag::Within(d) => wait(format!(
+            "replica holds only what the primary had logged {:.1}s ago (at most {max}s), \
+             though it reports {lag}s behind",
+            d.as_secs_f64()
+        )),
+        SourceLag::Behind {
+            at_least,
+            primary,
+            replica,
+        } => wait(format!(
+            "replica lacks what the primary had logged {}s ago or earlier, though it reports \
+             {lag}s behind: the primary is at {primary}, this server at {replica}",
+            at_least.as_secs()
+        )),
+        SourceLag::Diverged { primary, replica } => wait(format!(
+            "replica withheld: it holds transactions the primary lacks (the primary is at \
+             {primary}, this server's history is {replica}); rebuild it from the primary"
+        )),
+        SourceLag::Unreadable(why) => wait(format!(
+            "replica not shown to be current: the primary's position cannot be read from \
+             {from}: {why}"
+        )),
+        SourceLag::NotMeasured => wait("replica not shown to be current: not measured"),
     }
 }
 

@@ -59,6 +59,7 @@ struct Case {
     load: LoadState,
     restored_gtid: GtidAdoption,
     semi_sync_acks: u32,
+    source_lag: SourceLag,
     want_action: Option<Action>,
     want_ready: bool,
     reason_has: &'static str,
@@ -78,6 +79,7 @@ fn case(name: &'static str, role: Result<Role, String>, observed: Observed) -> C
         lease: LeaseState::NotRequired,
         load: LoadState::Nothing,
         restored_gtid: GtidAdoption::Nothing,
+        source_lag: SourceLag::Within(Duration::from_secs(2)),
         semi_sync_acks: 0,
         want_action: None,
         want_ready: false,
@@ -146,7 +148,8 @@ fn decisions() {
         o.semi_sync_wait = waiting;
         o
     };
-    let cases = vec![
+    let cases =
+        vec![
         Case {
             semi_sync_acks: 1,
             ..case(
@@ -382,6 +385,74 @@ fn decisions() {
             observed(MariaDb, true, Some(lagging)),
         )
         .then(None, false, "31s behind (at most 30s)"),
+        // Seconds_Behind_Master says 0 whenever the applier is idle: the primary's own
+        // position decides.
+        Case {
+            source_lag: SourceLag::Behind {
+                at_least: Duration::from_secs(60),
+                primary: "0-101-776".into(),
+                replica: "0-100-24".into(),
+            },
+            ..case(
+                "a replica 0s behind that lacks what the primary logged is not ready",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(
+            None,
+            false,
+            "lacks what the primary had logged 60s ago or earlier, though it reports 0s behind: \
+             the primary is at 0-101-776, this server at 0-100-24",
+        ),
+        Case {
+            source_lag: SourceLag::Within(Duration::from_secs(31)),
+            ..case(
+                "a replica holding only what the primary logged long ago is not ready",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(
+            None,
+            false,
+            "holds only what the primary had logged 31.0s ago (at most 30s), though it reports \
+             0s behind",
+        ),
+        Case {
+            source_lag: SourceLag::Diverged {
+                primary: "0-101-30".into(),
+                replica: "0-100-25,0-101-30".into(),
+            },
+            ..case(
+                "a replica holding a commit the primary lacks is withheld",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(None, false, "withheld: it holds transactions the primary lacks"),
+        Case {
+            source_lag: SourceLag::Unreadable("connection refused".into()),
+            ..case(
+                "a replica that cannot read the primary's position is not ready",
+                replica(),
+                observed(MySql, true, running()),
+            )
+        }
+        .then(
+            None,
+            false,
+            "the primary's position cannot be read from quay-primary:3306: connection refused",
+        ),
+        Case {
+            source_lag: SourceLag::NotMeasured,
+            ..case(
+                "a replica never measured is not ready",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(None, false, "not measured"),
         Case {
             fence_hold: Some(Duration::from_millis(2500)),
             ..case(
@@ -642,6 +713,7 @@ fn check(cases: Vec<Case>) {
             load: &c.load,
             restored_gtid: &c.restored_gtid,
             max_lag: Duration::from_secs(30),
+            source_lag: &c.source_lag,
             semi_sync_acks: c.semi_sync_acks,
         });
         assert_eq!(d.action, c.want_action, "{}: {d:?}", c.name);

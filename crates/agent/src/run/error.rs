@@ -50,6 +50,12 @@ pub enum AgentError {
         code: u16,
         message: String,
     },
+    #[error("failed to read the primary's GTID position at {target}")]
+    ReadPrimaryPosition {
+        target: String,
+        #[source]
+        source: Box<mysql_async::Error>,
+    },
     #[error("failed to load backup {id}")]
     LoadPendingRestore {
         id: String,

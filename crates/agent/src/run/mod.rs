@@ -2,7 +2,8 @@
 //! that `observe` the server and `apply` what [`crate::decide`] names, with the passwords of
 //! `credentials`, what a bootstrap left (`restoring`) and its failures as `error`; it
 //! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves
-//! [`http`] endpoints, the exporter's [`metrics`] and [`clone`]s. The subcommands that prepare
+//! [`http`] endpoints, the exporter's [`metrics`] and [`clone`]s; a replica reads its
+//! `primary_position` each pass. The subcommands that prepare
 //! a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
 //! [`bootstrap`] (restore), [`seed`], and [`pending`] (the logical load a bootstrap leaves).
 //! Files the agent keeps go through [`files`].
@@ -25,6 +26,7 @@ mod observe;
 pub mod orders;
 mod pass;
 pub mod pending;
+mod primary_position;
 mod restoring;
 pub mod seed;
 mod server;

@@ -15,9 +15,10 @@ use super::lease::Lease;
 use super::observe::Server;
 use super::orders::Orders;
 use super::restoring::RestoreState;
+use crate::decide::caught_up::{Holding, SourceLag, SourceSamples};
 use crate::decide::labels::{self, Role};
 use crate::decide::lease::LeaseState;
-use crate::decide::sql::Source;
+use crate::decide::sql::{IoState, Source};
 use crate::decide::topology::{self, Decision, Observed, Situation};
 
 /// Pause before replication is started again after it stopped.
@@ -76,6 +77,8 @@ pub(super) struct Agent {
     pub(super) fence: Option<Fence>,
     pub(super) restore: RestoreState,
     pub(super) last: LastPass,
+    /// The primary's positions as this member, a replica, read them.
+    pub(super) primary_positions: SourceSamples,
 }
 
 impl Agent {
@@ -94,6 +97,7 @@ impl Agent {
             fence: None,
             restore: RestoreState::default(),
             last: LastPass::default(),
+            primary_positions: SourceSamples::default(),
         }
     }
 
@@ -197,7 +201,9 @@ impl Agent {
             self.converged.accounts_digest = None;
         }
         let observed = super::observe::observe(self.server()).await?;
+        let observed_at = Instant::now();
         self.last.observed = Some(observed.clone());
+        let source_lag = self.source_lag(&role, &observed, observed_at, &creds).await;
         let load = self.restore.load_state(
             self.config.pending.as_ref(),
             &mut self.converged.accounts_after_load,
@@ -235,6 +241,7 @@ impl Agent {
             load: &load,
             restored_gtid: &restored_gtid,
             max_lag: self.config.max_replica_lag,
+            source_lag: &source_lag,
             semi_sync_acks: self.config.semi_sync_acks,
         });
         let Some(action) = decision.action.clone() else {
@@ -261,5 +268,43 @@ impl Agent {
             }
         }
         Ok(decision)
+    }
+    /// How this member, a running replica, stands against its primary, from the primary's
+    /// position read now and in earlier passes; `NotMeasured` for anything else.
+    async fn source_lag(
+        &mut self,
+        role: &Result<Role, String>,
+        observed: &Observed,
+        observed_at: Instant,
+        creds: &Credentials,
+    ) -> SourceLag {
+        let replicating = observed
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.io == IoState::Running && r.sql_running);
+        if !(matches!(role, Ok(Role::Replica)) && replicating) {
+            return SourceLag::NotMeasured;
+        }
+        let source = self.role.source.clone();
+        let samples = &mut self.primary_positions;
+        samples.follow(&source.host, self.role.epoch);
+        let asked = Instant::now();
+        match super::primary_position::read(observed.engine, &source, &creds.replication).await {
+            Ok((position, history)) => samples.record(asked, position, history),
+            Err(e) => samples.failed(bulwark_engine::error::chain(&e)),
+        }
+        let history = match observed.engine {
+            bulwark_contract::Engine::MariaDb => observed.gtid_history.as_str(),
+            bulwark_contract::Engine::MySql => observed.gtid_logged.as_str(),
+        };
+        samples.judge(
+            &Holding {
+                engine: observed.engine,
+                at: observed_at,
+                logged: &observed.gtid_logged,
+                history,
+            },
+            self.config.max_replica_lag,
+        )
     }
 }

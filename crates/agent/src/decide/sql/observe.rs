@@ -18,6 +18,16 @@ pub const SUPER_READ_ONLY_QUERY: &str = "SELECT @@GLOBAL.super_read_only";
 /// What a health check asks: that the server answers at all.
 pub const HEALTH_QUERY: &str = "SELECT 1";
 
+/// What a replica reads from its primary to know how far behind it is: the position and the
+/// history (MariaDB), or the whole set twice (MySQL). Global variables: the replication account
+/// needs no privilege for them.
+pub fn primary_position_query(engine: Engine) -> &'static str {
+    match engine {
+        Engine::MariaDb => "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.gtid_binlog_state",
+        Engine::MySql => "SELECT @@GLOBAL.gtid_executed, @@GLOBAL.gtid_executed",
+    }
+}
+
 /// The server's global state the agent decides on.
 ///
 /// The semi-sync columns come from the variable tables, so that a server without them (a MySQL

@@ -1,0 +1,157 @@
+//! Whether a replica provably holds what its primary had logged a moment ago, and nothing the
+//! primary lacks. `Seconds_Behind_Master` is 0 whenever the applier has applied all it
+//! received, whether or not anything arrives, so a replica whose receiver is connected but gets
+//! nothing looks current. Readiness therefore also rests on the primary's own position, read
+//! from it directly each pass and kept as timed samples: a replica is within `d` of its
+//! primary when it holds everything a sample taken `d` ago held. Pure: the pass records the
+//! samples and the instants.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bulwark_contract::gtid;
+use bulwark_contract::Engine;
+
+/// Samples kept at most, whatever the interval: enough for a maximum lag of minutes at the
+/// default 2 s interval.
+const KEPT: usize = 256;
+
+/// The primary's position and history as read at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sample {
+    at: Instant,
+    /// `@@gtid_binlog_pos` (MariaDB) or `@@gtid_executed` (MySQL).
+    position: String,
+    /// `@@gtid_binlog_state` (MariaDB; empty on MySQL).
+    history: String,
+}
+
+/// What the replica holds, as its pass observed it.
+#[derive(Debug, Clone, Copy)]
+pub struct Holding<'a> {
+    /// Server family.
+    pub engine: Engine,
+    /// When the server was observed.
+    pub at: Instant,
+    /// What it has logged: `@@gtid_binlog_pos` (MariaDB) or `@@gtid_executed` (MySQL).
+    pub logged: &'a str,
+    /// Its history: `@@gtid_binlog_state` (MariaDB) or `@@gtid_executed` (MySQL).
+    pub history: &'a str,
+}
+
+/// How the replica stands against its primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceLag {
+    /// Not measured: the member is no replica, or its replication is not running.
+    NotMeasured,
+    /// It holds everything the primary had logged this long ago (and perhaps more).
+    Within(Duration),
+    /// It lacks something the primary had logged at least this long ago.
+    Behind {
+        /// Age of the oldest sample kept: it holds none of them.
+        at_least: Duration,
+        /// The primary's newest position.
+        primary: String,
+        /// What the replica has logged.
+        replica: String,
+    },
+    /// It holds transactions the primary lacks.
+    Diverged {
+        /// The primary's position.
+        primary: String,
+        /// The replica's history.
+        replica: String,
+    },
+    /// The primary's position could not be read for longer than the replica may lag.
+    Unreadable(String),
+}
+
+/// The primary's positions read by one replica, newest last, for one source.
+#[derive(Debug, Default)]
+pub struct SourceSamples {
+    /// The source and epoch the samples are of; others' samples say nothing of this one.
+    of: Option<(String, u64)>,
+    samples: VecDeque<Sample>,
+    /// The last failed read, when it came after the newest sample.
+    failure: Option<String>,
+}
+
+impl SourceSamples {
+    /// Forgets the samples unless they are of `host` at `epoch`: after a change of primary, an
+    /// old one's positions prove nothing.
+    pub fn follow(&mut self, host: &str, epoch: u64) {
+        let now = Some((host.to_owned(), epoch));
+        if self.of != now {
+            *self = SourceSamples {
+                of: now,
+                ..SourceSamples::default()
+            };
+        }
+    }
+
+    /// Keeps a position read at `at`.
+    pub fn record(&mut self, at: Instant, position: String, history: String) {
+        self.failure = None;
+        self.samples.push_back(Sample {
+            at,
+            position,
+            history,
+        });
+        while self.samples.len() > KEPT {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Notes a read that failed.
+    pub fn failed(&mut self, error: String) {
+        self.failure = Some(error);
+    }
+
+    /// How `replica` stands, given that it may lag `max_lag`. Samples older than the newest
+    /// one it holds prove less and are dropped. Divergence is judged only against a sample
+    /// taken after the replica was observed: an older one may rightly hold less than the
+    /// replica has applied since.
+    pub fn judge(&mut self, replica: &Holding<'_>, max_lag: Duration) -> SourceLag {
+        let age = |s: &Sample| replica.at.saturating_duration_since(s.at);
+        if let Some(newest) = self.samples.back().filter(|s| s.at >= replica.at) {
+            if !gtid::holds_nothing_beyond(
+                replica.engine,
+                replica.history,
+                &newest.position,
+                &newest.history,
+            ) {
+                return SourceLag::Diverged {
+                    primary: newest.position.clone(),
+                    replica: replica.history.to_owned(),
+                };
+            }
+        }
+        let held = self
+            .samples
+            .iter()
+            .rposition(|s| gtid::within(replica.engine, &s.position, replica.logged));
+        if let Some(i) = held {
+            self.samples.drain(..i);
+            let lag = age(&self.samples[0]);
+            return match &self.failure {
+                Some(error) if lag > max_lag => {
+                    SourceLag::Unreadable(format!("{error} (last read {}s ago)", lag.as_secs()))
+                }
+                _ => SourceLag::Within(lag),
+            };
+        }
+        match (self.samples.front(), self.samples.back(), &self.failure) {
+            (Some(oldest), Some(newest), _) => SourceLag::Behind {
+                at_least: age(oldest),
+                primary: newest.position.clone(),
+                replica: replica.logged.to_owned(),
+            },
+            (_, _, Some(error)) => SourceLag::Unreadable(error.clone()),
+            _ => SourceLag::Unreadable("not read yet".to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "caught_up_tests.rs"]
+mod tests;

@@ -1,0 +1,214 @@
+//! Table tests of [`super::SourceSamples::judge`]: one case per way a replica can stand against
+//! its primary's sampled positions.
+
+use super::*;
+
+const MAX_LAG: Duration = Duration::from_secs(30);
+const UUID: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+
+/// A sample `offset_ms` after (or before, negative) the replica's observation.
+type At = i64;
+
+struct Case {
+    name: &'static str,
+    engine: Engine,
+    /// (when, position, history) read from the primary, oldest first.
+    samples: Vec<(At, String, &'static str)>,
+    failure: Option<&'static str>,
+    logged: String,
+    history: String,
+    want: SourceLag,
+}
+
+fn maria(name: &'static str, samples: Vec<(At, &str, &'static str)>, logged: &str) -> Case {
+    Case {
+        name,
+        engine: Engine::MariaDb,
+        samples: samples
+            .into_iter()
+            .map(|(at, p, h)| (at, p.to_owned(), h))
+            .collect(),
+        failure: None,
+        logged: logged.to_owned(),
+        history: logged.to_owned(),
+        want: SourceLag::NotMeasured,
+    }
+}
+
+impl Case {
+    fn history(mut self, history: &str) -> Self {
+        self.history = history.to_owned();
+        self
+    }
+    fn failure(mut self, error: &'static str) -> Self {
+        self.failure = Some(error);
+        self
+    }
+    fn want(mut self, want: SourceLag) -> Self {
+        self.want = want;
+        self
+    }
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Samples every 2 s over the last `span` seconds, the primary moving 10 transactions each.
+fn steady(span: i64, first_seq: u64) -> Vec<(At, String, &'static str)> {
+    (0..=span / 2)
+        .map(|i| {
+            let at = -span * 1000 + i * 2000 + 100;
+            let seq = first_seq + 10 * i as u64;
+            (at, format!("0-101-{seq}"), "")
+        })
+        .collect()
+}
+
+#[test]
+fn judge() {
+    let behind = |at_least: u64, primary: &str, replica: &str| SourceLag::Behind {
+        at_least: Duration::from_millis(at_least),
+        primary: primary.to_owned(),
+        replica: replica.to_owned(),
+    };
+    let cases = vec![
+        maria(
+            "holds the previous pass's sample",
+            vec![(-2000, "0-101-10", ""), (100, "0-101-12", "")],
+            "0-101-11",
+        )
+        .want(SourceLag::Within(secs(2))),
+        maria(
+            "level with a sample taken after it",
+            vec![(100, "0-101-12", "0-101-12")],
+            "0-101-12",
+        )
+        .want(SourceLag::Within(Duration::ZERO)),
+        maria(
+            "the first sample, not held yet",
+            vec![(100, "0-101-12", "0-101-12")],
+            "0-101-11",
+        )
+        .want(behind(0, "0-101-12", "0-101-11")),
+        // What Seconds_Behind_Master calls 0 s behind: the receiver connected, nothing
+        // arriving, the applier idle.
+        Case {
+            samples: steady(60, 100),
+            ..maria("connected but receiving nothing", vec![], "0-100-24")
+        }
+        .history("0-100-24")
+        .want(behind(59_900, "0-101-400", "0-100-24")),
+        maria(
+            "an old primary's commit nobody received",
+            vec![(100, "0-101-30", "0-100-24,0-101-30")],
+            "0-101-30",
+        )
+        .history("0-100-25,0-101-30")
+        .want(SourceLag::Diverged {
+            primary: "0-101-30".into(),
+            replica: "0-100-25,0-101-30".into(),
+        }),
+        maria(
+            "divergence judged only by a sample newer than the replica",
+            vec![(-1000, "0-101-30", "0-100-24,0-101-30")],
+            "0-101-31",
+        )
+        .history("0-100-24,0-101-31")
+        .want(SourceLag::Within(secs(1))),
+        maria(
+            "a short failure to read the primary",
+            vec![(-4000, "0-101-30", "")],
+            "0-101-30",
+        )
+        .failure("connection refused")
+        .want(SourceLag::Within(secs(4))),
+        maria(
+            "the primary unreadable for longer than the lag allowed",
+            vec![(-40_000, "0-101-30", "")],
+            "0-101-30",
+        )
+        .failure("connection refused")
+        .want(SourceLag::Unreadable(
+            "connection refused (last read 40s ago)".into(),
+        )),
+        maria("never read", vec![], "0-101-30")
+            .failure("connection refused")
+            .want(SourceLag::Unreadable("connection refused".into())),
+        maria("not read yet", vec![], "0-101-30")
+            .want(SourceLag::Unreadable("not read yet".into())),
+        Case {
+            engine: Engine::MySql,
+            samples: vec![
+                (-2000, format!("{UUID}:1-10"), ""),
+                (100, format!("{UUID}:1-14"), ""),
+            ],
+            logged: format!("{UUID}:1-12"),
+            history: format!("{UUID}:1-12"),
+            ..maria("MySQL sets", vec![], "")
+        }
+        .want(SourceLag::Within(secs(2))),
+        Case {
+            engine: Engine::MySql,
+            samples: vec![(100, format!("{UUID}:1-14"), "")],
+            logged: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
+            history: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
+            ..maria("MySQL: a transaction the primary lacks", vec![], "")
+        }
+        .want(SourceLag::Diverged {
+            primary: format!("{UUID}:1-14"),
+            replica: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
+        }),
+    ];
+    for c in cases {
+        let observed = Instant::now() + Duration::from_secs(3600);
+        let mut samples = SourceSamples::default();
+        samples.follow("quay-1.quay-headless", 1);
+        for (at, position, history) in &c.samples {
+            let at = if *at >= 0 {
+                observed + Duration::from_millis(*at as u64)
+            } else {
+                observed - Duration::from_millis(at.unsigned_abs())
+            };
+            samples.record(at, position.clone(), (*history).to_owned());
+        }
+        if let Some(error) = c.failure {
+            samples.failed(error.to_owned());
+        }
+        let replica = Holding {
+            engine: c.engine,
+            at: observed,
+            logged: &c.logged,
+            history: &c.history,
+        };
+        assert_eq!(samples.judge(&replica, MAX_LAG), c.want, "{}", c.name);
+    }
+}
+
+#[test]
+fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
+    let t = Instant::now();
+    let mut samples = SourceSamples::default();
+    samples.follow("quay-0.quay-headless", 0);
+    samples.record(t, "0-100-5".into(), String::new());
+    samples.record(t + secs(2), "0-100-9".into(), String::new());
+    let replica = |at, logged: &'static str| Holding {
+        engine: Engine::MariaDb,
+        at,
+        logged,
+        history: logged,
+    };
+    assert_eq!(
+        samples.judge(&replica(t + secs(3), "0-100-9"), MAX_LAG),
+        SourceLag::Within(secs(1))
+    );
+    // The sample at t was dropped: only the one held proves anything.
+    assert_eq!(samples.samples.len(), 1);
+    samples.follow("quay-0.quay-headless", 0);
+    assert_eq!(samples.samples.len(), 1, "same source, same epoch: kept");
+    samples.follow("quay-1.quay-headless", 1);
+    assert_eq!(
+        samples.judge(&replica(t + secs(4), "0-100-9"), MAX_LAG),
+        SourceLag::Unreadable("not read yet".into())
+    );
+}
