@@ -2,6 +2,8 @@
 //! position, read by the replica's agent each pass, against real MariaDB servers. Its receiver's
 //! stream is silenced by a relay that keeps the connection open, the way a dead route or a
 //! stale NAT entry leaves it: the replica then says it is 0 s behind, and must not be ready.
+//! Out of reach altogether, the primary is reported so by the replica's agent within seconds,
+//! while the receiver still says it runs.
 
 mod common;
 
@@ -94,4 +96,20 @@ fn a_replica_whose_stream_went_silent_is_not_ready_though_it_reports_0s_behind()
     // It stays out while the stream is silent.
     let (code, body) = b.get("/readyz");
     assert_eq!(code, 503, "{body}");
+
+    // The primary's server out of reach altogether (its route dead): the receiver still says
+    // it runs, and the replica's agent reports for how long it has failed to reach the
+    // primary, which the operator weighs against the receiver's word.
+    relay.cut();
+    let status = wait_for(
+        "the primary reported out of reach for 4s",
+        &[&a, &b],
+        || {
+            let (_, body) = b.get("/status");
+            let status: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let replication = &status["replication"];
+            (replication["sourceUnreachableSeconds"].as_u64()? >= 4).then_some(status)
+        },
+    );
+    assert_eq!(status["replication"]["io"], "running", "{status}");
 }

@@ -92,12 +92,15 @@ pub fn within_history(engine: Engine, logged: &str, position: &str, history: &st
     })
 }
 
-/// Whether a server holds nothing another lacks: every transaction of its `history` is in the
-/// other, whose position is `position` and whose history is `other_history`. MariaDB: `history`
-/// is the server's `@@gtid_binlog_state` (every server's last transaction in every domain),
-/// each entry judged as [`within_history`] does, so an old primary's commit nobody received
-/// shows even after it replicated the new primary's later ones; an empty history holds
-/// nothing. MySQL: `history` is its `@@gtid_executed`, a whole set.
+/// Whether a server holds nothing another lacks, as far as can be told: every transaction of
+/// its `history` is in the other, whose position is `position` and whose history is
+/// `other_history`. MySQL: `history` is its `@@gtid_executed`, a whole set. MariaDB: `history`
+/// is the server's `@@gtid_binlog_state` (every server's last transaction in every domain); an
+/// entry is beyond the other when the other's position has not reached its sequence number,
+/// or when the other's history has fewer of that server's transactions in that domain (an old
+/// primary's commit nobody received, which shows even after it replicated the new primary's
+/// later ones). A server the other's history does not know in that domain says nothing: a
+/// seeded or restored server may know fewer of the old ones.
 pub fn holds_nothing_beyond(
     engine: Engine,
     history: &str,
@@ -106,16 +109,24 @@ pub fn holds_nothing_beyond(
 ) -> bool {
     match engine {
         Engine::MySql => within(engine, history, position),
-        Engine::MariaDb => mariadb_gtids(history).is_some_and(|entries| {
+        Engine::MariaDb => {
+            let (Some(entries), Some(position), Some(other)) = (
+                mariadb_gtids(history),
+                mariadb_position(position),
+                mariadb_history(other_history),
+            ) else {
+                return false;
+            };
             entries.iter().all(|(domain, server, seq)| {
-                within_history(
-                    engine,
-                    &format!("{domain}-{server}-{seq}"),
-                    position,
-                    other_history,
-                )
+                let reached = position.get(domain).is_some_and(|(p_server, p_seq)| {
+                    seq < p_seq || (seq == p_seq && server == p_server)
+                });
+                reached
+                    && other
+                        .get(&(*domain, *server))
+                        .is_none_or(|last| last >= seq)
             })
-        }),
+        }
     }
 }
 
@@ -360,9 +371,10 @@ mod tests {
             ("old primary caught up", "0-100-40,0-101-200", false),
             ("ahead of the primary", "0-100-39,0-101-201", false),
             (
-                "a server the primary never logged",
+                // The primary's history may know fewer old servers (seeded, restored).
+                "a server the primary's history does not know",
                 "0-100-39,0-102-7,0-101-150",
-                false,
+                true,
             ),
             (
                 "a domain the primary never logged",

@@ -94,6 +94,28 @@ pub struct MemberReplication {
     /// received, since a promoted replica applies its relay log before it takes writes.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub received: String,
+    /// Seconds since this replica's agent began failing to reach its primary's server over a
+    /// fresh connection (each pass it reads the primary's position); `None` while it reaches
+    /// it, or when it does not look. A receiver whose stream died says it runs until
+    /// `slave_net_timeout` has passed; a fresh connection that fails shows at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_unreachable_seconds: Option<u64>,
+}
+
+/// How long a replica's agent must have failed to reach its primary before the replica no
+/// longer counts as receiving from it, whatever its receiver says: two failed reads at the
+/// agent's default interval, so that one lost connection does not count.
+pub const SOURCE_UNREACHABLE_AFTER_SECONDS: u64 = 4;
+
+impl MemberReplication {
+    /// Whether this replica receives from its primary: its receiver runs and, as far as its
+    /// agent can tell, the primary's server is reachable from it.
+    pub fn receiving(&self) -> bool {
+        self.io == IoState::Running
+            && self
+                .source_unreachable_seconds
+                .is_none_or(|s| s < SOURCE_UNREACHABLE_AFTER_SECONDS)
+    }
 }
 
 fn is_zero(port: &u16) -> bool {
@@ -164,6 +186,7 @@ mod tests {
                 sql_errno: 0,
                 lag_seconds: Some(0),
                 received: String::new(),
+                source_unreachable_seconds: None,
             }),
             writes_held: true,
             handover_pending: false,

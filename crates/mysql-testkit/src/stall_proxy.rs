@@ -1,8 +1,9 @@
 //! A TCP relay that can silence the connections it carries without closing them: after
 //! [`StallProxy::stall`], every connection open at that moment stays open and relays nothing
-//! more either way, while connections made later relay normally. The receiving end of a
-//! silenced stream sees no error and no end, as with a peer behind a dead route or a stale
-//! NAT entry; a fresh connection gets through. Loopback only.
+//! more either way, while connections made later relay normally (a stale NAT entry: a fresh
+//! connection gets through). After [`StallProxy::cut`], new connections are silent from the
+//! start too (a dead route). The receiving end of a silenced stream sees no error and no end.
+//! Loopback only.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -26,6 +27,8 @@ struct Carried {
 pub struct StallProxy {
     addr: SocketAddr,
     closing: Arc<AtomicBool>,
+    /// New connections are silent from the start.
+    cut: Arc<AtomicBool>,
     carried: Arc<Mutex<Vec<Carried>>>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -37,14 +40,16 @@ impl StallProxy {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let closing = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
         let carried: Arc<Mutex<Vec<Carried>>> = Arc::default();
         let acceptor = {
-            let (closing, carried) = (closing.clone(), carried.clone());
-            thread::spawn(move || accept(listener, upstream, &closing, &carried))
+            let (closing, cut, carried) = (closing.clone(), cut.clone(), carried.clone());
+            thread::spawn(move || accept(listener, upstream, &closing, &cut, &carried))
         };
         Ok(StallProxy {
             addr,
             closing,
+            cut,
             carried,
             acceptor: Some(acceptor),
         })
@@ -53,6 +58,12 @@ impl StallProxy {
     /// The port clients connect to.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// Silences every connection, those open now and those made later.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.stall();
     }
 
     /// Silences every connection open now; later ones relay normally.
@@ -80,7 +91,8 @@ impl Drop for StallProxy {
 fn accept(
     listener: TcpListener,
     upstream: SocketAddr,
-    closing: &AtomicBool,
+    closing: &Arc<AtomicBool>,
+    cut: &AtomicBool,
     carried: &Mutex<Vec<Carried>>,
 ) {
     while !closing.load(Ordering::SeqCst) {
@@ -90,13 +102,16 @@ fn accept(
                 thread::sleep(POLL);
                 continue;
             }
-            Err(_) => continue,
+            Err(_) => {
+                thread::sleep(POLL);
+                continue;
+            }
         };
         let Ok(server) = TcpStream::connect(upstream) else {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         };
-        let stalled = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(cut.load(Ordering::SeqCst)));
         let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (
             client.try_clone(),
             server.try_clone(),
@@ -107,7 +122,8 @@ fn accept(
         };
         for (from, to) in [(c2, s2), (s3, c3)] {
             let stalled = stalled.clone();
-            thread::spawn(move || relay(from, to, &stalled));
+            let closing = closing.clone();
+            thread::spawn(move || relay(from, to, &stalled, &closing));
         }
         carried.lock().expect("carried").push(Carried {
             sockets: [client, server],
@@ -118,19 +134,17 @@ fn accept(
 
 /// Copies `from` to `to` until either ends; once stalled, reads nothing more and keeps both
 /// open until the proxy is dropped.
-fn relay(mut from: TcpStream, mut to: TcpStream, stalled: &AtomicBool) {
+fn relay(mut from: TcpStream, mut to: TcpStream, stalled: &AtomicBool, closing: &AtomicBool) {
     let _ = from.set_read_timeout(Some(POLL));
     let mut buf = [0u8; 16 * 1024];
     loop {
+        if closing.load(Ordering::SeqCst) {
+            return;
+        }
         if stalled.load(Ordering::SeqCst) {
             // Silenced: what the peer sends stays unread (its window closes, as on a dead
-            // route), and the sockets are held until the proxy shuts them down.
-            let _ = from.set_read_timeout(None);
-            let mut probe = [0u8; 1];
-            match from.peek(&mut probe) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => thread::sleep(POLL),
-            }
+            // route), and the sockets are held until the proxy is dropped.
+            thread::sleep(POLL);
             continue;
         }
         match from.read(&mut buf) {

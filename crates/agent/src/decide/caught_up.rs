@@ -14,7 +14,7 @@ use bulwark_contract::Engine;
 
 /// Samples kept at most, whatever the interval: enough for a maximum lag of minutes at the
 /// default 2 s interval.
-const KEPT: usize = 256;
+const KEPT: usize = 1024;
 
 /// The primary's position and history as read at one instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +64,10 @@ pub enum SourceLag {
     },
     /// The primary's position could not be read for longer than the replica may lag.
     Unreadable(String),
+    /// The primary's position could not be read through the primary Service, which lists only
+    /// a ready primary: one that fenced itself or loads a backup takes no client writes, and
+    /// the receiver's own figure stands.
+    Unconfirmed(String),
 }
 
 /// The primary's positions read by one replica, newest last, for one source.
@@ -74,6 +78,11 @@ pub struct SourceSamples {
     samples: VecDeque<Sample>,
     /// The last failed read, when it came after the newest sample.
     failure: Option<String>,
+    /// When the reads that fail since the last one that succeeded began.
+    failing_since: Option<Instant>,
+    /// The last judgment found the replica holding what the primary lacks: a second in a row
+    /// says so (MySQL adds a GTID to its set only after a semi-sync replica acknowledged it).
+    diverging: bool,
 }
 
 impl SourceSamples {
@@ -92,6 +101,7 @@ impl SourceSamples {
     /// Keeps a position read at `at`.
     pub fn record(&mut self, at: Instant, position: String, history: String) {
         self.failure = None;
+        self.failing_since = None;
         self.samples.push_back(Sample {
             at,
             position,
@@ -102,24 +112,54 @@ impl SourceSamples {
         }
     }
 
-    /// Notes a read that failed.
-    pub fn failed(&mut self, error: String) {
+    /// Notes a read begun at `at` that failed.
+    pub fn failed(&mut self, at: Instant, error: String) {
         self.failure = Some(error);
+        self.failing_since.get_or_insert(at);
     }
 
-    /// How `replica` stands, given that it may lag `max_lag`. Samples older than the newest
-    /// one it holds prove less and are dropped. Divergence is judged only against a sample
-    /// taken after the replica was observed: an older one may rightly hold less than the
-    /// replica has applied since.
-    pub fn judge(&mut self, replica: &Holding<'_>, max_lag: Duration) -> SourceLag {
+    /// Nothing was read this pass (the member is no running replica): a run of failures ends
+    /// here, the samples stay (they still prove what the primary had).
+    pub fn not_read(&mut self) {
+        self.failure = None;
+        self.failing_since = None;
+    }
+
+    /// How long the reads have failed, as of `now`; `None` while the last one succeeded.
+    pub fn unreachable_for(&self, now: Instant) -> Option<Duration> {
+        self.failing_since
+            .map(|since| now.saturating_duration_since(since))
+    }
+
+    /// How `replica` stands, given that it may lag `max_lag`; `through_service`: the
+    /// samples are read through the primary Service (no order named the primary's pod).
+    /// Samples older than the newest one it holds prove less and are dropped. Divergence is
+    /// judged only against a sample taken after the replica was observed (an older one may
+    /// rightly hold less than the replica has applied since), and said only when two passes in
+    /// a row find it.
+    pub fn judge(
+        &mut self,
+        replica: &Holding<'_>,
+        max_lag: Duration,
+        through_service: bool,
+    ) -> SourceLag {
+        match self.lag(replica, max_lag) {
+            SourceLag::Unreadable(why) if through_service => SourceLag::Unconfirmed(why),
+            lag => lag,
+        }
+    }
+
+    fn lag(&mut self, replica: &Holding<'_>, max_lag: Duration) -> SourceLag {
         let age = |s: &Sample| replica.at.saturating_duration_since(s.at);
         if let Some(newest) = self.samples.back().filter(|s| s.at >= replica.at) {
-            if !gtid::holds_nothing_beyond(
+            let diverging = !gtid::holds_nothing_beyond(
                 replica.engine,
                 replica.history,
                 &newest.position,
                 &newest.history,
-            ) {
+            );
+            let again = std::mem::replace(&mut self.diverging, diverging);
+            if diverging && again {
                 return SourceLag::Diverged {
                     primary: newest.position.clone(),
                     replica: replica.history.to_owned(),

@@ -17,6 +17,10 @@ struct Case {
     failure: Option<&'static str>,
     logged: String,
     history: String,
+    /// Read through the primary Service rather than from the primary's pod.
+    through_service: bool,
+    /// Judged twice in a row with the same samples (divergence is said on the second).
+    twice: bool,
     want: SourceLag,
 }
 
@@ -31,6 +35,8 @@ fn maria(name: &'static str, samples: Vec<(At, &str, &'static str)>, logged: &st
         failure: None,
         logged: logged.to_owned(),
         history: logged.to_owned(),
+        through_service: false,
+        twice: false,
         want: SourceLag::NotMeasured,
     }
 }
@@ -38,6 +44,14 @@ fn maria(name: &'static str, samples: Vec<(At, &str, &'static str)>, logged: &st
 impl Case {
     fn history(mut self, history: &str) -> Self {
         self.history = history.to_owned();
+        self
+    }
+    fn through_service(mut self) -> Self {
+        self.through_service = true;
+        self
+    }
+    fn twice(mut self) -> Self {
+        self.twice = true;
         self
     }
     fn failure(mut self, error: &'static str) -> Self {
@@ -100,11 +114,19 @@ fn judge() {
         .history("0-100-24")
         .want(behind(59_900, "0-101-400", "0-100-24")),
         maria(
-            "an old primary's commit nobody received",
+            "an old primary's commit nobody received, seen once: not said yet",
             vec![(100, "0-101-30", "0-100-24,0-101-30")],
             "0-101-30",
         )
         .history("0-100-25,0-101-30")
+        .want(SourceLag::Within(Duration::ZERO)),
+        maria(
+            "an old primary's commit nobody received, seen twice",
+            vec![(100, "0-101-30", "0-100-24,0-101-30")],
+            "0-101-30",
+        )
+        .history("0-100-25,0-101-30")
+        .twice()
         .want(SourceLag::Diverged {
             primary: "0-101-30".into(),
             replica: "0-100-25,0-101-30".into(),
@@ -135,6 +157,10 @@ fn judge() {
         maria("never read", vec![], "0-101-30")
             .failure("connection refused")
             .want(SourceLag::Unreadable("connection refused".into())),
+        maria("never read through the Service", vec![], "0-101-30")
+            .failure("connection refused")
+            .through_service()
+            .want(SourceLag::Unconfirmed("connection refused".into())),
         maria("not read yet", vec![], "0-101-30")
             .want(SourceLag::Unreadable("not read yet".into())),
         Case {
@@ -155,6 +181,7 @@ fn judge() {
             history: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
             ..maria("MySQL: a transaction the primary lacks", vec![], "")
         }
+        .twice()
         .want(SourceLag::Diverged {
             primary: format!("{UUID}:1-14"),
             replica: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
@@ -173,7 +200,7 @@ fn judge() {
             samples.record(at, position.clone(), (*history).to_owned());
         }
         if let Some(error) = c.failure {
-            samples.failed(error.to_owned());
+            samples.failed(observed, error.to_owned());
         }
         let replica = Holding {
             engine: c.engine,
@@ -181,7 +208,11 @@ fn judge() {
             logged: &c.logged,
             history: &c.history,
         };
-        assert_eq!(samples.judge(&replica, MAX_LAG), c.want, "{}", c.name);
+        let mut got = samples.judge(&replica, MAX_LAG, c.through_service);
+        if c.twice {
+            got = samples.judge(&replica, MAX_LAG, c.through_service);
+        }
+        assert_eq!(got, c.want, "{}", c.name);
     }
 }
 
@@ -199,7 +230,7 @@ fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
         history: logged,
     };
     assert_eq!(
-        samples.judge(&replica(t + secs(3), "0-100-9"), MAX_LAG),
+        samples.judge(&replica(t + secs(3), "0-100-9"), MAX_LAG, false),
         SourceLag::Within(secs(1))
     );
     // The sample at t was dropped: only the one held proves anything.
@@ -208,7 +239,24 @@ fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
     assert_eq!(samples.samples.len(), 1, "same source, same epoch: kept");
     samples.follow("quay-1.quay-headless", 1);
     assert_eq!(
-        samples.judge(&replica(t + secs(4), "0-100-9"), MAX_LAG),
+        samples.judge(&replica(t + secs(4), "0-100-9"), MAX_LAG, false),
         SourceLag::Unreadable("not read yet".into())
     );
+}
+
+#[test]
+fn a_run_of_failed_reads_is_timed_from_its_first() {
+    let t = Instant::now();
+    let mut samples = SourceSamples::default();
+    samples.follow("quay-0.quay-headless", 0);
+    assert_eq!(samples.unreachable_for(t), None);
+    samples.failed(t, "timed out".into());
+    samples.failed(t + secs(5), "timed out".into());
+    assert_eq!(samples.unreachable_for(t + secs(8)), Some(secs(8)));
+    samples.record(t + secs(9), "0-100-5".into(), String::new());
+    assert_eq!(samples.unreachable_for(t + secs(10)), None);
+    samples.failed(t + secs(11), "refused".into());
+    assert_eq!(samples.unreachable_for(t + secs(12)), Some(secs(1)));
+    samples.not_read();
+    assert_eq!(samples.unreachable_for(t + secs(13)), None);
 }

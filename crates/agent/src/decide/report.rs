@@ -1,12 +1,15 @@
 //! What a member reports on `/status` (`bulwark_contract::member`), built from a pass's role,
 //! observation and decision.
 
+use std::time::Duration;
+
 use bulwark_contract::member::{MemberReplication, MemberStatus};
 use bulwark_contract::order::Standing;
 
 use super::topology::{Decision, Observed};
 
-/// The report of `/status` from a pass's role, observation and decision.
+/// The report of `/status` from a pass's role, observation and decision; `source_unreachable`:
+/// how long a replica's agent has failed to reach its primary.
 pub fn member_status(
     role: Option<Standing>,
     o: &Observed,
@@ -14,6 +17,7 @@ pub fn member_status(
     clone_port: u16,
     writes_held: bool,
     handover_pending: bool,
+    source_unreachable: Option<Duration>,
 ) -> MemberStatus {
     MemberStatus {
         writes_held,
@@ -41,6 +45,7 @@ pub fn member_status(
             sql_errno: r.sql_errno,
             lag_seconds: r.lag_seconds,
             received: r.received.clone(),
+            source_unreachable_seconds: source_unreachable.map(|d| d.as_secs()),
         }),
         age_ms: 0,
     }

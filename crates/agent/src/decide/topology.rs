@@ -552,6 +552,15 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
             at_least,
             primary,
             replica,
+        } if *at_least <= s.max_lag => wait(format!(
+            "replica catching up: not yet shown to hold the primary's position read {:.1}s ago \
+             (the primary is at {primary}, this server at {replica})",
+            at_least.as_secs_f64()
+        )),
+        SourceLag::Behind {
+            at_least,
+            primary,
+            replica,
         } => wait(format!(
             "replica lacks what the primary had logged {}s ago or earlier, though it reports \
              {lag}s behind: the primary is at {primary}, this server at {replica}",
@@ -564,6 +573,10 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
         SourceLag::Unreadable(why) => wait(format!(
             "replica not shown to be current: the primary's position cannot be read from \
              {from}: {why}"
+        )),
+        SourceLag::Unconfirmed(why) => ready(format!(
+            "replica: replicating from {from}, {lag}s behind by its own account; the primary's \
+             position cannot be read through {from}: {why}"
         )),
         SourceLag::NotMeasured => wait("replica not shown to be current: not measured"),
     }

@@ -445,6 +445,37 @@ fn decisions() {
             "the primary's position cannot be read from quay-primary:3306: connection refused",
         ),
         Case {
+            source_lag: SourceLag::Behind {
+                at_least: Duration::from_millis(2500),
+                primary: "0-101-776".into(),
+                replica: "0-101-770".into(),
+            },
+            ..case(
+                "a replica not yet shown to hold a recent position is not ready",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(
+            None,
+            false,
+            "catching up: not yet shown to hold the primary's position read 2.5s ago",
+        ),
+        Case {
+            source_lag: SourceLag::Unconfirmed("connection refused".into()),
+            ..case(
+                "a replica that cannot read the primary through the Service keeps its own word",
+                replica(),
+                observed(MariaDb, true, running()),
+            )
+        }
+        .then(
+            None,
+            true,
+            "0s behind by its own account; the primary's position cannot be read through \
+             quay-primary:3306: connection refused",
+        ),
+        Case {
             source_lag: SourceLag::NotMeasured,
             ..case(
                 "a replica never measured is not ready",

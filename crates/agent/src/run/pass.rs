@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulwark_contract::order::Standing;
+use bulwark_contract::Engine;
 
 use super::config::AgentConfig;
 use super::credentials::Credentials;
@@ -269,6 +270,7 @@ impl Agent {
         }
         Ok(decision)
     }
+
     /// How this member, a running replica, stands against its primary, from the primary's
     /// position read now and in earlier passes; `NotMeasured` for anything else.
     async fn source_lag(
@@ -283,6 +285,7 @@ impl Agent {
             .as_ref()
             .is_some_and(|r| r.io == IoState::Running && r.sql_running);
         if !(matches!(role, Ok(Role::Replica)) && replicating) {
+            self.primary_positions.not_read();
             return SourceLag::NotMeasured;
         }
         let source = self.role.source.clone();
@@ -291,12 +294,13 @@ impl Agent {
         let asked = Instant::now();
         match super::primary_position::read(observed.engine, &source, &creds.replication).await {
             Ok((position, history)) => samples.record(asked, position, history),
-            Err(e) => samples.failed(bulwark_engine::error::chain(&e)),
+            Err(e) => samples.failed(asked, bulwark_engine::error::chain(&e)),
         }
         let history = match observed.engine {
-            bulwark_contract::Engine::MariaDb => observed.gtid_history.as_str(),
-            bulwark_contract::Engine::MySql => observed.gtid_logged.as_str(),
+            Engine::MariaDb => observed.gtid_history.as_str(),
+            Engine::MySql => observed.gtid_logged.as_str(),
         };
+        let through_service = source.host == self.config.source.host;
         samples.judge(
             &Holding {
                 engine: observed.engine,
@@ -305,6 +309,7 @@ impl Agent {
                 history,
             },
             self.config.max_replica_lag,
+            through_service,
         )
     }
 }

@@ -46,7 +46,10 @@ pub(super) async fn read(
     };
     tokio::time::timeout(READ_TIMEOUT, read)
         .await
-        .map_err(|_| fail(mysql_async::Error::Other("timed out".into())))?
+        .map_err(|_| AgentError::ReadPrimaryPositionTimedOut {
+            target: target.describe(),
+            seconds: READ_TIMEOUT.as_secs(),
+        })?
         .map_err(fail)
         .map(|(position, history)| {
             (

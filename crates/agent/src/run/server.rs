@@ -122,11 +122,10 @@ pub async fn run(
             handover::pending(primary, o.read_only, o.replicas_attached, held)
         });
         let shown = mark.update(needed, Instant::now());
-        let member = agent
-            .last
-            .observed
-            .as_ref()
-            .map(|o| member_status(role, o, &decision, clone_port, held, shown));
+        let member = agent.last.observed.as_ref().map(|o| {
+            let unreachable = agent.primary_positions.unreachable_for(Instant::now());
+            member_status(role, o, &decision, clone_port, held, shown, unreachable)
+        });
         *r = Readiness {
             ready: decision.ready,
             reason: decision.reason,

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use bulwark_contract::gtid;
-use bulwark_contract::member::{IoState, MemberStatus};
+use bulwark_contract::member::MemberStatus;
 use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
@@ -98,7 +98,9 @@ pub fn forced_request<'a>(
 /// Why the primary counts as lost, if it does: its agent gives no report, and no reporting
 /// replica is receiving (from it or anyone). A replica still receiving means the old primary's
 /// server runs and serves it: only its agent or the path to it failed, and promoting another
-/// member would make two primaries.
+/// member would make two primaries. A replica whose agent has failed for a while to reach the
+/// primary's server no longer counts, whatever its receiver says: a receiver learns that its
+/// stream died only after `slave_net_timeout` and a reconnection, the agent within seconds.
 pub fn primary_lost(primary: &str, members: &[MemberView]) -> Option<String> {
     let why = match members.iter().find(|m| m.pod == primary) {
         None => format!("pod {primary} does not exist"),
@@ -115,11 +117,10 @@ pub fn primary_lost(primary: &str, members: &[MemberView]) -> Option<String> {
     if replicas.is_empty() {
         return None;
     }
-    if let Some((m, _)) = replicas.iter().find(|(_, r)| {
-        r.replication
-            .as_ref()
-            .is_some_and(|rep| rep.io == IoState::Running)
-    }) {
+    if let Some((m, _)) = replicas
+        .iter()
+        .find(|(_, r)| r.replication.as_ref().is_some_and(|rep| rep.receiving()))
+    {
         tracing::debug!(primary, receiving = %m.pod, "primary unreachable but a replica still receives");
         return None;
     }

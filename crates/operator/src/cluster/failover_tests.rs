@@ -1,7 +1,7 @@
 //! The failover decision's table tests.
 
 use super::*;
-use bulwark_contract::member::MemberReplication;
+use bulwark_contract::member::{IoState, MemberReplication};
 
 fn replica(pod: &str, gtid: &str, io: IoState, applied: bool) -> MemberView {
     let mut report = super::super::roles::sample_report(gtid);
@@ -17,6 +17,7 @@ fn replica(pod: &str, gtid: &str, io: IoState, applied: bool) -> MemberView {
         sql_errno: 0,
         lag_seconds: None,
         received: String::new(),
+        source_unreachable_seconds: None,
     });
     MemberView {
         pod: pod.into(),
@@ -50,6 +51,17 @@ fn received(mut member: MemberView, position: &str, sql_errno: u32) -> MemberVie
         rep.received = position.into();
         rep.sql_errno = sql_errno;
         rep.sql_running = sql_errno == 0;
+    }
+    member
+}
+
+/// `member` whose agent has failed for `seconds` to reach the primary's server.
+fn unreachable(mut member: MemberView, seconds: u64) -> MemberView {
+    if let Ok(r) = &mut member.report {
+        r.replication
+            .as_mut()
+            .expect("a replica")
+            .source_unreachable_seconds = Some(seconds);
     }
     member
 }
@@ -111,6 +123,38 @@ fn decisions() {
             vec![
                 gone("db-0"),
                 replica("db-1", "0-100-9", IoState::Running, true),
+            ],
+            lost(300),
+            AFTER,
+            Healthy,
+        ),
+        (
+            "not lost while a receiving replica's agent failed to reach the primary only briefly",
+            vec![
+                gone("db-0"),
+                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 3),
+            ],
+            lost(300),
+            AFTER,
+            Healthy,
+        ),
+        (
+            "lost once the agents of the replicas whose receivers run cannot reach the primary",
+            vec![
+                gone("db-0"),
+                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 4),
+                unreachable(replica("db-2", "0-100-9", IoState::Running, true), 9),
+            ],
+            lost(31),
+            AFTER,
+            Promote("db-1"),
+        ),
+        (
+            "not lost while one replica still reaches the primary",
+            vec![
+                gone("db-0"),
+                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 9),
+                replica("db-2", "0-100-9", IoState::Running, true),
             ],
             lost(300),
             AFTER,

@@ -154,6 +154,7 @@ pub(super) fn sample_view(
         sql_errno: 0,
         lag_seconds: Some(l),
         received: String::new(),
+        source_unreachable_seconds: None,
     });
     MemberView {
         pod: pod.into(),
@@ -185,6 +186,7 @@ mod tests {
             sql_errno,
             lag_seconds: None,
             received: String::new(),
+            source_unreachable_seconds: None,
         };
         let view = |pod: &str, gtid: &str, ready: bool, rep: Option<MemberReplication>| {
             let mut r = sample_report(gtid);

@@ -137,6 +137,7 @@ pub fn obey(report: &mut MemberStatus, order: &RoleOrder) {
                 sql_errno: 0,
                 lag_seconds: Some(0),
                 received: String::new(),
+                source_unreachable_seconds: None,
             });
         }
     }
