@@ -277,8 +277,11 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
         // The agent answers /healthz with 200 while the server is not listening yet, so a long
         // crash recovery is never cut short; only a server that accepts connections and then
         // hangs fails it.
-        liveness_probe: Some(http_probe("/healthz", 10, 6)),
-        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        liveness_probe: Some(http_probe("/healthz", 10, 5, 6)),
+        // `/readyz` answers from the agent's last pass, at once: probed every second, a promoted
+        // replica joins the primary Service within a second of taking writes, and a member
+        // that stopped keeping up leaves the Services within two.
+        readiness_probe: Some(http_probe("/readyz", 1, 1, 2)),
         resources: cluster.spec.resources.clone(),
         lifecycle: Some(wait_for_handover()),
         volume_mounts: Some(vec![
@@ -438,7 +441,7 @@ fn port(name: &str, number: i32) -> ContainerPort {
     }
 }
 
-fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
@@ -448,7 +451,7 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
-        timeout_seconds: Some(5),
+        timeout_seconds: Some(timeout),
         failure_threshold: Some(failures),
         ..Probe::default()
     }
