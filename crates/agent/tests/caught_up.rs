@@ -7,9 +7,11 @@
 
 mod common;
 
+use bulwark_contract::order::RoleOrder;
+use bulwark_contract::Role;
 use bulwark_mysql_testkit::StallProxy;
 use common::*;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -17,7 +19,14 @@ fn a_replica_whose_stream_went_silent_is_not_ready_though_it_reports_0s_behind()
     let pair = Pair::new();
     let w = pair.work.path();
     let a_port = pair.a_db.port().to_string();
-    let relay = StallProxy::start(SocketAddr::from(([127, 0, 0, 1], pair.a_db.port()))).unwrap();
+    // The primary's "pod" is 127.0.0.2, reached through the relay; the "primary Service"
+    // (`--primary-host`) is 127.0.0.1 on the relay's port, where nothing listens. The order
+    // names the pod, as the operator's orders do after any change of primary.
+    let relay = StallProxy::start_on(
+        Ipv4Addr::new(127, 0, 0, 2),
+        SocketAddr::from(([127, 0, 0, 1], pair.a_db.port())),
+    )
+    .unwrap();
     let a = member_agent(
         "quay-0",
         w,
@@ -32,6 +41,7 @@ fn a_replica_whose_stream_went_silent_is_not_ready_though_it_reports_0s_behind()
     pair.b_db
         .sql("SET GLOBAL slave_net_timeout = 3600")
         .unwrap();
+    let order_file = w.join("order-quay-1");
     let b = member_agent(
         "quay-1",
         w,
@@ -39,14 +49,30 @@ fn a_replica_whose_stream_went_silent_is_not_ready_though_it_reports_0s_behind()
         &pair.b_labels,
         &pair.creds,
         &relay.port().to_string(),
-        &["--max-replica-lag", "3s"],
+        &[
+            "--max-replica-lag",
+            "3s",
+            "--pod-name",
+            "quay-1",
+            "--order-file",
+            order_file.to_str().unwrap(),
+        ],
     );
+    let named = RoleOrder {
+        member: "quay-1".into(),
+        role: Role::Replica,
+        epoch: 1,
+        source: Some("127.0.0.2".into()),
+    }
+    .sign(b"order-key");
+    let (code, answer) = b.post("/role", &named);
+    assert!(code == 200 || code == 202, "{code} {answer}");
     wait_status(&a, &[&b], "/readyz", 200, "primary: writable");
     pair.a_db
         .sql("CREATE DATABASE ledger; CREATE TABLE ledger.acks (id INT PRIMARY KEY)")
         .unwrap();
     pair.a_db.sql("INSERT INTO ledger.acks VALUES (1)").unwrap();
-    wait_status(&b, &[&a], "/readyz", 200, "replicating from");
+    wait_status(&b, &[&a], "/readyz", 200, "replicating from 127.0.0.2");
     wait_for("the first row on the replica", &[&a, &b], || {
         (scalar(&pair.b_db, "SELECT COUNT(*) FROM ledger.acks") == "1").then_some(())
     });

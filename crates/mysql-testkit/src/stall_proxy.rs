@@ -36,7 +36,14 @@ pub struct StallProxy {
 impl StallProxy {
     /// Listens on 127.0.0.1 (a free port) and relays each connection to `upstream`.
     pub fn start(upstream: SocketAddr) -> Result<StallProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").context("bind the stall proxy")?;
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST, upstream)
+    }
+
+    /// Listens on `ip`, a loopback address (a free port), and relays each connection to
+    /// `upstream`.
+    pub fn start_on(ip: std::net::Ipv4Addr, upstream: SocketAddr) -> Result<StallProxy> {
+        anyhow::ensure!(ip.is_loopback(), "{ip} is not a loopback address");
+        let listener = TcpListener::bind((ip, 0)).context("bind the stall proxy")?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let closing = Arc::new(AtomicBool::new(false));

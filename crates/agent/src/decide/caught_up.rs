@@ -16,6 +16,17 @@ use bulwark_contract::Engine;
 /// default 2 s interval.
 const KEPT: usize = 1024;
 
+/// What a failed read of the primary's position says of the way to its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Nothing answered: no connection, or none within the time allowed.
+    NoAnswer,
+    /// The server answered, with an error (too many connections, a refused login): it runs.
+    Answered,
+    /// Nothing can be told (the name did not resolve, the request could not be made).
+    Unknown,
+}
+
 /// The primary's position and history as read at one instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Sample {
@@ -75,6 +86,8 @@ pub enum SourceLag {
 pub struct SourceSamples {
     /// The source and epoch the samples are of; others' samples say nothing of this one.
     of: Option<(String, u64)>,
+    /// The samples are read through the primary Service, which lists only a ready primary.
+    through_service: bool,
     samples: VecDeque<Sample>,
     /// The last failed read, when it came after the newest sample.
     failure: Option<String>,
@@ -87,8 +100,9 @@ pub struct SourceSamples {
 
 impl SourceSamples {
     /// Forgets the samples unless they are of `host` at `epoch`: after a change of primary, an
-    /// old one's positions prove nothing.
-    pub fn follow(&mut self, host: &str, epoch: u64) {
+    /// old one's positions prove nothing. `through_service`: `host` is the primary Service (no
+    /// order named the primary's pod).
+    pub fn follow(&mut self, host: &str, epoch: u64, through_service: bool) {
         let now = Some((host.to_owned(), epoch));
         if self.of != now {
             *self = SourceSamples {
@@ -96,6 +110,7 @@ impl SourceSamples {
                 ..SourceSamples::default()
             };
         }
+        self.through_service = through_service;
     }
 
     /// Keeps a position read at `at`.
@@ -112,14 +127,24 @@ impl SourceSamples {
         }
     }
 
-    /// Notes a read begun at `at` that failed.
-    pub fn failed(&mut self, at: Instant, error: String) {
+    /// Notes a read begun at `at` that failed. Only a read of the primary's pod that nothing
+    /// answered starts (or continues) a run of failures: through the Service a primary that
+    /// is merely not ready (its agent dead, its server running) fails the same way, and a
+    /// server that answers with an error runs.
+    pub fn failed(&mut self, at: Instant, error: String, reach: Reach) {
         self.failure = Some(error);
-        self.failing_since.get_or_insert(at);
+        self.diverging = false;
+        match reach {
+            Reach::NoAnswer if !self.through_service => {
+                self.failing_since.get_or_insert(at);
+            }
+            Reach::Answered => self.failing_since = None,
+            Reach::NoAnswer | Reach::Unknown => {}
+        }
     }
 
-    /// Nothing was read this pass (the member is no running replica): a run of failures ends
-    /// here, the samples stay (they still prove what the primary had).
+    /// Nothing was read this pass (the member is no replica whose receiver and applier run): a
+    /// run of failures ends here, the samples stay (they still prove what the primary had).
     pub fn not_read(&mut self) {
         self.failure = None;
         self.failing_since = None;
@@ -131,20 +156,13 @@ impl SourceSamples {
             .map(|since| now.saturating_duration_since(since))
     }
 
-    /// How `replica` stands, given that it may lag `max_lag`; `through_service`: the
-    /// samples are read through the primary Service (no order named the primary's pod).
-    /// Samples older than the newest one it holds prove less and are dropped. Divergence is
-    /// judged only against a sample taken after the replica was observed (an older one may
-    /// rightly hold less than the replica has applied since), and said only when two passes in
-    /// a row find it.
-    pub fn judge(
-        &mut self,
-        replica: &Holding<'_>,
-        max_lag: Duration,
-        through_service: bool,
-    ) -> SourceLag {
+    /// How `replica` stands, given that it may lag `max_lag`. Samples older than the newest
+    /// one it holds prove less and are dropped. Divergence is judged only against a sample
+    /// taken after the replica was observed (an older one may rightly hold less than the
+    /// replica has applied since), and said only when two passes in a row find it.
+    pub fn judge(&mut self, replica: &Holding<'_>, max_lag: Duration) -> SourceLag {
         match self.lag(replica, max_lag) {
-            SourceLag::Unreadable(why) if through_service => SourceLag::Unconfirmed(why),
+            SourceLag::Unreadable(why) if self.through_service => SourceLag::Unconfirmed(why),
             lag => lag,
         }
     }

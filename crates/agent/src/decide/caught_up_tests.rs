@@ -190,7 +190,7 @@ fn judge() {
     for c in cases {
         let observed = Instant::now() + Duration::from_secs(3600);
         let mut samples = SourceSamples::default();
-        samples.follow("quay-1.quay-headless", 1);
+        samples.follow("quay-1.quay-headless", 1, c.through_service);
         for (at, position, history) in &c.samples {
             let at = if *at >= 0 {
                 observed + Duration::from_millis(*at as u64)
@@ -200,7 +200,7 @@ fn judge() {
             samples.record(at, position.clone(), (*history).to_owned());
         }
         if let Some(error) = c.failure {
-            samples.failed(observed, error.to_owned());
+            samples.failed(observed, error.to_owned(), Reach::NoAnswer);
         }
         let replica = Holding {
             engine: c.engine,
@@ -208,9 +208,9 @@ fn judge() {
             logged: &c.logged,
             history: &c.history,
         };
-        let mut got = samples.judge(&replica, MAX_LAG, c.through_service);
+        let mut got = samples.judge(&replica, MAX_LAG);
         if c.twice {
-            got = samples.judge(&replica, MAX_LAG, c.through_service);
+            got = samples.judge(&replica, MAX_LAG);
         }
         assert_eq!(got, c.want, "{}", c.name);
     }
@@ -220,7 +220,7 @@ fn judge() {
 fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
     let t = Instant::now();
     let mut samples = SourceSamples::default();
-    samples.follow("quay-0.quay-headless", 0);
+    samples.follow("quay-0.quay-headless", 0, false);
     samples.record(t, "0-100-5".into(), String::new());
     samples.record(t + secs(2), "0-100-9".into(), String::new());
     let replica = |at, logged: &'static str| Holding {
@@ -230,33 +230,44 @@ fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
         history: logged,
     };
     assert_eq!(
-        samples.judge(&replica(t + secs(3), "0-100-9"), MAX_LAG, false),
+        samples.judge(&replica(t + secs(3), "0-100-9"), MAX_LAG),
         SourceLag::Within(secs(1))
     );
     // The sample at t was dropped: only the one held proves anything.
     assert_eq!(samples.samples.len(), 1);
-    samples.follow("quay-0.quay-headless", 0);
+    samples.follow("quay-0.quay-headless", 0, false);
     assert_eq!(samples.samples.len(), 1, "same source, same epoch: kept");
-    samples.follow("quay-1.quay-headless", 1);
+    samples.follow("quay-1.quay-headless", 1, false);
     assert_eq!(
-        samples.judge(&replica(t + secs(4), "0-100-9"), MAX_LAG, false),
+        samples.judge(&replica(t + secs(4), "0-100-9"), MAX_LAG),
         SourceLag::Unreadable("not read yet".into())
     );
 }
 
 #[test]
-fn a_run_of_failed_reads_is_timed_from_its_first() {
+fn a_run_of_failed_reads_is_timed_from_its_first_unanswered_one() {
     let t = Instant::now();
     let mut samples = SourceSamples::default();
-    samples.follow("quay-0.quay-headless", 0);
+    samples.follow("quay-0.quay-headless", 0, false);
     assert_eq!(samples.unreachable_for(t), None);
-    samples.failed(t, "timed out".into());
-    samples.failed(t + secs(5), "timed out".into());
+    samples.failed(t, "timed out".into(), Reach::NoAnswer);
+    samples.failed(t + secs(5), "timed out".into(), Reach::NoAnswer);
     assert_eq!(samples.unreachable_for(t + secs(8)), Some(secs(8)));
-    samples.record(t + secs(9), "0-100-5".into(), String::new());
+    // A name that does not resolve tells nothing either way.
+    samples.failed(t + secs(8), "no such host".into(), Reach::Unknown);
+    assert_eq!(samples.unreachable_for(t + secs(9)), Some(secs(9)));
+    // A server that answers with an error runs.
+    samples.failed(t + secs(9), "too many connections".into(), Reach::Answered);
     assert_eq!(samples.unreachable_for(t + secs(10)), None);
-    samples.failed(t + secs(11), "refused".into());
-    assert_eq!(samples.unreachable_for(t + secs(12)), Some(secs(1)));
+    samples.failed(t + secs(10), "refused".into(), Reach::NoAnswer);
+    samples.record(t + secs(11), "0-100-5".into(), String::new());
+    assert_eq!(samples.unreachable_for(t + secs(12)), None);
+    samples.failed(t + secs(13), "refused".into(), Reach::NoAnswer);
+    assert_eq!(samples.unreachable_for(t + secs(14)), Some(secs(1)));
     samples.not_read();
-    assert_eq!(samples.unreachable_for(t + secs(13)), None);
+    assert_eq!(samples.unreachable_for(t + secs(15)), None);
+    // Through the primary Service, a primary that is merely not ready fails the same way.
+    samples.follow("quay-primary", 0, true);
+    samples.failed(t + secs(16), "timed out".into(), Reach::NoAnswer);
+    assert_eq!(samples.unreachable_for(t + secs(30)), None);
 }

@@ -50,6 +50,8 @@ pub enum AgentError {
         code: u16,
         message: String,
     },
+    #[error("failed to resolve the primary's name {host}")]
+    ResolvePrimary { host: String },
     #[error("failed to read the primary's GTID position at {target}: no answer within {seconds}s")]
     ReadPrimaryPositionTimedOut { target: String, seconds: u64 },
     #[error("failed to read the primary's GTID position at {target}")]

@@ -289,18 +289,18 @@ impl Agent {
             return SourceLag::NotMeasured;
         }
         let source = self.role.source.clone();
+        let through_service = source.host == self.config.source.host;
         let samples = &mut self.primary_positions;
-        samples.follow(&source.host, self.role.epoch);
+        samples.follow(&source.host, self.role.epoch, through_service);
         let asked = Instant::now();
         match super::primary_position::read(observed.engine, &source, &creds.replication).await {
             Ok((position, history)) => samples.record(asked, position, history),
-            Err(e) => samples.failed(asked, bulwark_engine::error::chain(&e)),
+            Err((e, reach)) => samples.failed(asked, bulwark_engine::error::chain(&e), reach),
         }
         let history = match observed.engine {
             Engine::MariaDb => observed.gtid_history.as_str(),
             Engine::MySql => observed.gtid_logged.as_str(),
         };
-        let through_service = source.host == self.config.source.host;
         samples.judge(
             &Holding {
                 engine: observed.engine,
@@ -309,7 +309,6 @@ impl Agent {
                 history,
             },
             self.config.max_replica_lag,
-            through_service,
         )
     }
 }
