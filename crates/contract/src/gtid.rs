@@ -55,13 +55,17 @@ fn mariadb_within(logged: &str, restored: &str) -> bool {
     else {
         return false;
     };
-    logged.iter().all(|(domain, (server, seq))| {
-        restored
-            .get(domain)
-            .is_some_and(|(restored_server, restored_seq)| {
-                seq < restored_seq || (seq == restored_seq && server == restored_server)
-            })
-    })
+    logged
+        .iter()
+        .all(|(domain, (server, seq))| reaches(&restored, *domain, *server, *seq))
+}
+
+/// Whether MariaDB `position` has reached `domain-server-seq`: further along in the domain, or
+/// at that very transaction (another server's at the same number has diverged).
+fn reaches(position: &BTreeMap<u32, (u32, u64)>, domain: u32, server: u32, seq: u64) -> bool {
+    position
+        .get(&domain)
+        .is_some_and(|(p_server, p_seq)| seq < *p_seq || (seq == *p_seq && server == *p_server))
 }
 
 /// Whether every transaction in `logged` is in a server whose own position is `position` and
@@ -92,10 +96,11 @@ pub fn within_history(engine: Engine, logged: &str, position: &str, history: &st
     })
 }
 
-/// Whether a server holds nothing another lacks, as far as can be told: every transaction of
-/// its `history` is in the other, whose position is `position` and whose history is
-/// `other_history`. MySQL: `history` is its `@@gtid_executed`, a whole set. MariaDB: `history`
-/// is the server's `@@gtid_binlog_state` (every server's last transaction in every domain); an
+/// Whether a server holds nothing another lacks, as far as can be told: every transaction it
+/// has `logged` (`@@gtid_binlog_pos` / `@@gtid_executed`) and every one of its `history` is in
+/// the other, whose position is `position` and whose history is `other_history`. MySQL: the
+/// logged set is whole, and the histories are not used. MariaDB: `history` is the server's
+/// `@@gtid_binlog_state` (every server's last transaction in every domain); an
 /// entry is beyond the other when the other's position has not reached its sequence number,
 /// or when the other's history has fewer of that server's transactions in that domain (an old
 /// primary's commit nobody received, which shows even after it replicated the new primary's
@@ -103,25 +108,23 @@ pub fn within_history(engine: Engine, logged: &str, position: &str, history: &st
 /// seeded or restored server may know fewer of the old ones.
 pub fn holds_nothing_beyond(
     engine: Engine,
+    logged: &str,
     history: &str,
     position: &str,
     other_history: &str,
 ) -> bool {
     match engine {
-        Engine::MySql => within(engine, history, position),
+        Engine::MySql => within(engine, logged, position),
         Engine::MariaDb => {
             let (Some(entries), Some(position), Some(other)) = (
-                mariadb_gtids(history),
+                mariadb_gtids(&format!("{logged},{history}")),
                 mariadb_position(position),
                 mariadb_history(other_history),
             ) else {
                 return false;
             };
             entries.iter().all(|(domain, server, seq)| {
-                let reached = position.get(domain).is_some_and(|(p_server, p_seq)| {
-                    seq < p_seq || (seq == p_seq && server == p_server)
-                });
-                reached
+                reaches(&position, *domain, *server, *seq)
                     && other
                         .get(&(*domain, *server))
                         .is_none_or(|last| last >= seq)
@@ -386,7 +389,13 @@ mod tests {
         ];
         for (name, history, want) in cases {
             assert_eq!(
-                holds_nothing_beyond(Engine::MariaDb, history, "0-101-200", "0-100-39,0-101-200"),
+                holds_nothing_beyond(
+                    Engine::MariaDb,
+                    "",
+                    history,
+                    "0-101-200",
+                    "0-100-39,0-101-200"
+                ),
                 want,
                 "{name}"
             );
@@ -400,7 +409,7 @@ mod tests {
             (format!("{a}:1-5,{b}:1"), false),
         ] {
             assert_eq!(
-                holds_nothing_beyond(Engine::MySql, &history, &primary, ""),
+                holds_nothing_beyond(Engine::MySql, &history, "", &primary, ""),
                 want,
                 "{history}"
             );

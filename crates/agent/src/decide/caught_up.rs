@@ -46,7 +46,7 @@ pub struct Holding<'a> {
     pub at: Instant,
     /// What it has logged: `@@gtid_binlog_pos` (MariaDB) or `@@gtid_executed` (MySQL).
     pub logged: &'a str,
-    /// Its history: `@@gtid_binlog_state` (MariaDB) or `@@gtid_executed` (MySQL).
+    /// Its history: `@@gtid_binlog_state` (MariaDB; empty on MySQL).
     pub history: &'a str,
 }
 
@@ -70,7 +70,7 @@ pub enum SourceLag {
     Diverged {
         /// The primary's position.
         primary: String,
-        /// The replica's history.
+        /// The replica's history (MariaDB) or set (MySQL).
         replica: String,
     },
     /// The primary's position could not be read for longer than the replica may lag.
@@ -172,15 +172,20 @@ impl SourceSamples {
         if let Some(newest) = self.samples.back().filter(|s| s.at >= replica.at) {
             let diverging = !gtid::holds_nothing_beyond(
                 replica.engine,
+                replica.logged,
                 replica.history,
                 &newest.position,
                 &newest.history,
             );
             let again = std::mem::replace(&mut self.diverging, diverging);
             if diverging && again {
+                let shown = match replica.history {
+                    "" => replica.logged,
+                    history => history,
+                };
                 return SourceLag::Diverged {
                     primary: newest.position.clone(),
-                    replica: replica.history.to_owned(),
+                    replica: shown.to_owned(),
                 };
             }
         }

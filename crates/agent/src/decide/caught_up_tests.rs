@@ -41,6 +41,16 @@ fn maria(name: &'static str, samples: Vec<(At, &str, &'static str)>, logged: &st
     }
 }
 
+fn mysql(name: &'static str, samples: Vec<(At, String)>, logged: String) -> Case {
+    Case {
+        engine: Engine::MySql,
+        samples: samples.into_iter().map(|(at, p)| (at, p, "")).collect(),
+        logged,
+        history: String::new(),
+        ..maria(name, vec![], "")
+    }
+}
+
 impl Case {
     fn history(mut self, history: &str) -> Self {
         self.history = history.to_owned();
@@ -163,24 +173,20 @@ fn judge() {
             .want(SourceLag::Unconfirmed("connection refused".into())),
         maria("not read yet", vec![], "0-101-30")
             .want(SourceLag::Unreadable("not read yet".into())),
-        Case {
-            engine: Engine::MySql,
-            samples: vec![
-                (-2000, format!("{UUID}:1-10"), ""),
-                (100, format!("{UUID}:1-14"), ""),
+        mysql(
+            "MySQL sets",
+            vec![
+                (-2000, format!("{UUID}:1-10")),
+                (100, format!("{UUID}:1-14")),
             ],
-            logged: format!("{UUID}:1-12"),
-            history: format!("{UUID}:1-12"),
-            ..maria("MySQL sets", vec![], "")
-        }
+            format!("{UUID}:1-12"),
+        )
         .want(SourceLag::Within(secs(2))),
-        Case {
-            engine: Engine::MySql,
-            samples: vec![(100, format!("{UUID}:1-14"), "")],
-            logged: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
-            history: format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
-            ..maria("MySQL: a transaction the primary lacks", vec![], "")
-        }
+        mysql(
+            "MySQL: a transaction the primary lacks",
+            vec![(100, format!("{UUID}:1-14"))],
+            format!("{UUID}:1-14,4e11fa47-71ca-11e1-9e33-c80aa9429562:1"),
+        )
         .twice()
         .want(SourceLag::Diverged {
             primary: format!("{UUID}:1-14"),

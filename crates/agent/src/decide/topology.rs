@@ -552,20 +552,19 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
             at_least,
             primary,
             replica,
-        } if *at_least <= s.max_lag => wait(format!(
-            "replica catching up: not yet shown to hold the primary's position read {:.1}s ago \
-             (the primary is at {primary}, this server at {replica})",
-            at_least.as_secs_f64()
-        )),
-        SourceLag::Behind {
-            at_least,
-            primary,
-            replica,
-        } => wait(format!(
-            "replica lacks what the primary had logged {}s ago or earlier, though it reports \
-             {lag}s behind: the primary is at {primary}, this server at {replica}",
-            at_least.as_secs()
-        )),
+        } => wait(if *at_least <= s.max_lag {
+            format!(
+                "replica catching up: not yet shown to hold the primary's position read \
+                 {:.1}s ago (the primary is at {primary}, this server at {replica})",
+                at_least.as_secs_f64()
+            )
+        } else {
+            format!(
+                "replica lacks what the primary had logged {}s ago or earlier, though it \
+                 reports {lag}s behind: the primary is at {primary}, this server at {replica}",
+                at_least.as_secs()
+            )
+        }),
         SourceLag::Diverged { primary, replica } => wait(format!(
             "replica withheld: it holds transactions the primary lacks (the primary is at \
              {primary}, this server's history is {replica}); rebuild it from the primary"

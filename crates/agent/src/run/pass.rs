@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulwark_contract::order::Standing;
-use bulwark_contract::Engine;
 
 use super::config::AgentConfig;
 use super::credentials::Credentials;
@@ -52,6 +51,8 @@ pub(super) struct RoleView {
     pub(super) epoch: u64,
     /// Where this pass replicates from: the primary an order names, else `--primary-host`.
     pub(super) source: Source,
+    /// An order named the primary (its pod), rather than the primary Service.
+    pub(super) source_named: bool,
 }
 
 /// What the last pass saw and did.
@@ -89,6 +90,7 @@ impl Agent {
                 last: None,
                 epoch: 0,
                 source: config.source.clone(),
+                source_named: false,
             },
             config,
             server: None,
@@ -156,6 +158,7 @@ impl Agent {
             role.as_ref()
                 .is_ok_and(|r| r.epoch == *epoch && r.role == Role::Replica)
         });
+        self.role.source_named = named.is_some();
         self.role.source = Source {
             host: named.map_or_else(|| self.config.source.host.clone(), |(_, host)| host),
             port: self.config.source.port,
@@ -289,24 +292,19 @@ impl Agent {
             return SourceLag::NotMeasured;
         }
         let source = self.role.source.clone();
-        let through_service = source.host == self.config.source.host;
         let samples = &mut self.primary_positions;
-        samples.follow(&source.host, self.role.epoch, through_service);
+        samples.follow(&source.host, self.role.epoch, !self.role.source_named);
         let asked = Instant::now();
         match super::primary_position::read(observed.engine, &source, &creds.replication).await {
             Ok((position, history)) => samples.record(asked, position, history),
             Err((e, reach)) => samples.failed(asked, bulwark_engine::error::chain(&e), reach),
         }
-        let history = match observed.engine {
-            Engine::MariaDb => observed.gtid_history.as_str(),
-            Engine::MySql => observed.gtid_logged.as_str(),
-        };
         samples.judge(
             &Holding {
                 engine: observed.engine,
                 at: observed_at,
                 logged: &observed.gtid_logged,
-                history,
+                history: &observed.gtid_history,
             },
             self.config.max_replica_lag,
         )
