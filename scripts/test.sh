@@ -77,7 +77,10 @@ else
   status=1
 fi
 
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=$?
+# Everything but the end-to-end tests first, alone: their real servers' timing is their own.
+cargo test --workspace --exclude bulwark-e2e --locked --no-fail-fast 2>&1 | tee -a "$log" || status=$?
+# Then the end-to-end tests on the node, two binaries at a time and the chaos cases alone.
+bash scripts/e2e.sh 2>&1 | tee -a "$log" || status=$?
 if [[ $(id -u) -eq 0 ]]; then
   # Down before the summary, so that the summary stays the last line.
   bash tests/node/node.sh down >&2 || status=1

@@ -10,7 +10,8 @@
 # the node's containerd.
 #
 # Release `mysql-operator` in namespace bulwark-system (helm upgrade --install: rerunning it
-# upgrades), through the node's host kubeconfig (node.sh env). Images: the operator and backup
+# upgrades; with the same images and chart it changes nothing and the running operator stays,
+# so that test binaries running at once can each call it; calls take turns), through the node's host kubeconfig (node.sh env). Images: the operator and backup
 # images of bulwark-images.sh (BULWARK_OPERATOR_IMAGE, BULWARK_BACKUP_IMAGE), the exporter of
 # images.sh; pullPolicy Never (nothing can be pulled). The pods the operator creates get no
 # pullPolicy, which Kubernetes defaults to IfNotPresent for a tag other than `latest`.
@@ -39,11 +40,19 @@ die() {
 
 [[ "$("$node_dir/node.sh" status 2>/dev/null | head -n1)" != down ]] || die "the node is down: run tests/node/node.sh up"
 eval "$("$node_dir/node.sh" env)"
+# One install at a time: end-to-end binaries running at once each install at their start.
+exec 8>"$NODE_STATE/install-operator.lock"
+flock 8
 helm_bin="$(bash "$repo_dir/tests/helm/build.sh")"
 helm() { "$helm_bin/helm" "$@"; }
 
+# The images' build key goes on the operator's pod template: a new build rolls the operator
+# out (the tag stays `dev`), an unchanged one leaves the running operator alone.
+pod_annotations=()
 if [[ -n "${1:-}" ]]; then
 	t0="$(now)"
+	images_key="$(cat "$("$node_dir/bulwark-images.sh" build "$1")/stamp")"
+	pod_annotations=(--set-string "podAnnotations.bulwark\\.dev/images=$images_key")
 	# Every node's containerd: nothing can be pulled, and a pod may land on any node.
 	for sock in ${BULWARK_NODE_CONTAINERD_SOCKETS:-$BULWARK_NODE_CONTAINERD_SOCKET}; do
 		"$node_dir/images.sh" import "$sock"
@@ -89,15 +98,9 @@ helm upgrade --install "$RELEASE" "$repo_dir/charts/mysql-operator" \
 	--set "backupImage.serves={mariadb-10.11}" \
 	--set-string "exporterImage=$EXPORTER_IMAGE" \
 	--set-string logFormat=text \
-	"${placement[@]}" \
+	"${placement[@]}" "${pod_annotations[@]}" \
 	${BULWARK_HELM_ARGS:-} >/dev/null
 log "helm upgrade --install done in $(elapsed "$t0" "$(now)")s"
-# The tag stays `dev` across builds: an operator already running on a reused node is restarted
-# onto the image just imported, which an unchanged Deployment would not do.
-if [[ -n "${1:-}" && "$existed" == true ]]; then
-	kubectl -n "$NAMESPACE" rollout restart "deploy/$RELEASE" >/dev/null
-fi
-
 if ! kubectl -n "$NAMESPACE" rollout status "deploy/$RELEASE" --timeout="${TIMEOUT}s" >/dev/null ||
 	! kubectl -n "$NAMESPACE" wait --for=condition=Available "deploy/$RELEASE" --timeout=10s >/dev/null; then
 	diagnose

@@ -1,5 +1,6 @@
-//! Automatic failover on the real node, in a test binary of its own (it cordons the primary's
-//! node, which would hold the pods of any test running beside it): under a steady writer the primary's pod is
+//! Automatic failover on the real node, in a test binary of its own that runs alone
+//! (`scripts/e2e.sh`: it cordons the primary's node, which would hold the pods of any test
+//! running beside it): under a steady writer the primary's pod is
 //! force-deleted (no grace, as on a lost node) and cannot come back; a replica is promoted, writes
 //! resume through the primary Service, and every acknowledged row is on the new primary. Once the
 //! node takes pods again, the old primary's pod returns as a replica of the new one, with every
