@@ -97,6 +97,25 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         "read through the replicas Service from {seen}"
     );
 
+    // The replicas start from the primary Service their labels give them; the operator's role
+    // orders then name the primary pod's own address, through which their agents tell a lost
+    // primary from a Service without endpoints (the README's failover section).
+    for replica in ["harbor-1", "harbor-2"] {
+        wait_for(
+            n,
+            &format!("{replica} to replicate from harbor-0's own address"),
+            Duration::from_secs(60),
+            || {
+                let out = sql(n, replica, &password, "localhost", "SHOW SLAVE STATUS")?;
+                // Master_Host is the second column.
+                let host = out.split('\t').nth(1).unwrap_or_default();
+                host.starts_with("harbor-0.")
+                    .then_some(())
+                    .ok_or_else(|| format!("replicating from {host:?}"))
+            },
+        );
+    }
+
     // Semi-synchronous replication (the default): once both replicas are connected the
     // primary waits for their acknowledgements, and a commit is answered acknowledged.
     let status_of = |names: &str| {

@@ -46,6 +46,10 @@ pub struct FailoverRecord {
     /// The force-failover annotation value this failover answered, if one was pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+    /// The epoch the failover raised the roles to: until the promoted replica takes writes at
+    /// it, the choice is looked at again with every new report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
 }
 
 /// Observed state of a MySQL or MariaDB cluster.

@@ -227,16 +227,10 @@ pub fn decide(
         };
         holdings.push((*pod, *r, position, history));
     }
-    let applier_failed =
-        |r: &MemberStatus| r.replication.as_ref().is_some_and(|rep| rep.sql_errno != 0);
     let complete: Vec<_> = holdings
         .iter()
         .filter(|(pod, ..)| forced.as_ref().is_none_or(|(_, to, _)| to == pod))
-        .filter(|(_, _, position, history)| {
-            holdings
-                .iter()
-                .all(|(_, _, theirs, _)| gtid::within_history(engine, theirs, position, history))
-        })
+        .filter(|h| holds_all(engine, h, &holdings))
         .collect();
     let best = complete.iter().find(|(_, r, ..)| !applier_failed(r));
     match best {
@@ -289,6 +283,79 @@ pub fn decide(
                 .join(", ")
         )),
     }
+}
+
+/// What a replica will hold once it has applied all it received: its pod, report, position
+/// and history.
+type Holding<'a> = (&'a str, &'a MemberStatus, String, String);
+
+/// Whether `one` will hold every transaction each of `all` will hold.
+fn holds_all(engine: Engine, one: &Holding<'_>, all: &[Holding<'_>]) -> bool {
+    let (_, _, position, history) = one;
+    all.iter()
+        .all(|(_, _, theirs, _)| gtid::within_history(engine, theirs, position, history))
+}
+
+fn applier_failed(r: &MemberStatus) -> bool {
+    r.replication.as_ref().is_some_and(|rep| rep.sql_errno != 0)
+}
+
+/// A failover's choice looked at again before it took writes. `chosen` was named by a failover
+/// from `failed` at `epoch` and has not taken the primary's role yet (it reports as a replica,
+/// and is not labelled primary at `epoch`). When a report that came after the choice (a
+/// replica that was silent then, or one that received more since) shows a transaction
+/// `chosen` will not hold, and another replica will hold every transaction any reporting
+/// replica will, that one is chosen instead (the pod and why): a new failover, at the next
+/// epoch. Otherwise `chosen` stays, and is made primary once it holds what the others do.
+///
+/// `failed` is neither a candidate nor compared: what it alone holds was never acknowledged,
+/// since the choice saw every acknowledged commit on a reporting replica (`decide`); a
+/// promotion that waited for it would wait for ever.
+pub fn revisit(
+    engine: Engine,
+    failed: &str,
+    chosen: &str,
+    epoch: u64,
+    members: &[MemberView],
+) -> Option<(String, String)> {
+    let me = members.iter().find(|m| m.pod == chosen)?;
+    let mine = me.report.as_ref().ok()?;
+    let took_role = mine.role == Some(Role::Primary) && mine.epoch >= epoch;
+    let labelled = me.labelled == Some(Role::Primary) && me.labelled_epoch == Some(epoch);
+    if took_role || labelled {
+        return None;
+    }
+    let mut holdings = Vec::new();
+    for m in members.iter().filter(|m| m.pod != failed) {
+        let Ok(r) = &m.report else { continue };
+        if r.role == Some(Role::Primary) {
+            continue;
+        }
+        // Nothing is decided on a report that does not parse.
+        let (position, history) = r.holding(engine)?;
+        holdings.push((m.pod.as_str(), r, position, history));
+    }
+    let mine = holdings.iter().find(|(pod, ..)| *pod == chosen)?;
+    if holds_all(engine, mine, &holdings) {
+        return None;
+    }
+    let ahead = holdings
+        .iter()
+        .find(|(_, _, theirs, _)| !gtid::within_history(engine, theirs, &mine.2, &mine.3))?;
+    let (to, _, position, _) = holdings
+        .iter()
+        .filter(|(pod, r, ..)| *pod != chosen && !applier_failed(r))
+        .find(|h| holds_all(engine, h, &holdings))?;
+    Some((
+        (*to).to_owned(),
+        format!(
+            "{failed} was lost and {chosen} was chosen, but before it took writes {} reported \
+             transactions it lacks ({}); {to} has every transaction the replicas received ({})",
+            ahead.0,
+            shown(&ahead.2),
+            shown(position)
+        ),
+    ))
 }
 
 #[cfg(test)]

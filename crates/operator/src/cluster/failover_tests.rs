@@ -585,3 +585,65 @@ fn nothing_is_promoted_while_the_lost_primary_may_still_hold_its_lease() {
         &Waiting("once it has been lost for 30s"),
     );
 }
+
+#[test]
+fn a_choice_is_replaced_only_by_a_replica_that_holds_everything() {
+    let chosen = |gtid: &str| receiving("db-1", gtid, gtid, 0);
+    // Name, the members (db-0 failed, db-1 chosen at epoch 2), the replica chosen instead.
+    let cases: Vec<(&str, Vec<MemberView>, Option<&str>)> =
+        vec![
+        (
+            "db-2 received more, applied or not",
+            vec![
+                gone("db-0"),
+                chosen("0-1-12"),
+                receiving("db-2", "0-1-11", "0-1-14", 0),
+            ],
+            Some("db-2"),
+        ),
+        (
+            "db-2 received more but its applier failed: nobody else holds everything",
+            vec![
+                gone("db-0"),
+                chosen("0-1-12"),
+                receiving("db-2", "0-1-11", "0-1-14", 1062),
+            ],
+            None,
+        ),
+        (
+            "db-3 holds more than db-1, db-2 more than both on another branch: none is complete",
+            vec![
+                gone("db-0"),
+                chosen("0-1-12"),
+                with_history(receiving("db-2", "0-2-15", "0-2-15", 0), "0-1-11,0-2-15"),
+                receiving("db-3", "0-1-14", "0-1-14", 0),
+            ],
+            None,
+        ),
+        (
+            "a report that does not parse decides nothing",
+            vec![
+                gone("db-0"),
+                chosen("0-1-12"),
+                receiving("db-2", "0-1-14", "0-1-14", 0),
+                receiving("db-3", "garbage", "garbage", 0),
+            ],
+            None,
+        ),
+        (
+            "the chosen replica is promoted already",
+            vec![gone("db-0"), {
+                let mut m = chosen("0-1-12");
+                if let Ok(r) = &mut m.report {
+                    (r.role, r.epoch) = (Some(Role::Primary), 2);
+                }
+                m
+            }, receiving("db-2", "0-1-14", "0-1-14", 0)],
+            None,
+        ),
+    ];
+    for (name, members, want) in cases {
+        let got = revisit(Engine::MariaDb, "db-0", "db-1", 2, &members);
+        assert_eq!(got.as_ref().map(|(to, _)| to.as_str()), want, "{name}");
+    }
+}

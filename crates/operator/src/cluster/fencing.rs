@@ -5,6 +5,7 @@
 //! of a switchover has confirmed it is read-only. The data comparison before a promotion is
 //! `roles`'. Pure.
 
+use bulwark_contract::member::MemberStatus;
 use bulwark_contract::order::Standing;
 use bulwark_contract::Role;
 
@@ -25,15 +26,27 @@ pub struct Step {
     pub fence: bool,
 }
 
-fn step(m: &MemberView, role: Role, epoch: u64) -> Option<Step> {
+/// `service`: for a replica, the primary Service's host.
+fn step(m: &MemberView, role: Role, epoch: u64, service: Option<&str>) -> Option<Step> {
     let standing = Standing { role, epoch };
     let label = m.labelled != Some(role) || m.labelled_epoch != Some(epoch);
+    // A replica that replicates through the primary Service (a new cluster's replicas do,
+    // their roles given by labels alone) is sent the order that names the primary's own
+    // address: its agent then tells a lost primary from a Service without endpoints, and
+    // reports it unreachable seconds before its receiver notices. A replica still at another
+    // pod is left to its agent, which acts on the order it keeps.
+    let through_service = |r: &MemberStatus| {
+        service.is_some_and(|host| {
+            r.replication
+                .as_ref()
+                .is_some_and(|rep| rep.source_host == host)
+        })
+    };
     // A member that gives no report may still have its agent running while its server is
     // down: the order is kept there and acted on before the server can take writes again.
-    let order = m
-        .report
-        .as_ref()
-        .map_or(true, |r| r.epoch < epoch || r.role != Some(role));
+    let order = m.report.as_ref().map_or(true, |r| {
+        r.epoch < epoch || r.role != Some(role) || through_service(r)
+    });
     let fence = m.labelled != Some(role)
         || m.report
             .as_ref()
@@ -48,13 +61,14 @@ fn step(m: &MemberView, role: Role, epoch: u64) -> Option<Step> {
 }
 
 /// Every member but `primary` that is not a replica at `epoch` in its labels or by its agent's
-/// report; writable members first.
-pub fn demotions(primary: &str, epoch: u64, members: &[MemberView]) -> Vec<Step> {
+/// report, or that replicates through `service` (the primary Service's host); writable members
+/// first.
+pub fn demotions(primary: &str, service: &str, epoch: u64, members: &[MemberView]) -> Vec<Step> {
     let mut others: Vec<&MemberView> = members.iter().filter(|m| m.pod != primary).collect();
     others.sort_by_key(|m| m.report.as_ref().map_or(true, |r| r.read_only));
     others
         .into_iter()
-        .filter_map(|m| step(m, Role::Replica, epoch))
+        .filter_map(|m| step(m, Role::Replica, epoch, Some(service)))
         .collect()
 }
 
@@ -63,7 +77,7 @@ pub fn promotion(primary: &str, epoch: u64, members: &[MemberView]) -> Option<St
     members
         .iter()
         .find(|m| m.pod == primary)
-        .and_then(|m| step(m, Role::Primary, epoch))
+        .and_then(|m| step(m, Role::Primary, epoch, None))
 }
 
 /// Whether `primary` may take writes at `epoch`: no other reporting member is writable, and
@@ -126,6 +140,9 @@ mod tests {
         }
     }
 
+    /// The primary Service's host.
+    const SERVICE: &str = "quay-primary";
+
     fn at(role: Role, epoch: u64) -> Standing {
         Standing { role, epoch }
     }
@@ -139,7 +156,7 @@ mod tests {
             member("quay-1", Some((Replica, 2)), Some((Replica, 2, true))),
             member("quay-2", Some((Replica, 2)), Some((Replica, 2, true))),
         ];
-        let d = demotions("quay-1", 3, &before);
+        let d = demotions("quay-1", SERVICE, 3, &before);
         assert_eq!(
             d.iter()
                 .map(|s| (s.pod.as_str(), s.standing, s.label, s.order))
@@ -168,7 +185,7 @@ mod tests {
                 fence: true
             })
         );
-        assert!(demotions("quay-1", 3, &after).is_empty());
+        assert!(demotions("quay-1", SERVICE, 3, &after).is_empty());
     }
 
     #[test]
@@ -188,7 +205,7 @@ mod tests {
         // Its labels are set already; its server does not answer, but its agent may still run
         // and keep the order for when the server is back (a crashed mysqld restarting).
         assert_eq!(
-            demotions("quay-1", 3, &members),
+            demotions("quay-1", SERVICE, 3, &members),
             [Step {
                 pod: "quay-0".into(),
                 standing: at(Replica, 3),
@@ -219,7 +236,7 @@ mod tests {
         // Only the unlabelled pod gets its labels, and its role in an order in case its agent
         // runs already.
         assert_eq!(
-            demotions("quay-0", 0, &members),
+            demotions("quay-0", SERVICE, 0, &members),
             [Step {
                 pod: "quay-2".into(),
                 standing: at(Replica, 0),
@@ -230,5 +247,63 @@ mod tests {
         );
         // A new pod's label without an epoch is epoch 0 (`members` reads it so).
         assert_eq!(fenced("quay-0", 0, &members, None), Ok(()));
+    }
+
+    #[test]
+    fn replicas_through_the_service_are_told_the_primarys_own_address() {
+        use Role::{Primary, Replica};
+        let replicating_from = |pod: &str, host: &str| {
+            let mut m = member(pod, Some((Replica, 0)), Some((Replica, 0, true)));
+            if let Ok(r) = &mut m.report {
+                r.replication = Some(bulwark_contract::member::MemberReplication {
+                    source_host: host.into(),
+                    source_port: 3306,
+                    io: bulwark_contract::member::IoState::Running,
+                    sql_running: true,
+                    relay_applied: true,
+                    sql_caught_up: true,
+                    io_errno: 0,
+                    sql_errno: 0,
+                    lag_seconds: Some(0),
+                    received: String::new(),
+                    source_unreachable_seconds: None,
+                });
+            }
+            m
+        };
+        let primary = member("quay-1", Some((Primary, 0)), Some((Primary, 0, false)));
+        let cases = [
+            (
+                "a new cluster's replica, through the primary Service: its order, after the \
+                 promotion, labels untouched",
+                replicating_from("quay-0", SERVICE),
+                vec![Step {
+                    pod: "quay-0".into(),
+                    standing: at(Replica, 0),
+                    label: false,
+                    order: true,
+                    fence: false,
+                }],
+            ),
+            (
+                "from the primary's own address: nothing to send",
+                replicating_from("quay-0", "quay-1.quay-members"),
+                vec![],
+            ),
+            (
+                "still at a former primary's address: its agent acts on the order it keeps",
+                replicating_from("quay-0", "quay-2.quay-members"),
+                vec![],
+            ),
+            (
+                "no replication configured yet (a member being seeded): its agent chooses",
+                member("quay-0", Some((Replica, 0)), Some((Replica, 0, true))),
+                vec![],
+            ),
+        ];
+        for (name, replica, want) in cases {
+            let members = [primary.clone(), replica];
+            assert_eq!(demotions("quay-1", SERVICE, 0, &members), want, "{name}");
+        }
     }
 }

@@ -274,7 +274,20 @@ pub fn plan(i: &Inputs) -> Plan {
             lease_outstanding: i.lease_outstanding,
         };
         match failover::decide(&rules, &primary, i.views, lost_for) {
-            Failover::Healthy => {}
+            Failover::Healthy => {
+                if let Some((failed, to, reason, request)) = revisit(i, &primary, epoch) {
+                    return changed(
+                        to.clone(),
+                        Transition::Failover {
+                            from: failed,
+                            to,
+                            reason,
+                            request,
+                            abandoned: None,
+                        },
+                    );
+                }
+            }
             Failover::Waiting(reason) => hold.waiting = Some(reason),
             Failover::Promote {
                 to,
@@ -393,6 +406,23 @@ pub fn plan(i: &Inputs) -> Plan {
         lost_since,
         transition: Transition::Hold(hold),
     }
+}
+
+/// A failover's choice that has not taken writes yet, looked at again with this pass' reports
+/// (`failover::revisit`): the failed primary, the replica chosen instead, why, and the
+/// force-failover request the first choice answered (taken still).
+fn revisit(
+    i: &Inputs,
+    primary: &str,
+    epoch: u64,
+) -> Option<(String, String, String, Option<String>)> {
+    let record = i.status.last_failover.as_ref()?;
+    let at = record.epoch.and_then(|e| u64::try_from(e).ok())?;
+    if record.to != primary || at != epoch {
+        return None;
+    }
+    let (to, reason) = failover::revisit(i.engine, &record.from, primary, epoch, i.views)?;
+    Some((record.from.clone(), to, reason, record.request.clone()))
 }
 
 /// How long the primary has been lost at `now`, counted from `since` as the status records it:

@@ -142,6 +142,15 @@ pub async fn settle(
     if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
+    // The lost primary a failover at this epoch chose the primary to replace.
+    let replaces = status
+        .last_failover
+        .as_ref()
+        .filter(|f| {
+            f.to == settled.plan.primary
+                && f.epoch.and_then(|e| u64::try_from(e).ok()) == Some(settled.plan.epoch)
+        })
+        .map(|f| f.from.clone());
     let acting = Acting {
         ctx,
         ns,
@@ -150,6 +159,7 @@ pub async fn settle(
         lease,
         lease_key: &lease_key,
         had_primary: status.primary_since.is_some(),
+        replaces: replaces.as_deref(),
     };
     act(&acting, &mut settled, views).await?;
     Ok(settled)
@@ -166,6 +176,8 @@ struct Acting<'a> {
     lease_key: &'a str,
     /// Whether the cluster ever had a ready primary (its data is then compared first).
     had_primary: bool,
+    /// The lost primary a failover at this epoch chose the primary to replace.
+    replaces: Option<&'a str>,
 }
 
 /// What the pass does with the primary's lease.
@@ -239,7 +251,7 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
     // Members whose role changes go first; replicas only told of the new epoch go after the
     // promotion, so that they reconnect once the new primary is there.
     let (demotions, epoch_only): (Vec<Step>, Vec<Step>) =
-        fencing::demotions(&primary, epoch, &views)
+        fencing::demotions(&primary, &names::primary_service(name), epoch, &views)
             .into_iter()
             .partition(|s| s.fence);
     for step in &demotions {
@@ -254,7 +266,7 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
         |views: &[MemberView]| match fencing::fenced(&primary, epoch, views, confirm.as_deref()) {
             Err(waiting) => PrimaryLabel::Withhold(waiting),
             Ok(()) if !had_primary => PrimaryLabel::Assign,
-            Ok(()) => roles::primary_label(engine, &primary, epoch, had_primary, views),
+            Ok(()) => roles::primary_label(engine, &primary, epoch, had_primary, a.replaces, views),
         };
     let mut decision = decide(&views);
     // In a switchover the writes are paused: the new primary's data is compared with the
@@ -273,6 +285,7 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
         }
         decision = decide(&views);
     }
+    let assigned = matches!(decision, PrimaryLabel::Assign);
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
@@ -293,8 +306,15 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
             settled.withheld = Some(reason);
         }
     }
-    for step in &epoch_only {
-        move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
+    // After a failover, only toward a primary that holds its role: re-pointing a replica
+    // empties its relay log, which may hold the only copy of a commit a withheld candidate
+    // lacks (the choice is then looked at again with these reports, `plan`). In a switchover
+    // every commit is on the fenced primary, and replicas that follow the new one early
+    // acknowledge its first writes at once.
+    if assigned || a.replaces.is_none() {
+        for step in &epoch_only {
+            move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
+        }
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
     settled.unready = views

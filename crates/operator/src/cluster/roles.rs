@@ -19,11 +19,15 @@ pub enum PrimaryLabel {
 
 /// Decides for `candidate` at `epoch`. `had_primary`: a primary of the cluster has been ready
 /// (`status.primarySince`); a new cluster's first primary holds no data to compare.
+/// `replaces`: the lost primary a failover chose `candidate` to replace, which is not compared:
+/// what it alone holds was never acknowledged (`failover::decide` saw every acknowledged commit
+/// on a reporting replica), and waiting for it would keep the cluster without a primary.
 pub fn primary_label(
     engine: Engine,
     candidate: &str,
     epoch: u64,
     had_primary: bool,
+    replaces: Option<&str>,
     members: &[MemberView],
 ) -> PrimaryLabel {
     let Some(me) = members.iter().find(|m| m.pod == candidate) else {
@@ -41,7 +45,10 @@ pub fn primary_label(
         ))
         }
     };
-    for other in members.iter().filter(|m| m.pod != candidate) {
+    for other in members
+        .iter()
+        .filter(|m| m.pod != candidate && Some(m.pod.as_str()) != replaces)
+    {
         let Ok(theirs) = &other.report else { continue };
         if !mine.has_all_of(engine, theirs) {
             return PrimaryLabel::Withhold(format!(
@@ -329,13 +336,36 @@ mod tests {
             ),
         ];
         for (name, had_primary, members, want) in cases {
-            let got = primary_label(Engine::MariaDb, "db-0", 0, had_primary, &members);
+            let got = primary_label(Engine::MariaDb, "db-0", 0, had_primary, None, &members);
             match (want, &got) {
                 (Expect::Assign, Assign) => {}
                 (Expect::Withhold(needle), Withhold(reason)) if reason.contains(needle) => {}
                 _ => panic!("{name}: {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_failovers_choice_is_not_compared_with_the_primary_it_replaces() {
+        // db-2 was lost and came back with a commit no replica received (never acknowledged).
+        let members = vec![
+            member("db-0", Some(Role::Replica), report("0-100-9")),
+            member("db-1", Some(Role::Replica), report("0-100-9")),
+            member("db-2", Some(Role::Replica), report("0-100-10")),
+        ];
+        assert_eq!(
+            primary_label(Engine::MariaDb, "db-0", 3, true, Some("db-2"), &members),
+            PrimaryLabel::Assign
+        );
+        // Any other member still counts, and so does db-2 when no failover replaced it.
+        assert!(matches!(
+            primary_label(Engine::MariaDb, "db-0", 3, true, Some("db-1"), &members),
+            PrimaryLabel::Withhold(reason) if reason.contains("db-2 has transactions it lacks")
+        ));
+        assert!(matches!(
+            primary_label(Engine::MariaDb, "db-0", 3, true, None, &members),
+            PrimaryLabel::Withhold(_)
+        ));
     }
 
     #[test]
@@ -346,7 +376,7 @@ mod tests {
             member("db-1", None, report(&format!("{uuid}:1-8:10"))),
         ];
         assert_eq!(
-            primary_label(Engine::MySql, "db-0", 0, true, &members),
+            primary_label(Engine::MySql, "db-0", 0, true, None, &members),
             PrimaryLabel::Assign
         );
         let behind = vec![
@@ -354,7 +384,7 @@ mod tests {
             member("db-1", None, report(&format!("{uuid}:1-9"))),
         ];
         assert!(matches!(
-            primary_label(Engine::MySql, "db-0", 0, true, &behind),
+            primary_label(Engine::MySql, "db-0", 0, true, None, &behind),
             PrimaryLabel::Withhold(_)
         ));
     }

@@ -55,6 +55,7 @@ pub fn of_pass(previous: &MySQLClusterStatus, plan: &Plan, o: Observed) -> MySQL
             time: Time(o.now),
             reason: reason.clone(),
             request: request.clone(),
+            epoch: Some(i64::try_from(plan.epoch).unwrap_or(i64::MAX)),
         }),
         _ => previous.last_failover.clone(),
     };
@@ -172,6 +173,7 @@ mod tests {
                 time: at("2026-11-01T12:00:00Z"),
                 reason: "lost".into(),
                 request: None,
+                epoch: Some(4),
             }),
             last_switchover: Some(SwitchoverRecord {
                 request: "quay-1@1".into(),
