@@ -27,9 +27,12 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 # The executables by target name: they are run directly, since a `cargo test` holds the build
-# directory's lock while its tests run, and the other stream would wait for it.
-cargo build --workspace --bins --locked
-cargo test -p bulwark-e2e --no-run --locked --message-format=json >"$out/build.json"
+# directory's lock while its tests run, and the other stream would wait for it. The
+# workspace's binaries, which the tests install, are built as `cargo test --workspace` builds
+# them (with the same features: nothing is built twice after scripts/test.sh's first part).
+cargo test --workspace --no-run --locked
+cargo test -p bulwark-e2e --no-run --locked --message-format=json-render-diagnostics \
+	>"$out/build.json"
 python3 - "$out/build.json" >"$out/executables" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
@@ -60,6 +63,8 @@ run_one() {
 		return 1
 	}
 	"$exe" >"$out/$name.log" 2>&1 || rc=$?
+	# xargs would start no further binary after an exit status of 255.
+	((rc != 255)) || rc=1
 	{
 		flock 9
 		echo "     Running $name ($exe)"

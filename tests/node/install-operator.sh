@@ -47,18 +47,23 @@ helm_bin="$(bash "$repo_dir/tests/helm/build.sh")"
 helm() { "$helm_bin/helm" "$@"; }
 
 # The images' build key goes on the operator's pod template: a new build rolls the operator
-# out (the tag stays `dev`), an unchanged one leaves the running operator alone.
-pod_annotations=()
+# out (the tag stays `dev`), an unchanged one leaves the running operator alone. Without BINDIR
+# the running operator's key is kept.
+images_key="$(kubectl -n "$NAMESPACE" get "deploy/$RELEASE" \
+	-o jsonpath='{.spec.template.metadata.annotations.bulwark\.dev/images}' 2>/dev/null || true)"
 if [[ -n "${1:-}" ]]; then
 	t0="$(now)"
 	images_key="$(cat "$("$node_dir/bulwark-images.sh" build "$1")/stamp")"
-	pod_annotations=(--set-string "podAnnotations.bulwark\\.dev/images=$images_key")
 	# Every node's containerd: nothing can be pulled, and a pod may land on any node.
 	for sock in ${BULWARK_NODE_CONTAINERD_SOCKETS:-$BULWARK_NODE_CONTAINERD_SOCKET}; do
 		"$node_dir/images.sh" import "$sock"
 		"$node_dir/bulwark-images.sh" import "$1" "$sock"
 	done
 	log "images imported in $(elapsed "$t0" "$(now)")s"
+fi
+pod_annotations=()
+if [[ -n "$images_key" ]]; then
+	pod_annotations=(--set-string "podAnnotations.bulwark\\.dev/images=$images_key")
 fi
 
 # Prints what explains a failure: the pods, their events, the operator's logs.

@@ -223,10 +223,14 @@ impl NodeS3 {
             "{} is missing: run scripts/install-test-deps.sh",
             moto.display()
         );
-        // The namespace has its own port space; a clash with another test binary's server is
-        // seen as an early exit and the next port is tried.
+        // The namespace has its own port space; a port another test binary's server answers
+        // on (binaries run side by side, scripts/e2e.sh) is skipped, and a clash in the
+        // moment between is seen as an early exit and the next port is tried.
         let first = 19_000 + (std::process::id() % 500) as u16 * 2;
         for port in first..first + 20 {
+            if http_get(&format!("{}:{port}", node_ip()), "/").is_ok() {
+                continue;
+            }
             let mut c = in_node(&moto);
             c.args(["-H", &node_ip().to_string(), "-p", &port.to_string()])
                 .env("PYTHONUNBUFFERED", "1")

@@ -486,13 +486,29 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
         || !r.gtid
         || s.source_password_stale;
     if misdirected {
-        if r.io != IoState::Stopped || r.sql_running {
+        let (from, to) = (
+            format!("{}:{}", r.source_host, r.source_port),
+            format!("{}:{}", want.host, want.port),
+        );
+        // Re-pointing empties the relay log, which may hold acknowledged commits applied
+        // nowhere yet (a failover's replicas): as in a promotion, the receiver stops first and
+        // the applier finishes what was received. An applier that stopped cannot; what it left
+        // is fetched again from the new source, which has it when the choice was lossless.
+        if r.io != IoState::Stopped {
+            return act(
+                Action::StopReplicationIo,
+                format!("re-pointing replication from {from} to {to}: stopping the receiver first"),
+            );
+        }
+        if r.sql_running && !(r.relay_applied || r.sql_caught_up) {
+            return wait(format!(
+                "re-pointing replication from {from} to {to}: applying what was received first"
+            ));
+        }
+        if r.sql_running {
             return act(
                 Action::StopReplication,
-                format!(
-                    "re-pointing replication from {}:{} to {}:{}",
-                    r.source_host, r.source_port, want.host, want.port
-                ),
+                format!("re-pointing replication from {from} to {to}"),
             );
         }
         return act(

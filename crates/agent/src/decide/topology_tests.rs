@@ -123,6 +123,11 @@ fn decisions() {
     let mut stopped_elsewhere = elsewhere.clone();
     stopped_elsewhere.io = IoState::Stopped;
     stopped_elsewhere.sql_running = false;
+    let mut applied_elsewhere = elsewhere.clone();
+    applied_elsewhere.io = IoState::Stopped;
+    let mut applying_elsewhere = applied_elsewhere.clone();
+    applying_elsewhere.relay_applied = false;
+    applying_elsewhere.sql_caught_up = false;
     let mut broken = status(IoState::Stopped, false);
     broken.last_error = "Duplicate entry".into();
     let mut demoted = observed(MariaDb, true, None);
@@ -564,14 +569,30 @@ fn decisions() {
         }
         .then(None, false, "stopped"),
         case(
-            "moved source: stop first",
+            "moved source: the receiver stops first",
             replica(),
-            observed(MariaDb, true, Some(elsewhere)),
+            observed(MariaDb, true, Some(elsewhere.clone())),
+        )
+        .then(
+            Some(StopReplicationIo),
+            false,
+            "from 10.0.0.9:3306 to quay-primary:3306: stopping the receiver first",
+        ),
+        case(
+            "moved source: what was received is applied before the relay log goes",
+            replica(),
+            observed(MariaDb, true, Some(applying_elsewhere)),
+        )
+        .then(None, false, "applying what was received first"),
+        case(
+            "moved source: everything received applied, the applier stops",
+            replica(),
+            observed(MariaDb, true, Some(applied_elsewhere)),
         )
         .then(
             Some(StopReplication),
             false,
-            "from 10.0.0.9:3306 to quay-primary:3306",
+            "re-pointing replication from 10.0.0.9:3306 to quay-primary:3306",
         ),
         case(
             "moved source: then re-point",
@@ -588,12 +609,12 @@ fn decisions() {
         Case {
             stale: true,
             ..case(
-                "stale password: re-point",
+                "stale password: re-point, the receiver first",
                 replica(),
                 observed(MariaDb, true, running()),
             )
         }
-        .then(Some(StopReplication), false, "re-pointing"),
+        .then(Some(StopReplicationIo), false, "re-pointing"),
         Case {
             load: LoadState::Waiting("B1".into()),
             ..case(

@@ -308,25 +308,42 @@ fn applier_failed(r: &MemberStatus) -> bool {
 /// replica will, that one is chosen instead (the pod and why): a new failover, at the next
 /// epoch. Otherwise `chosen` stays, and is made primary once it holds what the others do.
 ///
-/// `failed` is neither a candidate nor compared: what it alone holds was never acknowledged,
-/// since the choice saw every acknowledged commit on a reporting replica (`decide`); a
-/// promotion that waited for it would wait for ever.
+/// `failed` is no candidate, and not compared here (whether `chosen` must hold what it alone
+/// holds is `roles::primary_label`'s). Nothing is looked at again while a replica still
+/// receives from `failed` (its sets still grow: choices would follow each other), nor while
+/// any member may hold a lease the operator granted (`lease_outstanding`): a replica promoted
+/// now must not meet another member still writable on its lease.
 pub fn revisit(
     engine: Engine,
     failed: &str,
     chosen: &str,
     epoch: u64,
+    lease_outstanding: Duration,
     members: &[MemberView],
 ) -> Option<(String, String)> {
     let me = members.iter().find(|m| m.pod == chosen)?;
     let mine = me.report.as_ref().ok()?;
     let took_role = mine.role == Some(Role::Primary) && mine.epoch >= epoch;
     let labelled = me.labelled == Some(Role::Primary) && me.labelled_epoch == Some(epoch);
-    if took_role || labelled {
+    if took_role || labelled || !lease_outstanding.is_zero() {
+        return None;
+    }
+    let from_failed = format!("{failed}.");
+    let still_receiving = members.iter().any(|m| {
+        m.report.as_ref().is_ok_and(|r| {
+            r.replication
+                .as_ref()
+                .is_some_and(|rep| rep.receiving() && rep.source_host.starts_with(&from_failed))
+        })
+    });
+    if still_receiving {
         return None;
     }
     let mut holdings = Vec::new();
-    for m in members.iter().filter(|m| m.pod != failed) {
+    for m in members
+        .iter()
+        .filter(|m| m.pod != failed && m.labelled == Some(Role::Replica))
+    {
         let Ok(r) = &m.report else { continue };
         if r.role == Some(Role::Primary) {
             continue;

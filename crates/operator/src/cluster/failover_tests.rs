@@ -590,8 +590,7 @@ fn nothing_is_promoted_while_the_lost_primary_may_still_hold_its_lease() {
 fn a_choice_is_replaced_only_by_a_replica_that_holds_everything() {
     let chosen = |gtid: &str| receiving("db-1", gtid, gtid, 0);
     // Name, the members (db-0 failed, db-1 chosen at epoch 2), the replica chosen instead.
-    let cases: Vec<(&str, Vec<MemberView>, Option<&str>)> =
-        vec![
+    let cases: Vec<(&str, Vec<MemberView>, Option<&str>)> = vec![
         (
             "db-2 received more, applied or not",
             vec![
@@ -631,19 +630,57 @@ fn a_choice_is_replaced_only_by_a_replica_that_holds_everything() {
             None,
         ),
         (
-            "the chosen replica is promoted already",
-            vec![gone("db-0"), {
-                let mut m = chosen("0-1-12");
+            "db-2 still receives from the lost primary: its sets still grow",
+            vec![gone("db-0"), chosen("0-1-12"), {
+                let mut m = receiving("db-2", "0-1-14", "0-1-14", 0);
                 if let Ok(r) = &mut m.report {
-                    (r.role, r.epoch) = (Some(Role::Primary), 2);
+                    let rep = r.replication.as_mut().unwrap();
+                    (rep.io, rep.source_host) = (IoState::Running, "db-0.db-members".into());
                 }
                 m
-            }, receiving("db-2", "0-1-14", "0-1-14", 0)],
+            }],
+            None,
+        ),
+        (
+            "the chosen replica is promoted already",
+            vec![
+                gone("db-0"),
+                {
+                    let mut m = chosen("0-1-12");
+                    if let Ok(r) = &mut m.report {
+                        (r.role, r.epoch) = (Some(Role::Primary), 2);
+                    }
+                    m
+                },
+                receiving("db-2", "0-1-14", "0-1-14", 0),
+            ],
             None,
         ),
     ];
     for (name, members, want) in cases {
-        let got = revisit(Engine::MariaDb, "db-0", "db-1", 2, &members);
+        let got = revisit(Engine::MariaDb, "db-0", "db-1", 2, Duration::ZERO, &members);
         assert_eq!(got.as_ref().map(|(to, _)| to.as_str()), want, "{name}");
     }
+}
+
+#[test]
+fn a_choice_is_not_looked_at_again_while_a_lease_may_be_held() {
+    let members = vec![
+        gone("db-0"),
+        receiving("db-1", "0-1-12", "0-1-12", 0),
+        receiving("db-2", "0-1-14", "0-1-14", 0),
+    ];
+    let at = |lease: u64| {
+        revisit(
+            Engine::MariaDb,
+            "db-0",
+            "db-1",
+            2,
+            Duration::from_secs(lease),
+            &members,
+        )
+        .map(|(to, _)| to)
+    };
+    assert_eq!(at(3), None);
+    assert_eq!(at(0).as_deref(), Some("db-2"));
 }

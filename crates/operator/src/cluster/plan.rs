@@ -421,7 +421,14 @@ fn revisit(
     if record.to != primary || at != epoch {
         return None;
     }
-    let (to, reason) = failover::revisit(i.engine, &record.from, primary, epoch, i.views)?;
+    let (to, reason) = failover::revisit(
+        i.engine,
+        &record.from,
+        primary,
+        epoch,
+        i.lease_outstanding,
+        i.views,
+    )?;
     Some((record.from.clone(), to, reason, record.request.clone()))
 }
 

@@ -142,13 +142,19 @@ pub async fn settle(
     if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
-    // The lost primary a failover at this epoch chose the primary to replace.
+    // The lost primary a failover at this epoch chose the primary to replace, when the choice
+    // saw every acknowledged commit on a reporting replica: semi-synchronous replication that
+    // never gives up its wait, and no human forcing the choice.
+    let semi = super::config::semi_sync(&cluster.spec);
     let replaces = status
         .last_failover
         .as_ref()
         .filter(|f| {
             f.to == settled.plan.primary
                 && f.epoch.and_then(|e| u64::try_from(e).ok()) == Some(settled.plan.epoch)
+                && f.request.is_none()
+                && semi.waits()
+                && semi.timeout.is_none()
         })
         .map(|f| f.from.clone());
     let acting = Acting {
@@ -176,7 +182,7 @@ struct Acting<'a> {
     lease_key: &'a str,
     /// Whether the cluster ever had a ready primary (its data is then compared first).
     had_primary: bool,
-    /// The lost primary a failover at this epoch chose the primary to replace.
+    /// The lost primary a lossless failover at this epoch chose the primary to replace.
     replaces: Option<&'a str>,
 }
 
@@ -234,8 +240,16 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
         LeaseStep::Renew(lease) => {
             // Only the primary at this epoch is renewed, whoever was before.
             ctx.leases.keep_only(lease_key, &primary, epoch);
-            let reports = views.iter().any(|v| v.pod == primary && v.report.is_ok());
-            if let (true, Some(pod)) = (reports, primary_pod) {
+            // Only a member that holds the role: a withheld candidate gets its lease with its
+            // promotion, and one never promoted (a failover's choice looked at again) holds
+            // none that would keep another from taking over.
+            let holds_role = views.iter().any(|v| {
+                v.pod == primary
+                    && v.report.as_ref().is_ok_and(|r| {
+                        r.role == Some(bulwark_contract::Role::Primary) && r.epoch >= epoch
+                    })
+            });
+            if let (true, Some(pod)) = (holds_role, primary_pod) {
                 let target = LeaseTarget {
                     cluster: lease_key,
                     pod,
@@ -285,7 +299,6 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
         }
         decision = decide(&views);
     }
-    let assigned = matches!(decision, PrimaryLabel::Assign);
     match decision {
         PrimaryLabel::Assign => {
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
@@ -306,15 +319,10 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
             settled.withheld = Some(reason);
         }
     }
-    // After a failover, only toward a primary that holds its role: re-pointing a replica
-    // empties its relay log, which may hold the only copy of a commit a withheld candidate
-    // lacks (the choice is then looked at again with these reports, `plan`). In a switchover
-    // every commit is on the fenced primary, and replicas that follow the new one early
-    // acknowledge its first writes at once.
-    if assigned || a.replaces.is_none() {
-        for step in &epoch_only {
-            move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
-        }
+    // Also while the primary is withheld: a replica told of the new epoch stops receiving
+    // from the lost primary, and its agent applies what it received before its relay log goes.
+    for step in &epoch_only {
+        move_member(&api, ns, pods, &mut views, step, &mut order_keys).await?;
     }
     settled.broken = roles::broken_members(engine, &primary, &views);
     settled.unready = views

@@ -19,9 +19,12 @@ pub enum PrimaryLabel {
 
 /// Decides for `candidate` at `epoch`. `had_primary`: a primary of the cluster has been ready
 /// (`status.primarySince`); a new cluster's first primary holds no data to compare.
-/// `replaces`: the lost primary a failover chose `candidate` to replace, which is not compared:
-/// what it alone holds was never acknowledged (`failover::decide` saw every acknowledged commit
-/// on a reporting replica), and waiting for it would keep the cluster without a primary.
+/// `replaces`: the lost primary a lossless failover chose `candidate` to replace, which is not
+/// compared: what it alone holds was never acknowledged (`failover::decide` saw every
+/// acknowledged commit on a reporting replica), and waiting for it would keep the cluster
+/// without a primary. The others are then compared by what each will hold once it has applied
+/// all it received, since a promotion applies the candidate's relay log first, and a replica
+/// re-pointed to it keeps what it received only by applying it.
 pub fn primary_label(
     engine: Engine,
     candidate: &str,
@@ -45,18 +48,44 @@ pub fn primary_label(
         ))
         }
     };
+    let mine_held = match replaces.map(|_| mine.holding(engine)) {
+        Some(None) => {
+            return PrimaryLabel::Withhold(format!(
+                "what {candidate} reports it holds does not parse ({}): it is not made primary",
+                shown(&mine.gtid_executed)
+            ))
+        }
+        held => held.flatten(),
+    };
     for other in members
         .iter()
         .filter(|m| m.pod != candidate && Some(m.pod.as_str()) != replaces)
     {
         let Ok(theirs) = &other.report else { continue };
-        if !mine.has_all_of(engine, theirs) {
+        let (has_all, theirs_shown, mine_shown) = match &mine_held {
+            None => (
+                mine.has_all_of(engine, theirs),
+                theirs.gtid_executed.clone(),
+                mine.gtid_executed.clone(),
+            ),
+            Some((position, history)) => {
+                let held = theirs.holding(engine).map(|(held, _)| held);
+                (
+                    held.as_ref().is_some_and(|held| {
+                        bulwark_contract::gtid::within_history(engine, held, position, history)
+                    }),
+                    held.unwrap_or_else(|| theirs.gtid_executed.clone()),
+                    position.clone(),
+                )
+            }
+        };
+        if !has_all {
             return PrimaryLabel::Withhold(format!(
                 "{candidate} is not made primary: {} has transactions it lacks ({} has {}, {candidate} has {})",
                 other.pod,
                 other.pod,
-                shown(&theirs.gtid_executed),
-                shown(&mine.gtid_executed),
+                shown(&theirs_shown),
+                shown(&mine_shown),
             ));
         }
     }
@@ -357,6 +386,22 @@ mod tests {
             primary_label(Engine::MariaDb, "db-0", 3, true, Some("db-2"), &members),
             PrimaryLabel::Assign
         );
+        // What a replica received but has not applied counts: db-0 waits for it.
+        let mut received = members.clone();
+        if let Ok(r) = &mut received[1].report {
+            r.replication = sample_view("db-1", Role::Replica, 0, true, Some(0))
+                .report
+                .unwrap()
+                .replication
+                .map(|mut rep| {
+                    rep.received = "0-100-11".into();
+                    rep
+                });
+        }
+        assert!(matches!(
+            primary_label(Engine::MariaDb, "db-0", 3, true, Some("db-2"), &received),
+            PrimaryLabel::Withhold(reason) if reason.contains("db-1 has transactions it lacks")
+        ));
         // Any other member still counts, and so does db-2 when no failover replaced it.
         assert!(matches!(
             primary_label(Engine::MariaDb, "db-0", 3, true, Some("db-1"), &members),
