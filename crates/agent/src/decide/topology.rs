@@ -490,22 +490,40 @@ fn decide_replica(s: &Situation<'_>, o: &Observed) -> Decision {
             format!("{}:{}", r.source_host, r.source_port),
             format!("{}:{}", want.host, want.port),
         );
-        // Re-pointing empties the relay log, which may hold acknowledged commits applied
-        // nowhere yet (a failover's replicas): as in a promotion, the receiver stops first and
-        // the applier finishes what was received. An applier that stopped cannot; what it left
-        // is fetched again from the new source, which has it when the choice was lossless.
-        if r.io != IoState::Stopped {
+        // Re-pointing to another server empties the relay log, which may hold acknowledged
+        // commits applied nowhere yet (a failover's replicas): as in a promotion, the receiver
+        // stops first and the applier finishes what was received. An applier that failed
+        // cannot; what it left is fetched again from the new source, which has it when the
+        // choice was lossless. New credentials for the same source lose nothing.
+        let moved = r.source_host != want.host || r.source_port != want.port;
+        if moved && r.io != IoState::Stopped {
             return act(
                 Action::StopReplicationIo,
                 format!("re-pointing replication from {from} to {to}: stopping the receiver first"),
             );
         }
-        if r.sql_running && !(r.relay_applied || r.sql_caught_up) {
+        if moved && r.sql_running && !(r.relay_applied || r.sql_caught_up) {
             return wait(format!(
                 "re-pointing replication from {from} to {to}: applying what was received first"
             ));
         }
-        if r.sql_running {
+        // MySQL keeps the relay log when the applier starts alone (MariaDB empties it when a
+        // thread starts while both are stopped).
+        if moved
+            && o.engine == Engine::MySql
+            && !r.sql_running
+            && !r.relay_applied
+            && r.sql_errno == 0
+        {
+            return act(
+                Action::StartReplicationSql,
+                format!(
+                    "re-pointing replication from {from} to {to}: applying what was received \
+                     first"
+                ),
+            );
+        }
+        if r.io != IoState::Stopped || r.sql_running {
             return act(
                 Action::StopReplication,
                 format!("re-pointing replication from {from} to {to}"),

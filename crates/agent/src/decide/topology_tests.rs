@@ -125,6 +125,8 @@ fn decisions() {
     stopped_elsewhere.sql_running = false;
     let mut applied_elsewhere = elsewhere.clone();
     applied_elsewhere.io = IoState::Stopped;
+    let mut unapplied_stopped_elsewhere = stopped_elsewhere.clone();
+    unapplied_stopped_elsewhere.relay_applied = false;
     let mut applying_elsewhere = applied_elsewhere.clone();
     applying_elsewhere.relay_applied = false;
     applying_elsewhere.sql_caught_up = false;
@@ -585,6 +587,16 @@ fn decisions() {
         )
         .then(None, false, "applying what was received first"),
         case(
+            "moved source on MySQL, both threads stopped: the applier alone first",
+            replica(),
+            observed(MySql, true, Some(unapplied_stopped_elsewhere)),
+        )
+        .then(
+            Some(StartReplicationSql),
+            false,
+            "applying what was received first",
+        ),
+        case(
             "moved source: everything received applied, the applier stops",
             replica(),
             observed(MariaDb, true, Some(applied_elsewhere)),
@@ -609,12 +621,12 @@ fn decisions() {
         Case {
             stale: true,
             ..case(
-                "stale password: re-point, the receiver first",
+                "stale password, the same source: both threads stop at once",
                 replica(),
                 observed(MariaDb, true, running()),
             )
         }
-        .then(Some(StopReplicationIo), false, "re-pointing"),
+        .then(Some(StopReplication), false, "re-pointing"),
         Case {
             load: LoadState::Waiting("B1".into()),
             ..case(

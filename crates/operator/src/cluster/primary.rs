@@ -142,20 +142,17 @@ pub async fn settle(
     if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
-    // The lost primary a failover at this epoch chose the primary to replace, when the choice
-    // saw every acknowledged commit on a reporting replica: semi-synchronous replication that
-    // never gives up its wait, and no human forcing the choice.
+    // The failover at this epoch that chose the primary, if one did; the lost primary it
+    // replaces is not compared when the choice saw every acknowledged commit on a reporting
+    // replica (semi-synchronous replication that never gives up its wait), or when a human
+    // forced it, accepting the loss.
     let semi = super::config::semi_sync(&cluster.spec);
-    let replaces = status
-        .last_failover
-        .as_ref()
-        .filter(|f| {
-            f.to == settled.plan.primary
-                && f.epoch.and_then(|e| u64::try_from(e).ok()) == Some(settled.plan.epoch)
-                && f.request.is_none()
-                && semi.waits()
-                && semi.timeout.is_none()
-        })
+    let choice = status.last_failover.as_ref().filter(|f| {
+        f.to == settled.plan.primary
+            && f.epoch.and_then(|e| u64::try_from(e).ok()) == Some(settled.plan.epoch)
+    });
+    let replaces = choice
+        .filter(|f| f.request.is_some() || (semi.waits() && semi.timeout.is_none()))
         .map(|f| f.from.clone());
     let acting = Acting {
         ctx,
@@ -166,6 +163,7 @@ pub async fn settle(
         lease_key: &lease_key,
         had_primary: status.primary_since.is_some(),
         replaces: replaces.as_deref(),
+        failover_choice: choice.is_some(),
     };
     act(&acting, &mut settled, views).await?;
     Ok(settled)
@@ -182,8 +180,11 @@ struct Acting<'a> {
     lease_key: &'a str,
     /// Whether the cluster ever had a ready primary (its data is then compared first).
     had_primary: bool,
-    /// The lost primary a lossless failover at this epoch chose the primary to replace.
+    /// The lost primary a failover at this epoch chose the primary to replace, when it is not
+    /// compared (`roles::primary_label`).
     replaces: Option<&'a str>,
+    /// A failover at this epoch chose the primary.
+    failover_choice: bool,
 }
 
 /// What the pass does with the primary's lease.
@@ -234,22 +235,26 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
     // failoverAfterSeconds reaches it only when it is rolled).
     let primary_pod = pods.iter().find(|p| p.name_any() == primary);
     let wants = primary_pod.is_some_and(wants_lease);
+    let mut renewal = None;
     match lease_step(wants, a.lease, settled.plan.lost_since.is_some()) {
         LeaseStep::Forget => ctx.leases.forget(lease_key),
         LeaseStep::Stop => ctx.leases.stop(lease_key),
         LeaseStep::Renew(lease) => {
+            renewal = Some(lease);
             // Only the primary at this epoch is renewed, whoever was before.
             ctx.leases.keep_only(lease_key, &primary, epoch);
-            // Only a member that holds the role: a withheld candidate gets its lease with its
-            // promotion, and one never promoted (a failover's choice looked at again) holds
-            // none that would keep another from taking over.
-            let holds_role = views.iter().any(|v| {
-                v.pod == primary
-                    && v.report.as_ref().is_ok_and(|r| {
-                        r.role == Some(bulwark_contract::Role::Primary) && r.epoch >= epoch
-                    })
-            });
-            if let (true, Some(pod)) = (holds_role, primary_pod) {
+            let reports = views.iter().any(|v| v.pod == primary && v.report.is_ok());
+            // A failover's choice gets its lease with its promotion (below): one withheld, and
+            // then looked at again and never promoted, holds none that would keep another
+            // replica from taking over.
+            let withheld_choice = a.failover_choice
+                && !views.iter().any(|v| {
+                    v.pod == primary
+                        && v.report.as_ref().is_ok_and(|r| {
+                            r.role == Some(bulwark_contract::Role::Primary) && r.epoch >= epoch
+                        })
+                });
+            if let (true, false, Some(pod)) = (reports, withheld_choice, primary_pod) {
                 let target = LeaseTarget {
                     cluster: lease_key,
                     pod,
@@ -304,6 +309,17 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
                 if wants {
                     // The lease first, so that the promoted member takes writes at once.
+                    if let (Some(lease), Some(pod)) = (renewal, primary_pod) {
+                        let target = LeaseTarget {
+                            cluster: lease_key,
+                            pod,
+                            epoch,
+                            lease,
+                        };
+                        if let Some(key) = order_keys.key().await {
+                            renew_lease(ctx, &target, key);
+                        }
+                    }
                     let beat = ctx
                         .leases
                         .beat(lease_key, &primary, epoch, ctx.members.as_ref());

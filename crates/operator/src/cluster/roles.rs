@@ -19,10 +19,10 @@ pub enum PrimaryLabel {
 
 /// Decides for `candidate` at `epoch`. `had_primary`: a primary of the cluster has been ready
 /// (`status.primarySince`); a new cluster's first primary holds no data to compare.
-/// `replaces`: the lost primary a lossless failover chose `candidate` to replace, which is not
-/// compared: what it alone holds was never acknowledged (`failover::decide` saw every
-/// acknowledged commit on a reporting replica), and waiting for it would keep the cluster
-/// without a primary. The others are then compared by what each will hold once it has applied
+/// `replaces`: the lost primary a failover chose `candidate` to replace, which is not compared
+/// when the choice was lossless (what it alone holds was never acknowledged: `failover::decide`
+/// saw every acknowledged commit on a reporting replica) or forced by a human who accepted the
+/// loss; waiting for it would keep the cluster without a primary. The others are then compared by what each will hold once it has applied
 /// all it received, since a promotion applies the candidate's relay log first, and a replica
 /// re-pointed to it keeps what it received only by applying it.
 pub fn primary_label(
