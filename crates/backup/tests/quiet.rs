@@ -69,7 +69,6 @@ fn a_time_target_in_a_quiet_period_the_heartbeats_cover_restores_everything_arch
     );
     // A statement that runs for seconds holds the coverage back at its start (its stamp):
     // a restore to a time after it started must wait until it is archived.
-    let slow_started = chrono::Utc::now().timestamp();
     let slow = {
         let socket = source.socket().to_path_buf();
         std::thread::spawn(move || {
@@ -92,11 +91,19 @@ fn a_time_target_in_a_quiet_period_the_heartbeats_cover_restores_everything_arch
         .timestamp()
     };
     let during = list(&repo, &[]);
+    assert!(slow.join().unwrap().success());
+    // Its start as the server stamped it: the client may begin it a moment after it was
+    // spawned, in the next second, and a probe before then rightly covers the second before.
+    let slow_started: i64 = source
+        .query("SELECT FLOOR(UNIX_TIMESTAMP(at)) FROM pitr.w WHERE pad LIKE 'slow%'")
+        .unwrap()[0][0]
+        .parse()
+        .unwrap();
     assert!(
         to(&during) < slow_started,
-        "the window passed a running statement's start: {during}"
+        "the window passed a running statement's start ({}): {during}",
+        stamp(slow_started)
     );
-    assert!(slow.join().unwrap().success());
     let slow_row = source.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
     wait_archived(&repo, &key, &slow_row, &archiver);
     let last = Row {
