@@ -108,11 +108,16 @@ impl ControlPlane {
                 path: std::env::temp_dir(),
                 source,
             })?;
+        // Written whole under another name, then renamed: a sweep running in another test at
+        // that moment must never read an owner file that is still empty.
         let owner = dir.path().join(OWNER_FILE);
-        std::fs::write(&owner, std::process::id().to_string()).map_err(|source| Error::Io {
-            path: owner,
-            source,
-        })?;
+        let unfinished = dir.path().join(format!("{OWNER_FILE}.new"));
+        std::fs::write(&unfinished, std::process::id().to_string())
+            .and_then(|()| std::fs::rename(&unfinished, &owner))
+            .map_err(|source| Error::Io {
+                path: owner,
+                source,
+            })?;
         let mut control_plane = Self {
             processes: Vec::new(),
             kubeconfig: Kubeconfig::default(),
@@ -395,11 +400,11 @@ fn remove_stale_dirs() {
         let Ok(owner) = std::fs::read_to_string(path.join(OWNER_FILE)) else {
             continue;
         };
-        let owner_alive = owner
-            .trim()
-            .parse::<u32>()
-            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-        if !owner_alive {
+        // An owner that does not parse is never taken for a dead one.
+        let Ok(pid) = owner.trim().parse::<u32>() else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
