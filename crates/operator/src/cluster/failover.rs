@@ -308,14 +308,14 @@ fn applier_failed(r: &MemberStatus) -> bool {
 /// replica will, that one is chosen instead (the pod and why): a new failover, at the next
 /// epoch. Otherwise `chosen` stays, and is made primary once it holds what the others do.
 ///
-/// `failed` is no candidate, and not compared here (whether `chosen` must hold what it alone
+/// `failed` (its pod, and the address replicas reach it at) is no candidate, and not compared here (whether `chosen` must hold what it alone
 /// holds is `roles::primary_label`'s). Nothing is looked at again while a replica still
 /// receives from `failed` (its sets still grow: choices would follow each other), nor while
 /// any member may hold a lease the operator granted (`lease_outstanding`): a replica promoted
 /// now must not meet another member still writable on its lease.
 pub fn revisit(
     engine: Engine,
-    failed: &str,
+    (failed, failed_host): (&str, &str),
     chosen: &str,
     epoch: u64,
     lease_outstanding: Duration,
@@ -328,12 +328,11 @@ pub fn revisit(
     if took_role || labelled || !lease_outstanding.is_zero() {
         return None;
     }
-    let from_failed = format!("{failed}.");
     let still_receiving = members.iter().any(|m| {
         m.report.as_ref().is_ok_and(|r| {
             r.replication
                 .as_ref()
-                .is_some_and(|rep| rep.receiving() && rep.source_host.starts_with(&from_failed))
+                .is_some_and(|rep| rep.receiving() && rep.source_host == failed_host)
         })
     });
     if still_receiving {

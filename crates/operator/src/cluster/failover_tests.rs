@@ -658,7 +658,14 @@ fn a_choice_is_replaced_only_by_a_replica_that_holds_everything() {
         ),
     ];
     for (name, members, want) in cases {
-        let got = revisit(Engine::MariaDb, "db-0", "db-1", 2, Duration::ZERO, &members);
+        let got = revisit(
+            Engine::MariaDb,
+            ("db-0", "db-0.db-members"),
+            "db-1",
+            2,
+            Duration::ZERO,
+            &members,
+        );
         assert_eq!(got.as_ref().map(|(to, _)| to.as_str()), want, "{name}");
     }
 }
@@ -673,7 +680,7 @@ fn a_choice_is_not_looked_at_again_while_a_lease_may_be_held() {
     let at = |lease: u64| {
         revisit(
             Engine::MariaDb,
-            "db-0",
+            ("db-0", "db-0.db-members"),
             "db-1",
             2,
             Duration::from_secs(lease),

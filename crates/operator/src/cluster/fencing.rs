@@ -116,7 +116,7 @@ pub fn fenced(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::roles::sample_report;
+    use crate::cluster::roles::{sample_report, sample_view};
 
     fn member(
         pod: &str,
@@ -253,21 +253,9 @@ mod tests {
     fn replicas_through_the_service_are_told_the_primarys_own_address() {
         use Role::{Primary, Replica};
         let replicating_from = |pod: &str, host: &str| {
-            let mut m = member(pod, Some((Replica, 0)), Some((Replica, 0, true)));
-            if let Ok(r) = &mut m.report {
-                r.replication = Some(bulwark_contract::member::MemberReplication {
-                    source_host: host.into(),
-                    source_port: 3306,
-                    io: bulwark_contract::member::IoState::Running,
-                    sql_running: true,
-                    relay_applied: true,
-                    sql_caught_up: true,
-                    io_errno: 0,
-                    sql_errno: 0,
-                    lag_seconds: Some(0),
-                    received: String::new(),
-                    source_unreachable_seconds: None,
-                });
+            let mut m = sample_view(pod, Replica, 0, true, Some(0));
+            if let Some(rep) = m.report.as_mut().ok().and_then(|r| r.replication.as_mut()) {
+                rep.source_host = host.into();
             }
             m
         };

@@ -421,9 +421,10 @@ fn revisit(
     if record.to != primary || at != epoch {
         return None;
     }
+    let failed_host = names::pod_host(i.cluster, &record.from);
     let (to, reason) = failover::revisit(
         i.engine,
-        &record.from,
+        (&record.from, &failed_host),
         primary,
         epoch,
         i.lease_outstanding,

@@ -235,12 +235,21 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
     // failoverAfterSeconds reaches it only when it is rolled).
     let primary_pod = pods.iter().find(|p| p.name_any() == primary);
     let wants = primary_pod.is_some_and(wants_lease);
-    let mut renewal = None;
-    match lease_step(wants, a.lease, settled.plan.lost_since.is_some()) {
+    let step = lease_step(wants, a.lease, settled.plan.lost_since.is_some());
+    // The lease the primary is renewed with, when it is.
+    let primary_lease = match (step, primary_pod) {
+        (LeaseStep::Renew(lease), Some(pod)) => Some(LeaseTarget {
+            cluster: lease_key,
+            pod,
+            epoch,
+            lease,
+        }),
+        _ => None,
+    };
+    match step {
         LeaseStep::Forget => ctx.leases.forget(lease_key),
         LeaseStep::Stop => ctx.leases.stop(lease_key),
-        LeaseStep::Renew(lease) => {
-            renewal = Some(lease);
+        LeaseStep::Renew(_) => {
             // Only the primary at this epoch is renewed, whoever was before.
             ctx.leases.keep_only(lease_key, &primary, epoch);
             let reports = views.iter().any(|v| v.pod == primary && v.report.is_ok());
@@ -254,16 +263,8 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
                             r.role == Some(bulwark_contract::Role::Primary) && r.epoch >= epoch
                         })
                 });
-            if let (true, false, Some(pod)) = (reports, withheld_choice, primary_pod) {
-                let target = LeaseTarget {
-                    cluster: lease_key,
-                    pod,
-                    epoch,
-                    lease,
-                };
-                if let Some(key) = order_keys.key().await {
-                    renew_lease(ctx, &target, key);
-                }
+            if let (true, false, Some(target)) = (reports, withheld_choice, &primary_lease) {
+                order_keys.renew_lease(target).await;
             }
         }
     }
@@ -309,16 +310,8 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
             if let Some(step) = fencing::promotion(&primary, epoch, &views) {
                 if wants {
                     // The lease first, so that the promoted member takes writes at once.
-                    if let (Some(lease), Some(pod)) = (renewal, primary_pod) {
-                        let target = LeaseTarget {
-                            cluster: lease_key,
-                            pod,
-                            epoch,
-                            lease,
-                        };
-                        if let Some(key) = order_keys.key().await {
-                            renew_lease(ctx, &target, key);
-                        }
+                    if let Some(target) = &primary_lease {
+                        order_keys.renew_lease(target).await;
                     }
                     let beat = ctx
                         .leases
@@ -531,6 +524,13 @@ impl Orders<'_> {
             self.key = Some(order_key(self.ctx, self.ns, self.cluster).await);
         }
         self.key.clone().flatten()
+    }
+
+    /// Renews `target`'s lease with heartbeats signed by the order key, when it can be read.
+    async fn renew_lease(&mut self, target: &LeaseTarget<'_>) {
+        if let Some(key) = self.key().await {
+            renew_lease(self.ctx, target, key);
+        }
     }
 }
 
