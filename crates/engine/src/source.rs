@@ -427,6 +427,24 @@ fn parse_dump_head(head: &[u8]) -> ConsistentPoint {
     point
 }
 
+/// Reads a tool's stderr as it comes, keeping its last lines: a tool that writes more than a
+/// pipe holds (a client echoing a refused statement) must never block on it while its caller
+/// waits on the tool.
+pub fn drain_stderr(
+    stderr: tokio::process::ChildStderr,
+    tool: String,
+) -> tokio::task::JoinHandle<StderrReport> {
+    tokio::spawn(async move {
+        let mut report = StderrReport::default();
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::trace!(tool = %tool, line = %line, "tool stderr");
+            report.push(line);
+        }
+        report
+    })
+}
+
 /// What a tool left on stderr.
 #[derive(Debug, Default)]
 pub struct StderrReport {
@@ -541,17 +559,7 @@ pub fn spawn(program: &Path, args: &[String], io: ToolIo) -> Result<ToolProcess>
             tool: name.clone(),
             source,
         })?;
-    let stderr = child.stderr.take().expect("stderr piped");
-    let tool = name.clone();
-    let stderr = tokio::spawn(async move {
-        let mut report = StderrReport::default();
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::trace!(tool = %tool, line = %line, "tool stderr");
-            report.push(line);
-        }
-        report
-    });
+    let stderr = drain_stderr(child.stderr.take().expect("stderr piped"), name.clone());
     Ok(ToolProcess {
         name,
         child,

@@ -45,6 +45,22 @@ pub enum Error {
     ArchiveUnsigned { archive: String, count: usize },
     #[error("failed to restore to a point in time: {0}")]
     PointInTime(String),
+    #[error("failed to hold binary logs in a temporary file under {dir}")]
+    Spool {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A temporary file of the spool failed.
+    pub fn spool(source: std::io::Error) -> Error {
+        Error::Spool {
+            dir: std::env::temp_dir().display().to_string(),
+            source,
+        }
+    }
 }
 
 impl From<bulwark_engine::crypto::KeyError> for Error {

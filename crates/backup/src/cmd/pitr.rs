@@ -171,7 +171,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
         prune_unneeded: a.prune_unneeded,
         branch_on_divergence: a.branch_on_divergence,
         flush_every: a.flush_every,
-        segment_bytes: a.segment_size as usize,
+        segment_bytes: a.segment_size,
         server_id: a.server_id,
         start,
         heartbeat: a.heartbeat,

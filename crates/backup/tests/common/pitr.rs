@@ -126,6 +126,17 @@ impl Archiver {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The archiver's peak resident memory so far, in MiB.
+    pub fn peak_rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+        kib / 1024
+    }
+
     /// SIGTERM, and the archiver must exit cleanly.
     pub fn stop(mut self) -> String {
         let pid = self.child.id().to_string();
@@ -171,7 +182,18 @@ impl Drop for Archiver {
 
 /// Waits until the archive reaches `gtid` (by `list --json`).
 pub fn wait_archived(repo: &str, key: &Path, gtid: &str, archiver: &Archiver) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_archived_within(repo, key, gtid, archiver, Duration::from_secs(30))
+}
+
+/// [`wait_archived`] with a deadline of `within`.
+pub fn wait_archived_within(
+    repo: &str,
+    key: &Path,
+    gtid: &str,
+    archiver: &Archiver,
+    within: Duration,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
     loop {
         let l = list(repo, &[]);
         let through = l["archives"]["default"]["through"]
@@ -183,7 +205,7 @@ pub fn wait_archived(repo: &str, key: &Path, gtid: &str, archiver: &Archiver) ->
         }
         assert!(
             Instant::now() < deadline,
-            "archive did not reach {gtid} in 30 s (at {through:?}); key {}; archiver log: {}",
+            "archive did not reach {gtid} in {within:?} (at {through:?}); key {}; archiver log: {}",
             key.display(),
             archiver.log()
         );

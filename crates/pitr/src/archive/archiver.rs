@@ -30,6 +30,7 @@ use crate::binlog::{Assembler, GtidPos, Step};
 use crate::error::{Error, Result};
 use bulwark_contract::Engine;
 use bulwark_engine::crypto::MasterKey;
+use bulwark_engine::progress::Progress;
 use bulwark_engine::repo::Repository;
 use bulwark_engine::source::{self, Connection};
 
@@ -414,8 +415,16 @@ impl Archive<'_> {
                     }
                     let gtid = trx.gtid;
                     self.vouching.arrived(gtid, trx.committed);
-                    if self.gathering.add(trx, Utc::now(), Instant::now()) == Added::Duplicate {
-                        tracing::debug!(%gtid, "transaction already archived; skipped");
+                    match self.gathering.add(trx, Utc::now(), Instant::now()) {
+                        Ok(Added::Appended) => {}
+                        Ok(Added::Duplicate) => {
+                            tracing::debug!(%gtid, "transaction already archived; skipped")
+                        }
+                        Err(e) => {
+                            // Part of it may be held: the segment is streamed again.
+                            self.gathering.discard();
+                            return Err(Error::spool(e));
+                        }
                     }
                     self.record.current(self.gathering.opened());
                 }
@@ -430,8 +439,24 @@ impl Archive<'_> {
             return Ok(());
         }
         let id = manifest::new_segment_id(&opts.archive, Utc::now());
-        let (plain, draft) = gathering.seal(id, opts.write.chunk_size as u64, opts.write.level);
-        let committed = segments::commit(&self.store, plain, self.key, &opts.write, draft).await?;
+        let (plain, draft) =
+            match gathering.seal(id, opts.write.chunk_size as u64, opts.write.level) {
+                Ok(sealed) => sealed,
+                Err(e) => {
+                    gathering.discard();
+                    return Err(Error::spool(e));
+                }
+            };
+        let progress = Progress::new();
+        let commit = segments::commit(
+            &self.store,
+            plain,
+            self.key,
+            &opts.write,
+            draft,
+            progress.clone(),
+        );
+        let committed = while_moving(commit, &progress, &self.record).await?;
         let lag = (Utc::now() - committed.last_commit).num_milliseconds() as f64 / 1000.0;
         tracing::info!(
             segment = %committed.id,
@@ -468,6 +493,31 @@ impl Archive<'_> {
                     tracing::warn!(attempt, error = %crate::error::chain(&e), "failed to commit binlog segment; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
+            }
+        }
+    }
+}
+
+/// Awaits `work`, telling `record` the loop turns while `progress` moves: the commit of a
+/// large transaction's segment may outlast the stall limit without being stuck.
+async fn while_moving<T>(
+    work: impl Future<Output = T>,
+    progress: &Progress,
+    record: &ArchiverRecord,
+) -> T {
+    use std::sync::atomic::Ordering::Relaxed;
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut seen = None;
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => {
+                let now = progress.plain_bytes.load(Relaxed) + progress.stored_bytes.load(Relaxed);
+                if seen.is_some_and(|s| s != now) {
+                    record.turned();
+                }
+                seen = Some(now);
             }
         }
     }

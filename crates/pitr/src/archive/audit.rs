@@ -12,19 +12,23 @@ use super::window;
 use crate::binlog::event::{self, BINLOG_MAGIC};
 use crate::binlog::{Assembler, GtidRun, Step};
 use crate::error::Result;
+use crate::spool::Spool;
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::store::Store;
 
 /// Checks that `plain`, a segment's verified plaintext, holds what `m` says.
-pub fn holds_what_it_says(m: &SegmentManifest, plain: &[u8]) -> std::result::Result<(), String> {
-    let body = plain
-        .strip_prefix(&BINLOG_MAGIC[..])
-        .ok_or("it does not start with the binlog magic")?;
+pub fn holds_what_it_says(m: &SegmentManifest, plain: &Spool) -> std::result::Result<(), String> {
+    let mut reader = plain.reader();
+    let mut magic = [0u8; BINLOG_MAGIC.len()];
+    if std::io::Read::read_exact(&mut reader, &mut magic).is_err() || magic != BINLOG_MAGIC {
+        return Err("it does not start with the binlog magic".into());
+    }
+    let body_len = plain.len() - BINLOG_MAGIC.len() as u64;
     let mut assembler = Assembler::default();
     let mut through = m.after.clone();
     let mut runs: Vec<GtidRun> = Vec::new();
     let (mut count, mut first, mut last) = (0u64, None, None);
-    for ev in event::events(body) {
+    for ev in event::read_events(reader, body_len) {
         match assembler.push(ev?).map_err(|e| e.to_string())? {
             Step::Transaction(trx) => {
                 // Each domain's first transaction is the next after where the segment starts
@@ -163,7 +167,8 @@ mod tests {
             }
             m
         };
-        assert_eq!(holds_what_it_says(&good(), &held), Ok(()));
+        let spooled = |b: &[u8]| Spool::from_bytes(b.to_vec());
+        assert_eq!(holds_what_it_says(&good(), &spooled(&held)), Ok(()));
         type Edit = Box<dyn Fn(&mut SegmentManifest)>;
         let cases: Vec<(&str, Edit, &str)> = vec![
             (
@@ -196,11 +201,11 @@ mod tests {
         for (case, edit, want) in cases {
             let mut m = good();
             edit(&mut m);
-            let e = holds_what_it_says(&m, &held).unwrap_err();
+            let e = holds_what_it_says(&m, &spooled(&held)).unwrap_err();
             assert!(e.contains(want), "{case}: {e}");
         }
         let mut cut = held.clone();
         cut.truncate(cut.len() - 5);
-        assert!(holds_what_it_says(&good(), &cut).is_err());
+        assert!(holds_what_it_says(&good(), &spooled(&cut)).is_err());
     }
 }

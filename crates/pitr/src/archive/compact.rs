@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use chrono::{DateTime, Duration, Utc};
 
 use super::history::{self, GtidRun};
@@ -16,6 +15,7 @@ use super::segments::{self, Superseded};
 use crate::binlog::event::{self, BINLOG_MAGIC};
 use crate::binlog::{Assembler, Step};
 use crate::error::{Error, Result};
+use crate::spool::Spool;
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::writer::WriteOptions;
 
@@ -176,7 +176,8 @@ pub fn merge(parts: &[(&str, &[u8])], expected: u64) -> std::result::Result<Merg
                 Step::Transaction(trx) => {
                     transactions += 1;
                     history::record(&mut runs, trx.gtid);
-                    out.extend_from_slice(&trx.events);
+                    std::io::Read::read_to_end(&mut trx.events.reader(), &mut out)
+                        .map_err(|e| format!("segment {id}: {e}"))?;
                 }
                 Step::Nothing | Step::Heartbeat => {}
             }
@@ -229,9 +230,11 @@ pub async fn compact_group(
     archive: &str,
     group: &[SegmentManifest],
 ) -> Result<SegmentManifest> {
+    // Only segments under half the size bound are merged: each is read into memory.
     let mut plains = Vec::with_capacity(group.len());
     for s in group {
-        plains.push(segments::read(store, s, key).await?);
+        let plain = segments::read(store, s, key).await?;
+        plains.push(plain.to_vec().map_err(Error::spool)?);
     }
     let parts: Vec<(&str, &[u8])> = group
         .iter()
@@ -270,7 +273,16 @@ pub async fn compact_group(
         });
     }
     let draft = draft(group, merged.runs, id, now, write);
-    segments::commit(store, Bytes::from(merged.plain), key, write, draft).await
+    let progress = bulwark_engine::progress::Progress::new();
+    segments::commit(
+        store,
+        Spool::from_bytes(merged.plain),
+        key,
+        write,
+        draft,
+        progress,
+    )
+    .await
 }
 
 /// The replaced segments whose grace is over at `now`.

@@ -177,7 +177,7 @@ fn merged_plaintext_replays_like_its_parts() {
             let mut sel = Selector::new(pos("0-1-11"), target.clone());
             let mut out = Vec::new();
             for (id, after, p) in plains {
-                sel.take(id, &pos(after), p, &mut out).unwrap();
+                sel.take_bytes(id, &pos(after), p, &mut out).unwrap();
             }
             (out, sel.reached().to_string())
         };

@@ -10,6 +10,7 @@ use super::manifest::SegmentManifest;
 use super::{segments, window};
 use crate::binlog::GtidPos;
 use crate::error::Result;
+use crate::spool::Spool;
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::store::Store;
 
@@ -34,7 +35,7 @@ pub struct Fed {
     /// Where its manifest says it ends.
     pub through: GtidPos,
     /// Its verified plaintext.
-    pub plain: Result<Vec<u8>>,
+    pub plain: Result<Spool>,
 }
 
 impl<'a> Feed<'a> {
@@ -75,7 +76,7 @@ impl<'a> Feed<'a> {
         Some(self.advance(seg, Ok(plain)))
     }
 
-    fn advance(&mut self, seg: SegmentManifest, plain: Result<Vec<u8>>) -> Fed {
+    fn advance(&mut self, seg: SegmentManifest, plain: Result<Spool>) -> Fed {
         if plain.is_ok() {
             self.at = seg.through.clone();
         }
@@ -155,14 +156,21 @@ mod tests {
             let mut m = seg("x", after, through, 100 + n as u32);
             m.id = crate::archive::manifest::new_segment_id("t", at(n as u32));
             m.transactions = seqs.clone().count() as u64;
-            let committed = segments::commit(&store, plaintext(seqs).into(), Some(&key), &write, m)
-                .await
-                .unwrap();
+            let committed = segments::commit(
+                &store,
+                Spool::from_bytes(plaintext(seqs)),
+                Some(&key),
+                &write,
+                m,
+                bulwark_engine::progress::Progress::new(),
+            )
+            .await
+            .unwrap();
             chain.push(committed);
         }
         let mut feed = Feed::new(&store, Some(&key), "t", chain.clone(), pos("0-1-11"), None);
         let mut selector = Selector::new(pos("0-1-11"), RecoveryTarget::Latest);
-        let mut out = Vec::new();
+        let mut out = crate::spool::SpoolWriter::new(crate::spool::SpillRules::memory(1 << 20));
         let fed = feed.next().await.unwrap();
         selector
             .take(&fed.id, &fed.after, &fed.plain.unwrap(), &mut out)

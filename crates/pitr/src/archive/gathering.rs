@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::history::{self, GtidRun, FIRST_TIMELINE};
 use super::manifest::{ArchiveSource, SegmentManifest, ARCHIVE_FORMAT_NAME};
 use crate::binlog::event::BINLOG_MAGIC;
 use crate::binlog::{GtidPos, Transaction};
+use crate::spool::{SpillRules, Spool, SpoolWriter, SEGMENT_MEMORY};
 use bulwark_engine::format::{Chunking, PlaintextInfo, FORMAT_VERSION};
 
 /// Transactions received but not yet committed to the repository.
@@ -21,11 +21,11 @@ pub struct Gathering {
     pub through: GtidPos,
     format: Option<Vec<u8>>,
     /// The segment's plaintext so far: magic, format description, then whole transactions
-    /// (empty until the first transaction), built in place so sealing copies nothing.
-    events: Vec<u8>,
+    /// (empty until the first transaction); a large transaction's file is shared, not copied.
+    events: SpoolWriter,
     /// The plaintext handed to a commit, kept until the commit succeeds (a failed one is
     /// retried with it, or more transactions are appended to it).
-    sealed: Option<Bytes>,
+    sealed: Option<Spool>,
     runs: Vec<GtidRun>,
     first_gtid: Option<String>,
     last_gtid: String,
@@ -56,7 +56,7 @@ impl Gathering {
             through: after.clone(),
             after,
             format: None,
-            events: Vec::new(),
+            events: SpoolWriter::new(SpillRules::memory(SEGMENT_MEMORY)),
             sealed: None,
             runs: Vec::new(),
             first_gtid: None,
@@ -77,8 +77,8 @@ impl Gathering {
     }
 
     /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.sealed.as_ref().map_or(self.events.len(), Bytes::len)
+    pub fn bytes(&self) -> u64 {
+        self.sealed.as_ref().map_or(self.events.len(), Spool::len)
     }
 
     /// The format description transactions are written under; a different one may only be
@@ -98,20 +98,27 @@ impl Gathering {
         self.format.is_some()
     }
 
-    /// Adds a transaction received at `now`.
-    pub fn add(&mut self, trx: Transaction, now: DateTime<Utc>, at: Instant) -> Added {
+    /// Adds a transaction received at `now`; fails only when a temporary file does.
+    pub fn add(
+        &mut self,
+        trx: Transaction,
+        now: DateTime<Utc>,
+        at: Instant,
+    ) -> std::io::Result<Added> {
         if self.through.includes(trx.gtid) {
-            return Added::Duplicate;
+            return Ok(Added::Duplicate);
         }
         if let Some(sealed) = self.sealed.take() {
-            // Unshared once its commit failed: taken back without a copy.
-            self.events = Vec::from(sealed);
+            // Its commit failed: the same bytes, with more to follow.
+            self.events = SpoolWriter::new(SpillRules::memory(SEGMENT_MEMORY));
+            self.events.append(&sealed)?;
         }
         if self.events.is_empty() {
-            self.events.extend_from_slice(&BINLOG_MAGIC);
+            self.events.write(&BINLOG_MAGIC)?;
             self.events
-                .extend_from_slice(self.format.as_deref().unwrap_or_default());
+                .write(self.format.as_deref().unwrap_or_default())?;
         }
+        self.events.append(&trx.events)?;
         if self.first_gtid.is_none() {
             self.first_gtid = Some(trx.gtid.to_string());
             self.first_commit = trx.committed;
@@ -123,12 +130,11 @@ impl Gathering {
         self.through.advance(trx.gtid);
         self.transactions += 1;
         self.received_at = Some(now);
-        self.events.extend_from_slice(&trx.events);
-        Added::Appended
+        Ok(Added::Appended)
     }
 
     /// Whether the segment should be closed: it is older than `every`, or holds `bytes`.
-    pub fn due(&self, now: Instant, every: Duration, bytes: usize) -> bool {
+    pub fn due(&self, now: Instant, every: Duration, bytes: u64) -> bool {
         !self.is_empty() && (self.bytes() >= bytes || self.opened.is_some_and(|o| now >= o + every))
     }
 
@@ -143,7 +149,12 @@ impl Gathering {
     }
 
     /// The plaintext (a binlog file) and the manifest to complete once it is stored.
-    pub fn seal(&mut self, id: String, chunk_size: u64, level: i32) -> (Bytes, SegmentManifest) {
+    pub fn seal(
+        &mut self,
+        id: String,
+        chunk_size: u64,
+        level: i32,
+    ) -> std::io::Result<(Spool, SegmentManifest)> {
         let source = self.source.clone().unwrap_or(ArchiveSource {
             host: String::new(),
             server_id: 0,
@@ -152,7 +163,11 @@ impl Gathering {
         let plain = match &self.sealed {
             Some(sealed) => sealed.clone(),
             None => {
-                let sealed = Bytes::from(std::mem::take(&mut self.events));
+                let events = std::mem::replace(
+                    &mut self.events,
+                    SpoolWriter::new(SpillRules::memory(SEGMENT_MEMORY)),
+                );
+                let sealed = events.finish()?;
                 self.sealed = Some(sealed.clone());
                 sealed
             }
@@ -189,7 +204,17 @@ impl Gathering {
             replaces: Vec::new(),
             compacted_at: None,
         };
-        (plain, manifest)
+        Ok((plain, manifest))
+    }
+
+    /// Drops what is held (a temporary file failed): back at `after`, with the same format
+    /// description, source and timeline, for the transactions to be streamed again.
+    pub fn discard(&mut self) {
+        let mut again = Gathering::new(self.after.clone());
+        again.format = self.format.take();
+        again.source = self.source.take();
+        again.timeline = self.timeline;
+        *self = again;
     }
 
     /// The next segment, continuing this one (same format description).
@@ -216,7 +241,7 @@ mod tests {
             },
             started: committed,
             committed,
-            events: vec![seq as u8; 10],
+            events: Spool::from_bytes(vec![seq as u8; 10]),
         }
     }
 
@@ -227,10 +252,11 @@ mod tests {
         let mut p = Gathering::new(GtidPos::parse("0-1-4").unwrap());
         p.set_format(vec![9; 5]);
         assert!(!p.due(t0 + Duration::from_secs(60), Duration::from_secs(5), 1));
-        assert_eq!(p.add(trx(4, 100), now, t0), Added::Duplicate);
-        assert_eq!(p.add(trx(5, 100), now, t0), Added::Appended);
+        assert_eq!(p.add(trx(4, 100), now, t0).unwrap(), Added::Duplicate);
+        assert_eq!(p.add(trx(5, 100), now, t0).unwrap(), Added::Appended);
         assert_eq!(
-            p.add(trx(6, 103), now, t0 + Duration::from_secs(3)),
+            p.add(trx(6, 103), now, t0 + Duration::from_secs(3))
+                .unwrap(),
             Added::Appended
         );
         assert!(!p.due(t0 + Duration::from_secs(4), Duration::from_secs(5), 1 << 20));
@@ -244,7 +270,8 @@ mod tests {
             server_id: 1,
             server_version: "10.11".into(),
         });
-        let (plain, m) = p.seal("binlog-x".into(), 8, 1);
+        let (plain, m) = p.seal("binlog-x".into(), 8, 1).unwrap();
+        let plain = plain.to_vec().unwrap();
         assert_eq!(m.source.host, "db");
         assert_eq!(&plain[..4], &BINLOG_MAGIC);
         assert_eq!(plain.len(), 4 + 5 + 20);

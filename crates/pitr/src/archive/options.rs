@@ -15,7 +15,7 @@ pub struct ArchiveOptions {
     /// A segment is committed at least this often while transactions arrive.
     pub flush_every: Duration,
     /// ... and as soon as it holds this many bytes.
-    pub segment_bytes: usize,
+    pub segment_bytes: u64,
     /// Server id the archiver registers with; must differ from every server's and replica's.
     pub server_id: u32,
     /// Where to start when the repository holds no segment (else: the newest backup's

@@ -18,6 +18,7 @@ use super::window::{self, RecoveryTarget, Window};
 use crate::binlog::event::BINLOG_MAGIC;
 use crate::binlog::{GtidPos, Rebase};
 use crate::error::{Error, Result};
+use crate::spool::{SpillRules, SpoolWriter, SEGMENT_MEMORY};
 use bulwark_engine::crypto::MasterKey;
 use bulwark_engine::repo::CompleteBackup;
 use bulwark_engine::source::{self, Connection, DefaultsFile};
@@ -245,6 +246,15 @@ pub async fn apply(
         .spawn()
         .map_err(io("start", binlog_tool))?;
     let mut to_decoder = decoder.stdin.take().expect("piped stdin");
+    let tool_name = |tool: &Path| tool.display().to_string();
+    let client_stderr = source::drain_stderr(
+        client.stderr.take().expect("piped stderr"),
+        tool_name(client_tool),
+    );
+    let decoder_stderr = source::drain_stderr(
+        decoder.stderr.take().expect("piped stderr"),
+        tool_name(binlog_tool),
+    );
     let mut bytes = 0u64;
     let mut read = 0usize;
     // The next segment is fetched and verified while the tools apply the current one.
@@ -268,25 +278,36 @@ pub async fn apply(
         }
     };
     let consumer = async {
+        let mut block = vec![0u8; 1 << 20];
         while let Some(fed) = rx.recv().await {
             read += 1;
-            let mut out = Vec::new();
+            let mut out = SpoolWriter::new(SpillRules::memory(SEGMENT_MEMORY));
             if bytes == 0 {
-                out.extend_from_slice(&BINLOG_MAGIC);
+                out.write(&BINLOG_MAGIC).map_err(Error::spool)?;
             }
+            // The segment's plaintext is dropped once taken: a large one's file goes with it,
+            // the transactions taken from it share theirs with `out`.
             selector.take(&fed.id, &fed.after, &fed.plain?, &mut out)?;
             if !selector.done() {
                 selector.check_end(&fed.id, &fed.through)?;
             }
-            to_decoder
-                .write_all(&out)
-                .await
-                .map_err(|source| EngineError::LocalIo {
-                    action: "feed",
-                    path: binlog_tool.display().to_string(),
-                    source,
-                })?;
-            bytes += out.len() as u64;
+            let out = out.finish().map_err(Error::spool)?;
+            let mut reader = out.reader();
+            loop {
+                let n = std::io::Read::read(&mut reader, &mut block).map_err(Error::spool)?;
+                if n == 0 {
+                    break;
+                }
+                to_decoder
+                    .write_all(&block[..n])
+                    .await
+                    .map_err(|source| EngineError::LocalIo {
+                        action: "feed",
+                        path: binlog_tool.display().to_string(),
+                        source,
+                    })?;
+            }
+            bytes += out.len();
             if selector.done() {
                 break;
             }
@@ -303,14 +324,16 @@ pub async fn apply(
         let _ = decoder.kill().await;
         let _ = client.kill().await;
     } else {
-        let decoded = decoder
-            .wait_with_output()
-            .await
-            .map_err(io("wait for", binlog_tool))?;
-        let applied = client
-            .wait_with_output()
-            .await
-            .map_err(io("wait for", client_tool))?;
+        let output =
+            |status, report: std::result::Result<source::StderrReport, _>| std::process::Output {
+                status,
+                stdout: Vec::new(),
+                stderr: report.unwrap_or_default().summary().into_bytes(),
+            };
+        let decoded = decoder.wait().await.map_err(io("wait for", binlog_tool))?;
+        let decoded = output(decoded, decoder_stderr.await);
+        let applied = client.wait().await.map_err(io("wait for", client_tool))?;
+        let applied = output(applied, client_stderr.await);
         cause(fed, (binlog_tool, &decoded), (client_tool, &applied))?;
     }
     selector.finish()?;

@@ -1,6 +1,6 @@
 //! The archive's objects in the repository: listing and loading segment manifests, committing
 //! a segment (chunks through the backup write pipeline, then the manifest), and reading a
-//! segment's verified plaintext back.
+//! segment's verified plaintext back (in memory, or in a temporary file when it is large).
 
 use bulwark_engine::authenticate::ManifestRefusal;
 use bulwark_engine::Error as EngineError;
@@ -13,10 +13,11 @@ use futures::StreamExt;
 
 use super::manifest::{self, SegmentManifest};
 use crate::error::{Error, Result};
+use crate::spool::{SpillRules, Spool, SpoolWriter, SEGMENT_MEMORY};
 use bulwark_engine::crypto::{DataKey, MasterKey};
 use bulwark_engine::format::{self, EncryptionInfo};
 use bulwark_engine::progress::Progress;
-use bulwark_engine::reader::{self, Depth, WriteSink};
+use bulwark_engine::reader::{self, ChunkSink, Depth};
 use bulwark_engine::store::Store;
 
 /// An archive's segments as the repository holds them.
@@ -231,26 +232,27 @@ pub async fn load(
     })
 }
 
-/// Stores a segment's plaintext through the write pipeline, then its manifest (the commit
-/// point). `fill` completes the manifest from what was written. On failure the objects
+/// Stores a segment's plaintext through the write pipeline (counted in `progress`), then its
+/// manifest (the commit point), completed from what was written. On failure the objects
 /// written are deleted (best effort; a leftover has no manifest and is never read).
 pub async fn commit(
     store: &Arc<dyn Store>,
-    plaintext: Bytes,
+    plaintext: Spool,
     key: Option<&MasterKey>,
     write: &bulwark_engine::writer::WriteOptions,
     mut manifest: SegmentManifest,
+    progress: Arc<Progress>,
 ) -> Result<SegmentManifest> {
     let id = manifest.id.clone();
     let data_key = key.map(|_| Arc::new(DataKey::generate()));
     let written = bulwark_engine::writer::write_stream(
         store,
         &id,
-        std::io::Cursor::new(plaintext),
+        plaintext.reader(),
         "binlog archiver",
         write,
         data_key.clone(),
-        Arc::new(Progress::default()),
+        progress,
     )
     .await;
     let result = match written {
@@ -332,12 +334,13 @@ pub async fn delete(store: &Arc<dyn Store>, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// Reads a segment's plaintext with every check (digests, authentication, totals).
+/// Reads a segment's plaintext with every check (digests, authentication, totals): in memory
+/// up to [`SEGMENT_MEMORY`], the rest in a temporary file.
 pub async fn read(
     store: &Arc<dyn Store>,
     segment: &SegmentManifest,
     key: Option<&MasterKey>,
-) -> Result<Vec<u8>> {
+) -> Result<Spool> {
     let data_key = match (&segment.encryption, key) {
         (Some(info), Some(master)) => Some(Arc::new(master.unwrap(&segment.id, info)?)),
         (Some(_), None) => {
@@ -348,10 +351,7 @@ pub async fn read(
         }
         _ => None,
     };
-    let mut sink = WriteSink {
-        out: Vec::with_capacity(segment.plaintext.bytes as usize),
-        what: "memory",
-    };
+    let mut sink = SpoolSink(SpoolWriter::new(SpillRules::memory(SEGMENT_MEMORY)));
     reader::read_backup(
         store,
         segment,
@@ -362,5 +362,19 @@ pub async fn read(
         &mut sink,
     )
     .await?;
-    Ok(sink.out)
+    sink.0.finish().map_err(Error::spool)
+}
+
+/// Verified plaintext chunks, gathered into a spool.
+struct SpoolSink(SpoolWriter);
+
+#[async_trait::async_trait]
+impl ChunkSink for SpoolSink {
+    async fn accept(&mut self, chunk: Bytes) -> bulwark_engine::Result<()> {
+        self.0.write(&chunk).map_err(|source| EngineError::LocalIo {
+            action: "hold in a temporary file",
+            path: std::env::temp_dir().display().to_string(),
+            source,
+        })
+    }
 }

@@ -5,9 +5,12 @@
 use chrono::{DateTime, Utc};
 
 use super::window::RecoveryTarget;
+use crate::binlog::assemble::AssembleError;
 use crate::binlog::event::BINLOG_MAGIC;
+use crate::binlog::split::statement_per_row_event;
 use crate::binlog::{Assembler, GtidPos, Rebase, Step};
 use crate::error::{Error, Result};
+use crate::spool::{SpillRules, Spool, SpoolWriter, TRANSACTION_MEMORY};
 
 /// Picks the transactions to replay from segment plaintexts given in chain order: those after
 /// `start`, up to the target. A time target takes the longest run of transactions stamped at or
@@ -98,8 +101,8 @@ impl Selector {
         &mut self,
         id: &str,
         after: &GtidPos,
-        plain: &[u8],
-        out: &mut Vec<u8>,
+        plain: &Spool,
+        out: &mut SpoolWriter,
     ) -> Result<()> {
         let damaged = |reason: String| Error::DamagedSegment {
             id: id.to_string(),
@@ -111,20 +114,30 @@ impl Selector {
         };
         // Domains in which this segment is known to continue the replay.
         let mut placed: std::collections::HashSet<u32> = std::collections::HashSet::new();
-        let body = plain
-            .strip_prefix(&BINLOG_MAGIC[..])
-            .ok_or_else(|| damaged("it does not start with the binlog magic".into()))?;
+        let mut reader = plain.reader();
+        let mut magic = [0u8; BINLOG_MAGIC.len()];
+        if std::io::Read::read_exact(&mut reader, &mut magic).is_err() || magic != BINLOG_MAGIC {
+            return Err(damaged("it does not start with the binlog magic".into()));
+        }
+        let body_len = plain.len() - BINLOG_MAGIC.len() as u64;
         let mut assembler = Assembler::default();
-        for event in crate::binlog::event::events(body) {
+        for event in crate::binlog::event::read_events(reader, body_len) {
             if self.done {
                 break;
             }
             let event = event.map_err(damaged)?;
-            match assembler.push(event).map_err(|e| damaged(e.to_string()))? {
+            let step = match assembler.push(event) {
+                Ok(step) => step,
+                Err(AssembleError::Spill { reason, .. }) => {
+                    return Err(Error::spool(std::io::Error::other(reason)))
+                }
+                Err(e) => return Err(damaged(e.to_string())),
+            };
+            match step {
                 Step::Format(fde) => {
                     if self.format.as_deref() != Some(fde.bytes()) {
                         self.format = Some(fde.bytes().to_vec());
-                        out.extend_from_slice(fde.bytes());
+                        out.write(fde.bytes()).map_err(Error::spool)?;
                     }
                 }
                 Step::Transaction(trx) => {
@@ -213,9 +226,19 @@ impl Selector {
                             continue;
                         }
                     }
+                    let events = match &self.format {
+                        Some(fde) if trx.events.len() > SPLIT_ABOVE => {
+                            let mut split =
+                                SpoolWriter::new(SpillRules::memory(TRANSACTION_MEMORY));
+                            statement_per_row_event(fde, &trx.events, &mut split)
+                                .map_err(damaged)?;
+                            split.finish().map_err(Error::spool)?
+                        }
+                        _ => trx.events,
+                    };
                     match &mut self.rebase {
-                        Some(rebase) => rebase.transaction(&trx.events, out).map_err(damaged)?,
-                        None => out.extend_from_slice(&trx.events),
+                        Some(rebase) => rebase.transaction(&events, out).map_err(damaged)?,
+                        None => out.append(&events).map_err(Error::spool)?,
                     }
                     self.reached.advance(trx.gtid);
                     self.transactions += 1;
@@ -228,6 +251,26 @@ impl Selector {
             return Err(damaged("it ends inside a transaction".into()));
         }
         Ok(())
+    }
+
+    /// [`Selector::take`] of a plaintext in memory, into memory.
+    #[cfg(test)]
+    pub fn take_bytes(
+        &mut self,
+        id: &str,
+        after: &GtidPos,
+        plain: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut w = SpoolWriter::new(crate::spool::SpillRules::memory(usize::MAX));
+        let taken = self.take(id, after, &Spool::from_bytes(plain.to_vec()), &mut w);
+        out.extend(
+            w.finish()
+                .map_err(Error::spool)?
+                .to_vec()
+                .map_err(Error::spool)?,
+        );
+        taken
     }
 
     /// After a segment taken whole: checks that its transactions end where its manifest says
@@ -284,6 +327,10 @@ impl Selector {
         Ok(())
     }
 }
+
+/// A transaction larger than this is replayed with one statement per row event
+/// ([`statement_per_row_event`]): far below any `max_allowed_packet`, base64 included.
+const SPLIT_ABOVE: u64 = 1 << 20;
 
 /// How much later than a backup's finish its last transaction may be stamped: the source's
 /// clock and the backup tool's may disagree by this much.
@@ -370,7 +417,7 @@ mod tests {
         for (start, target, after, plain, want) in cases {
             let mut sel = Selector::new(pos(start), target.clone());
             let got = sel
-                .take("s", &pos(after), plain, &mut Vec::new())
+                .take_bytes("s", &pos(after), plain, &mut Vec::new())
                 .and_then(|()| sel.finish())
                 .map(|()| sel.reached().to_string());
             match (got, want) {
@@ -389,7 +436,7 @@ mod tests {
         let mut sel =
             Selector::new(pos("0-1-101"), RecoveryTarget::Latest).started_by(finished(-100));
         let e = sel
-            .take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+            .take_bytes("s", &pos("0-1-100"), &lost, &mut Vec::new())
             .unwrap_err()
             .to_string();
         assert!(
@@ -397,13 +444,13 @@ mod tests {
             "{e}"
         );
         let mut sel = Selector::new(pos("0-1-101"), RecoveryTarget::Latest).started_by(finished(0));
-        sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+        sel.take_bytes("s", &pos("0-1-100"), &lost, &mut Vec::new())
             .unwrap();
         assert_eq!(sel.reached().to_string(), "0-1-103");
 
         // A segment whose data ends short of what its manifest says.
         let mut sel = Selector::new(pos("0-1-100"), RecoveryTarget::Latest);
-        sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+        sel.take_bytes("s", &pos("0-1-100"), &lost, &mut Vec::new())
             .unwrap();
         assert!(sel.check_end("s", &pos("0-1-103")).is_ok());
         let e = sel.check_end("s", &pos("0-1-104")).unwrap_err().to_string();
@@ -414,7 +461,7 @@ mod tests {
 
         // A GTID target beyond the end, or on a number this history never had.
         let mut sel = Selector::new(pos("0-1-100"), RecoveryTarget::Gtid(pos("0-1-105")));
-        sel.take("s", &pos("0-1-100"), &lost, &mut Vec::new())
+        sel.take_bytes("s", &pos("0-1-100"), &lost, &mut Vec::new())
             .unwrap();
         let e = sel.finish().unwrap_err().to_string();
         assert!(

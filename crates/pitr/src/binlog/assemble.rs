@@ -1,13 +1,16 @@
 //! Groups a replication stream's events into whole transactions: a GTID event opens one, and
 //! it closes at its commit (XID, `COMMIT`/`ROLLBACK` query, XA prepare) or, for a lone
 //! statement (DDL), after that statement. The archive only ever stores whole transactions, so
-//! a segment boundary never splits one and a restore never applies half of one.
+//! a segment boundary never splits one and a restore never applies half of one. A
+//! transaction of any size is gathered: beyond [`TRANSACTION_MEMORY`] it waits in a
+//! temporary file ([`crate::spool`]).
 
 use super::event::{kind, RawEvent};
 use super::Gtid;
+use crate::spool::{SpillRules, Spool, SpoolWriter, TRANSACTION_MEMORY};
 
 /// A complete transaction, as the events the server sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Transaction {
     pub gtid: Gtid,
     /// Start second of the transaction's first statement (the GTID event's timestamp).
@@ -16,11 +19,11 @@ pub struct Transaction {
     /// statement that wrote it, so it is the closest to a commit time the log holds.
     pub committed: u32,
     /// The events, concatenated.
-    pub events: Vec<u8>,
+    pub events: Spool,
 }
 
 /// What one event meant.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Step {
     /// Part of a transaction still open, or bookkeeping of the stream.
     Nothing,
@@ -47,15 +50,39 @@ pub enum AssembleError {
     FormatInTransaction(Gtid),
     #[error(transparent)]
     Event(#[from] super::EventError),
+    #[error("failed to hold transaction {gtid} in a temporary file: {reason}")]
+    Spill { gtid: Gtid, reason: String },
+}
+
+/// A transaction partly received.
+#[derive(Debug)]
+struct Open {
+    gtid: Gtid,
+    started: u32,
+    /// A statement outside BEGIN/COMMIT (DDL): it closes after that statement.
+    standalone: bool,
+    events: SpoolWriter,
 }
 
 /// Stream state: the transaction being gathered, if any.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Assembler {
-    open: Option<(Transaction, bool)>,
+    open: Option<Open>,
+    rules: SpillRules,
+}
+
+impl Default for Assembler {
+    fn default() -> Self {
+        Assembler::new(SpillRules::memory(TRANSACTION_MEMORY))
+    }
 }
 
 impl Assembler {
+    /// An assembler that holds a transaction in memory within `rules`, the rest in a file.
+    pub fn new(rules: SpillRules) -> Assembler {
+        Assembler { open: None, rules }
+    }
+
     /// Whether a transaction is partly received.
     pub fn in_transaction(&self) -> bool {
         self.open.is_some()
@@ -68,29 +95,31 @@ impl Assembler {
         }
         if event.kind() == kind::GTID {
             let (gtid, standalone) = event.gtid()?;
-            if let Some((open, _)) = &self.open {
+            if let Some(open) = &self.open {
                 return Err(AssembleError::Unfinished {
                     open: open.gtid,
                     next: gtid,
                 });
             }
-            self.open = Some((
-                Transaction {
-                    gtid,
-                    started: event.timestamp(),
-                    committed: event.timestamp(),
-                    events: event.bytes().to_vec(),
-                },
+            let mut events = SpoolWriter::new(self.rules.clone());
+            events.write(event.bytes()).map_err(|e| spill(gtid, e))?;
+            self.open = Some(Open {
+                gtid,
+                started: event.timestamp(),
                 standalone,
-            ));
+                events,
+            });
             return Ok(Step::Nothing);
         }
-        if let Some((trx, standalone)) = &mut self.open {
+        if let Some(open) = &mut self.open {
             if event.kind() == kind::FORMAT_DESCRIPTION {
-                return Err(AssembleError::FormatInTransaction(trx.gtid));
+                return Err(AssembleError::FormatInTransaction(open.gtid));
             }
-            trx.events.extend_from_slice(event.bytes());
-            let closes = if *standalone {
+            let gtid = open.gtid;
+            open.events
+                .write(event.bytes())
+                .map_err(|e| spill(gtid, e))?;
+            let closes = if open.standalone {
                 event.kind() != kind::ANNOTATE_ROWS
             } else {
                 event.ends_transaction()
@@ -98,9 +127,13 @@ impl Assembler {
             if !closes {
                 return Ok(Step::Nothing);
             }
-            let (mut trx, _) = self.open.take().expect("open transaction");
-            trx.committed = event.timestamp();
-            return Ok(Step::Transaction(trx));
+            let open = self.open.take().expect("open transaction");
+            return Ok(Step::Transaction(Transaction {
+                gtid,
+                started: open.started,
+                committed: event.timestamp(),
+                events: open.events.finish().map_err(|e| spill(gtid, e))?,
+            }));
         }
         match event.kind() {
             kind::FORMAT_DESCRIPTION => Ok(Step::Format(event)),
@@ -119,6 +152,13 @@ impl Assembler {
                 log_pos: event.log_pos(),
             }),
         }
+    }
+}
+
+fn spill(gtid: Gtid, e: std::io::Error) -> AssembleError {
+    AssembleError::Spill {
+        gtid,
+        reason: e.to_string(),
     }
 }
 
@@ -142,7 +182,7 @@ mod tests {
         ev(kind::QUERY, ts, &query_body("t", text))
     }
 
-    fn feed(events: Vec<RawEvent>) -> Result<Vec<(String, u32, u32, usize)>, AssembleError> {
+    fn feed(events: Vec<RawEvent>) -> Result<Vec<(String, u32, u32, u64)>, AssembleError> {
         let mut a = Assembler::default();
         let mut out = Vec::new();
         for e in events {
@@ -213,9 +253,34 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_larger_than_its_memory_waits_in_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = Assembler::new(SpillRules {
+            memory: 100,
+            dir: dir.path().to_path_buf(),
+        });
+        let mut events = vec![gtid(1, 10, false)];
+        events.extend((0..50).map(|_| ev(WRITE_ROWS, 10, &[9; 40])));
+        events.push(ev(kind::XID, 11, &[0; 8]));
+        let whole: Vec<u8> = events.iter().flat_map(|e| e.bytes().to_vec()).collect();
+        let mut closed = None;
+        for e in events {
+            if let Step::Transaction(t) = a.push(e).unwrap() {
+                closed = Some(t);
+            }
+        }
+        let t = closed.expect("the transaction closed");
+        assert_eq!(
+            (t.events.len(), t.events.in_memory()),
+            (whole.len() as u64, 0)
+        );
+        assert_eq!(t.events.to_vec().unwrap(), whole);
+    }
+
+    #[test]
     fn format_descriptions_are_handed_out() {
         let mut a = Assembler::default();
         let fde = ev(kind::FORMAT_DESCRIPTION, 3, &[4; 20]);
-        assert_eq!(a.push(fde.clone()).unwrap(), Step::Format(fde));
+        assert!(matches!(a.push(fde.clone()).unwrap(), Step::Format(f) if f == fde));
     }
 }

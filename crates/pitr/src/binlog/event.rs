@@ -124,6 +124,11 @@ impl RawEvent {
         &self.bytes
     }
 
+    /// The event's bytes, taken.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
     /// For a GTID event: the GTID and whether the transaction is a lone statement.
     pub fn gtid(&self) -> Result<(super::Gtid, bool), EventError> {
         let body = self.body();
@@ -170,26 +175,48 @@ impl RawEvent {
 
 /// The events of a binlog file's body (what follows the magic), each checked (length, CRC);
 /// the error says where the body is cut or damaged.
-pub fn events(mut body: &[u8]) -> impl Iterator<Item = Result<RawEvent, String>> + '_ {
+pub fn events(body: &[u8]) -> impl Iterator<Item = Result<RawEvent, String>> + '_ {
+    read_events(body, body.len() as u64)
+}
+
+/// [`events`] of a body of `len` bytes read from `reader`: only one event is held at a time,
+/// so a body of any size is read within the memory of its largest event.
+pub fn read_events<R: std::io::Read>(
+    reader: R,
+    len: u64,
+) -> impl Iterator<Item = Result<RawEvent, String>> {
+    use std::io::Read;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    let mut remain = len;
     std::iter::from_fn(move || {
-        if body.is_empty() {
+        if remain == 0 {
             return None;
         }
-        let Some(size) = body
-            .get(9..13)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-        else {
-            body = &[];
-            return Some(Err("it ends inside an event header".to_string()));
+        let mut next = || -> Result<RawEvent, String> {
+            let unreadable = |e: std::io::Error| format!("it could not be read: {e}");
+            if remain < 13 {
+                return Err("it ends inside an event header".to_string());
+            }
+            let mut header = [0u8; HEADER_LEN];
+            let got = HEADER_LEN.min(remain as usize);
+            reader.read_exact(&mut header[..got]).map_err(unreadable)?;
+            let size = u32::from_le_bytes(header[9..13].try_into().expect("4 bytes")) as usize;
+            if size as u64 > remain || size < HEADER_LEN {
+                return Err(format!("an event says {size} bytes, {remain} remain"));
+            }
+            let mut bytes = vec![0u8; size];
+            bytes[..HEADER_LEN].copy_from_slice(&header);
+            reader
+                .read_exact(&mut bytes[HEADER_LEN..])
+                .map_err(unreadable)?;
+            remain -= size as u64;
+            RawEvent::checked(bytes).map_err(|e| e.to_string())
         };
-        if size > body.len() || size < HEADER_LEN {
-            let remain = body.len();
-            body = &[];
-            return Some(Err(format!("an event says {size} bytes, {remain} remain")));
+        let event = next();
+        if event.is_err() {
+            remain = 0;
         }
-        let (bytes, tail) = body.split_at(size);
-        body = tail;
-        Some(RawEvent::checked(bytes.to_vec()).map_err(|e| e.to_string()))
+        Some(event)
     })
 }
 

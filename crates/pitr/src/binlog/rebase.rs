@@ -6,7 +6,8 @@
 //! member of the new cluster whose `server_id` equals the source's would skip, as its own,
 //! every event that kept the source's id. Checksums are computed again; nothing else changes.
 
-use super::event::{events, kind, CRC_LEN, HEADER_LEN};
+use super::event::{kind, read_events, CRC_LEN, HEADER_LEN};
+use crate::spool::{Spool, SpoolWriter};
 
 /// The server's identity that replayed transactions are rewritten to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,18 +21,19 @@ pub struct Rebase {
 }
 
 impl Rebase {
-    /// Appends one transaction's events (as archived: whole, checksummed) to `out`, rewritten;
-    /// the transaction takes `next_seq`, which then moves on by one.
-    pub fn transaction(&mut self, trx: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    /// Appends one transaction's events (as archived: whole, checksummed) to `out`, rewritten
+    /// one event at a time; the transaction takes `next_seq`, which then moves on by one.
+    pub fn transaction(&mut self, trx: &Spool, out: &mut SpoolWriter) -> Result<(), String> {
         let mut gtids = 0;
-        for event in events(trx) {
+        for event in read_events(trx.reader(), trx.len()) {
             let event = event?;
-            let start = out.len();
-            out.extend_from_slice(event.bytes());
-            let bytes = &mut out[start..];
-            bytes[5..9].copy_from_slice(&self.server_id.to_le_bytes());
-            if event.kind() == kind::GTID {
+            let is_gtid = event.kind() == kind::GTID;
+            if is_gtid {
                 event.gtid().map_err(|e| e.to_string())?;
+            }
+            let mut bytes = event.into_bytes();
+            bytes[5..9].copy_from_slice(&self.server_id.to_le_bytes());
+            if is_gtid {
                 let body = &mut bytes[HEADER_LEN..];
                 body[0..8].copy_from_slice(&self.next_seq.to_le_bytes());
                 body[8..12].copy_from_slice(&self.domain.to_le_bytes());
@@ -40,6 +42,9 @@ impl Rebase {
             let end = bytes.len() - CRC_LEN;
             let crc = crc32fast::hash(&bytes[..end]);
             bytes[end..].copy_from_slice(&crc.to_le_bytes());
+            out.write(&bytes).map_err(|e| {
+                format!("a rewritten transaction could not be held in a temporary file: {e}")
+            })?;
         }
         if gtids != 1 {
             return Err(format!("a transaction holds {gtids} GTID events, not one"));
@@ -52,8 +57,18 @@ impl Rebase {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binlog::event::events;
     use crate::binlog::event::{build, gtid_body, query_body};
     use crate::binlog::{Gtid, RawEvent};
+    use crate::spool::SpillRules;
+
+    /// Rewrites `trx` into a new buffer.
+    fn rewritten(rebase: &mut Rebase, trx: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        let mut w = SpoolWriter::new(SpillRules::memory(1 << 20));
+        let result = rebase.transaction(&Spool::from_bytes(trx.to_vec()), &mut w);
+        out.extend(w.finish().unwrap().to_vec().unwrap());
+        result
+    }
 
     fn trx(server: u32, domain: u32, seq: u64) -> Vec<u8> {
         let mut t = build(kind::GTID, 100, server, 0, &gtid_body(domain, seq, false));
@@ -82,8 +97,8 @@ mod tests {
             next_seq: 41,
         };
         let mut out = Vec::new();
-        rebase.transaction(&trx(101, 0, 5012), &mut out).unwrap();
-        rebase.transaction(&trx(102, 0, 5013), &mut out).unwrap();
+        rewritten(&mut rebase, &trx(101, 0, 5012), &mut out).unwrap();
+        rewritten(&mut rebase, &trx(102, 0, 5013), &mut out).unwrap();
         assert_eq!(rebase.next_seq, 43);
         let got = parsed(&out);
         assert_eq!(got.len(), 6);
@@ -122,14 +137,13 @@ mod tests {
         let mut damaged = trx(2, 0, 9);
         let last = damaged.len() - 1;
         damaged[last] ^= 1;
-        assert!(rebase.transaction(&damaged, &mut Vec::new()).is_err());
+        assert!(rewritten(&mut rebase, &damaged, &mut Vec::new()).is_err());
         let two = [trx(2, 0, 9), trx(2, 0, 10)].concat();
-        assert!(rebase
-            .transaction(&two, &mut Vec::new())
+        assert!(rewritten(&mut rebase, &two, &mut Vec::new())
             .unwrap_err()
             .contains("2 GTID events"));
         let no_gtid = build(kind::XID, 1, 2, 0, &[0u8; 8]);
-        assert!(rebase.transaction(&no_gtid, &mut Vec::new()).is_err());
+        assert!(rewritten(&mut rebase, &no_gtid, &mut Vec::new()).is_err());
         assert_eq!(rebase.next_seq, 1, "a refused transaction takes no number");
     }
 }

@@ -68,8 +68,9 @@ pub fn binlog_archiver(
     let quantity = |s: &str| Quantity(s.to_owned());
     let container = Container {
         volume_mounts: Some(mounts),
-        // A segment is 16 MiB of binlog by default (more when one transaction is larger), held
-        // once, plus the chunks being encoded; a compaction holds up to twice that, twice over.
+        // A segment is 16 MiB of binlog by default, held once, plus the chunks being encoded; a
+        // compaction holds up to twice that, twice over. A transaction too large for that waits
+        // in /tmp (beyond 8 MiB), so its size never sets the memory needed.
         resources: Some(ResourceRequirements {
             requests: Some(
                 [
