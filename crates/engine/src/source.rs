@@ -436,14 +436,54 @@ pub fn drain_stderr(
 ) -> tokio::task::JoinHandle<StderrReport> {
     tokio::spawn(async move {
         let mut report = StderrReport::default();
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::trace!(tool = %tool, line = %line, "tool stderr");
-            report.push(line);
+        let mut reader = BufReader::new(stderr);
+        // Each line is kept to its first bytes (a client may echo a statement of gigabytes as
+        // one line), read lossily (a tool may print bytes that are not UTF-8), and the pipe is
+        // read to its end whatever happens, so the tool never blocks on it.
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let mut kept = 0;
+            let mut ended = false;
+            loop {
+                let chunk = match reader.fill_buf().await {
+                    Ok(chunk) => chunk,
+                    Err(_) => {
+                        ended = true;
+                        break;
+                    }
+                };
+                if chunk.is_empty() {
+                    ended = true;
+                    break;
+                }
+                let (part, newline) = match chunk.iter().position(|b| *b == b'\n') {
+                    Some(at) => (&chunk[..at], true),
+                    None => (chunk, false),
+                };
+                let room = STDERR_LINE_BYTES.saturating_sub(kept);
+                line.extend_from_slice(&part[..part.len().min(room)]);
+                kept += part.len().min(room);
+                let used = part.len() + usize::from(newline);
+                reader.consume(used);
+                if newline {
+                    break;
+                }
+            }
+            if !line.is_empty() {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                tracing::trace!(tool = %tool, line = %text, "tool stderr");
+                report.push(text);
+            }
+            if ended {
+                return report;
+            }
         }
-        report
     })
 }
+
+/// The bytes kept of one line a tool printed on stderr.
+const STDERR_LINE_BYTES: usize = 4096;
 
 /// What a tool left on stderr.
 #[derive(Debug, Default)]

@@ -121,6 +121,9 @@ pub struct SpoolReader {
 
 impl Read for SpoolReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
         while let Some(part) = self.parts.get(self.index) {
             let left = part.len() - self.at;
             if left == 0 {
@@ -182,6 +185,8 @@ pub struct SpoolWriter {
     parts: Vec<Part>,
     run: Run,
     len: u64,
+    /// Bytes of the finished parts held in memory: counted against the rules with the run's.
+    in_memory: usize,
 }
 
 impl SpoolWriter {
@@ -191,6 +196,7 @@ impl SpoolWriter {
             parts: Vec::new(),
             run: Run::Memory(Vec::new()),
             len: 0,
+            in_memory: 0,
         }
     }
 
@@ -208,7 +214,7 @@ impl SpoolWriter {
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
         self.len += data.len() as u64;
         match &mut self.run {
-            Run::Memory(held) if held.len() + data.len() <= self.rules.memory => {
+            Run::Memory(held) if self.in_memory + held.len() + data.len() <= self.rules.memory => {
                 held.extend_from_slice(data);
             }
             Run::Memory(held) => {
@@ -227,11 +233,13 @@ impl SpoolWriter {
                 written,
                 block,
             } => {
-                block.extend_from_slice(data);
                 *written += data.len() as u64;
-                if block.len() >= FILE_BLOCK {
+                if block.len() + data.len() <= FILE_BLOCK {
+                    block.extend_from_slice(data);
+                } else {
                     file.write_all(block)?;
                     block.clear();
+                    file.write_all(data)?;
                 }
             }
         }
@@ -266,7 +274,10 @@ impl SpoolWriter {
     fn close_run(&mut self) -> io::Result<()> {
         match std::mem::replace(&mut self.run, Run::Memory(Vec::new())) {
             Run::Memory(held) if held.is_empty() => {}
-            Run::Memory(held) => self.parts.push(Part::Memory(held.into())),
+            Run::Memory(held) => {
+                self.in_memory += held.len();
+                self.parts.push(Part::Memory(held.into()));
+            }
             Run::File {
                 mut file,
                 written,
@@ -350,6 +361,16 @@ mod tests {
             memory: 8,
             dir: dir.path().to_path_buf(),
         };
+        // The bound holds across parts: memory before a shared file counts after it.
+        let mut w = SpoolWriter::new(rules.clone());
+        SpoolWriter::write(&mut w, b"abcdef").unwrap();
+        w.append(&written(&rules, &[b"0123456789"])).unwrap();
+        SpoolWriter::write(&mut w, b"xyz").unwrap();
+        let s = w.finish().unwrap();
+        assert_eq!(
+            (s.in_memory(), s.to_vec().unwrap()),
+            (6, b"abcdef0123456789xyz".to_vec())
+        );
         let big = written(&rules, &[b"0123456789abcdef"]);
         let small = written(&rules, &[b"xy"]);
         let mut w = SpoolWriter::new(SpillRules {

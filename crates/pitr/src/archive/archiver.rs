@@ -422,6 +422,7 @@ impl Archive<'_> {
                         }
                         Err(e) => {
                             // Part of it may be held: the segment is streamed again.
+                            tracing::error!(after = %self.gathering.after, through = %self.gathering.through, "a temporary file failed: the transactions received since the last segment are dropped and streamed again");
                             self.gathering.discard();
                             return Err(Error::spool(e));
                         }
@@ -439,14 +440,18 @@ impl Archive<'_> {
             return Ok(());
         }
         let id = manifest::new_segment_id(&opts.archive, Utc::now());
-        let (plain, draft) =
-            match gathering.seal(id, opts.write.chunk_size as u64, opts.write.level) {
-                Ok(sealed) => sealed,
-                Err(e) => {
-                    gathering.discard();
-                    return Err(Error::spool(e));
-                }
-            };
+        let (plain, draft) = match gathering.seal(
+            id,
+            opts.write.chunk_size as u64,
+            opts.write.level,
+        ) {
+            Ok(sealed) => sealed,
+            Err(e) => {
+                tracing::error!(after = %gathering.after, through = %gathering.through, "a temporary file failed: the transactions received since the last segment are dropped and streamed again");
+                gathering.discard();
+                return Err(Error::spool(e));
+            }
+        };
         let progress = Progress::new();
         let commit = segments::commit(
             &self.store,

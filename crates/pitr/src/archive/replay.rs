@@ -317,6 +317,20 @@ pub async fn apply(
         Ok::<(), Error>(())
     };
     let ((), fed) = futures::future::join(producer, consumer).await;
+    let fed_feed_error = matches!(
+        &fed,
+        Err(Error::Engine(EngineError::LocalIo { action: "feed", .. }))
+    );
+    let fed = match fed {
+        // The feed stopped mid-stream (a damaged segment, a temporary file that failed): the
+        // tools are killed, not given an end of input that would apply half a transaction.
+        Err(e) if !fed_feed_error => {
+            let _ = decoder.kill().await;
+            let _ = client.kill().await;
+            return Err(e);
+        }
+        fed => fed,
+    };
     drop(to_decoder);
     if fed.is_ok() && bytes <= BINLOG_MAGIC.len() as u64 {
         // Nothing after the backup (it is at the archive's end): the tools were given no event,

@@ -226,19 +226,27 @@ impl Selector {
                             continue;
                         }
                     }
-                    let events = match &self.format {
-                        Some(fde) if trx.events.len() > SPLIT_ABOVE => {
-                            let mut split =
+                    let split = self
+                        .format
+                        .as_deref()
+                        .filter(|_| trx.events.len() > SPLIT_ABOVE);
+                    match (&mut self.rebase, split) {
+                        (Some(rebase), Some(fde)) => {
+                            let mut rebased =
                                 SpoolWriter::new(SpillRules::memory(TRANSACTION_MEMORY));
-                            statement_per_row_event(fde, &trx.events, &mut split)
+                            rebase
+                                .transaction(&trx.events, &mut rebased)
                                 .map_err(damaged)?;
-                            split.finish().map_err(Error::spool)?
+                            let rebased = rebased.finish().map_err(Error::spool)?;
+                            statement_per_row_event(fde, &rebased, out).map_err(damaged)?;
                         }
-                        _ => trx.events,
-                    };
-                    match &mut self.rebase {
-                        Some(rebase) => rebase.transaction(&events, out).map_err(damaged)?,
-                        None => out.append(&events).map_err(Error::spool)?,
+                        (Some(rebase), None) => {
+                            rebase.transaction(&trx.events, out).map_err(damaged)?
+                        }
+                        (None, Some(fde)) => {
+                            statement_per_row_event(fde, &trx.events, out).map_err(damaged)?
+                        }
+                        (None, None) => out.append(&trx.events).map_err(Error::spool)?,
                     }
                     self.reached.advance(trx.gtid);
                     self.transactions += 1;

@@ -30,8 +30,10 @@ fn flags_offset(fde: &[u8], kind: u8) -> Option<usize> {
     }
 }
 
-/// Appends `trx` to `out` with every row event a statement of its own; events the format
-/// description `fde` does not describe as expected are appended as they are.
+/// Appends `trx` to `out` with every row event a statement of its own, after all the table
+/// maps of its statement. When the format description `fde` does not say where every kind of
+/// row event keeps its flags, the transaction is appended as it is: a row event written
+/// without its table maps would be skipped by the server without an error.
 pub fn statement_per_row_event(
     fde: &[u8],
     trx: &Spool,
@@ -41,10 +43,13 @@ pub fn statement_per_row_event(
         out.write(bytes)
             .map_err(|e| format!("a split transaction could not be held in a temporary file: {e}"))
     };
-    // The table maps of the statement being read, and whether they were the last events
-    // written (so the next row event needs no copy of them).
+    if !ROW_EVENTS.iter().all(|k| flags_offset(fde, *k).is_some()) {
+        return out
+            .append(trx)
+            .map_err(|e| format!("a transaction could not be held in a temporary file: {e}"));
+    }
+    // The table maps of the statement being read: written before each of its row events.
     let mut maps: Vec<Vec<u8>> = Vec::new();
-    let mut maps_written = false;
     let mut statement_ended = false;
     for event in read_events(trx.reader(), trx.len()) {
         let event = event?;
@@ -54,28 +59,24 @@ pub fn statement_per_row_event(
                 maps.clear();
                 statement_ended = false;
             }
-            write(out, event.bytes())?;
             maps.push(event.into_bytes());
-            maps_written = true;
             continue;
         }
-        let flags_at = ROW_EVENTS
-            .contains(&kind)
-            .then(|| flags_offset(fde, kind))
-            .flatten()
-            .filter(|at| HEADER_LEN + at + 2 <= event.bytes().len() - CRC_LEN);
-        let Some(at) = flags_at else {
+        if !ROW_EVENTS.contains(&kind) {
             write(out, event.bytes())?;
             continue;
-        };
-        if !maps_written {
-            for map in &maps {
-                write(out, map)?;
-            }
+        }
+        let at = flags_offset(fde, kind).expect("checked above");
+        if HEADER_LEN + at + 2 > event.bytes().len() - CRC_LEN {
+            return Err(format!(
+                "a row event of type {kind} is too short for its flags"
+            ));
+        }
+        for map in &maps {
+            write(out, map)?;
         }
         let (rewritten, ended) = ending_statement(event, HEADER_LEN + at);
         write(out, &rewritten)?;
-        maps_written = false;
         statement_ended |= ended;
     }
     Ok(())
