@@ -404,6 +404,8 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     }
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
+    // Held against deletion (retention, delete) until the restore is done.
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
     let id = backup.manifest.id.clone();
@@ -449,6 +451,7 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         r = work => r,
         _ = shutdown_signal() => Err(Error::Interrupted.into()),
     };
+    hold.release().await;
     reporter.finish().await;
     match result? {
         Some(bootstrap::PhysicalBootstrap {

@@ -137,6 +137,9 @@ pub async fn run(
         }
         None => format::new_backup_id(started_at),
     };
+    // Marks the backup as being written, so `prune` never takes it for an abandoned one
+    // (an upload in progress is not listed until it completes).
+    let writing = crate::holds::take(repo.store(), &id, crate::holds::HoldKind::Backup).await?;
     let data_key = req.key.as_ref().map(|_| Arc::new(DataKey::generate()));
     let mut tool = source::spawn(&tool_path, &args, source::ToolIo::ReadStdout)?;
     let tool_name = tool.name.clone();
@@ -243,6 +246,7 @@ pub async fn run(
         }
         Err(_) => repo.discard(&id).await,
     }
+    writing.release().await;
     committed
 }
 

@@ -127,6 +127,16 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    #[error("backup {backup} is held by {by}: it is left alone")]
+    Held { backup: String, by: String },
+    #[error("backup {backup} is being deleted by {by}")]
+    BeingDeleted { backup: String, by: String },
+    #[error("failed to write the hold {key}")]
+    WriteHold {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("interrupted by signal")]

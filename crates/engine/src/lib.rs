@@ -17,6 +17,7 @@ pub mod crypto;
 pub mod dumphead;
 pub mod error;
 pub mod format;
+pub mod holds;
 pub mod outfile;
 pub mod progress;
 pub mod reader;

@@ -268,6 +268,12 @@ impl Repository {
         Ok(by_id)
     }
 
+    /// Holds backup `id` against deletion while a restore reads it ([`crate::holds`]):
+    /// refused while the backup is being deleted.
+    pub async fn hold_for_restore(&self, id: &str) -> Result<crate::holds::Hold> {
+        crate::holds::take(&self.store, id, crate::holds::HoldKind::Restore).await
+    }
+
     /// Stores a manifest, signed under `key` when the backup is encrypted with it: the commit
     /// point of a backup.
     pub async fn commit(&self, manifest: &Manifest, key: Option<&MasterKey>) -> Result<String> {
@@ -298,8 +304,9 @@ impl Repository {
         }
     }
 
-    /// Deletes the backup `id` (complete or not), manifest first. Returns false when nothing is
-    /// stored under that id, so a retried deletion succeeds.
+    /// Deletes the backup `id` (complete or not), manifest first, unless a restore or the
+    /// backup itself holds it ([`Error::Held`]). Returns false when nothing is stored under
+    /// that id, so a retried deletion succeeds.
     pub async fn delete(&self, id: &str) -> Result<bool> {
         if !format::is_backup_id(id) {
             return Err(Error::InvalidArgument(format!(
@@ -314,7 +321,10 @@ impl Repository {
         if objects.is_empty() {
             return Ok(false);
         }
-        self.delete_backup(id, &objects).await?;
+        let mark = crate::holds::take(&self.store, id, crate::holds::HoldKind::Delete).await?;
+        let deleted = self.delete_backup(id, &objects).await;
+        mark.release().await;
+        deleted?;
         Ok(true)
     }
 

@@ -1,9 +1,10 @@
 //! What `prune` removes: complete backups the retention rules do not keep (but never the base
 //! of the current recovery window), archived binlog segments no retained backup needs (with
 //! the segments a compacted one replaced), and incomplete backups and segments (no manifest)
-//! untouched for longer than the orphan grace. Damaged backups
-//! are never removed automatically. The plan is pure; [`execute`] carries it out, manifests
-//! first.
+//! untouched for longer than the orphan grace. Damaged backups are never removed
+//! automatically, nor is a backup a restore or its own writer holds (`bulwark_engine::holds`):
+//! it is kept, with the hold as its reason. The plan is pure; [`execute`] carries it out,
+//! manifests first, and leaves alone a backup held since the plan was made.
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -13,7 +14,11 @@ use crate::archive::segments::{ArchiveListing, IncompleteSegment};
 use crate::archive::SegmentManifest;
 use crate::retention::{self, Candidate, Decision, KeepPolicy};
 use crate::Result;
+use bulwark_engine::holds::{self, HoldKind, HoldRecord};
 use bulwark_engine::repo::{Catalog, IncompleteBackup, IncompleteState, Repository};
+
+/// The live holds of a repository, by backup id.
+pub type Holds = std::collections::BTreeMap<String, Vec<HoldRecord>>;
 
 /// What a prune will do.
 #[derive(Debug)]
@@ -35,14 +40,20 @@ pub struct PrunePlan<'a> {
 /// The reason a backup the rules would drop is kept.
 pub const WINDOW_BASE: &str = "base of the current recovery window";
 
-/// Plans a prune of `catalog` at `now`.
+/// Plans a prune of `catalog` at `now`; what `holds` holds is kept.
 pub fn plan<'a>(
     catalog: &'a Catalog,
     archives: &'a std::collections::BTreeMap<String, ArchiveListing>,
+    holds: &Holds,
     policy: &KeepPolicy,
     orphan_grace: Duration,
     now: DateTime<Utc>,
 ) -> PrunePlan<'a> {
+    let held_by = |id: &str| {
+        holds
+            .get(id)
+            .and_then(|h| holds::conflict(h, HoldKind::Delete, now))
+    };
     let candidates: Vec<Candidate> = catalog
         .complete
         .iter()
@@ -52,6 +63,12 @@ pub fn plan<'a>(
         })
         .collect();
     let mut decisions = retention::plan(policy, &candidates);
+    for d in decisions.iter_mut().filter(|d| !d.keep) {
+        if let Some(h) = held_by(&d.id) {
+            d.keep = true;
+            d.reasons.push(format!("held by {h}"));
+        }
+    }
     let mut removed_segments = Vec::new();
     let mut replaced = Vec::new();
     let mut stale_segments = Vec::new();
@@ -111,6 +128,7 @@ pub fn plan<'a>(
             .filter(|i| {
                 i.state == IncompleteState::Orphan
                     && i.newest().is_some_and(|t| now - t > orphan_grace)
+                    && held_by(&i.id).is_none()
             })
             .collect(),
         damaged: catalog
@@ -121,18 +139,44 @@ pub fn plan<'a>(
     }
 }
 
-/// Removes what `plan` does not keep; returns the ids removed, in order.
-pub async fn execute(
-    repo: &Repository,
-    catalog: &Catalog,
-    plan: &PrunePlan<'_>,
-) -> Result<Vec<String>> {
-    let mut removed = Vec::new();
-    for d in plan.decisions.iter().filter(|d| !d.keep) {
-        repo.delete_backup(&d.id, &catalog.objects[&d.id]).await?;
-        tracing::info!(backup_id = %d.id, "backup removed");
-        removed.push(d.id.clone());
+/// What a prune removed, and what it left because it was held meanwhile.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// Ids removed, in order.
+    pub removed: Vec<String>,
+    /// Backups the plan removed but a hold taken since kept, with the hold.
+    pub held: Vec<(String, String)>,
+}
+
+/// Removes what `plan` does not keep. Each backup is marked for deletion first and left alone
+/// when a hold appeared since the plan (then no segment is removed either: the plan counted on
+/// that backup going).
+pub async fn execute(repo: &Repository, catalog: &Catalog, plan: &PrunePlan<'_>) -> Result<Pruned> {
+    let mut pruned = Pruned::default();
+    let backups = plan
+        .decisions
+        .iter()
+        .filter(|d| !d.keep)
+        .map(|d| (&d.id, &catalog.objects[&d.id], "backup removed"))
+        .collect::<Vec<_>>();
+    for (id, objects, what) in backups {
+        if delete_unless_held(repo, id, objects, &mut pruned).await? {
+            tracing::info!(backup_id = %id, "{what}");
+        }
     }
+    if !pruned.held.is_empty() {
+        tracing::warn!(
+            held = pruned.held.len(),
+            "backups held since the plan are kept; no binlog segment is removed until the next prune"
+        );
+        for o in &plan.stale {
+            if delete_unless_held(repo, &o.id, &o.objects, &mut pruned).await? {
+                tracing::info!(backup_id = %o.id, "incomplete backup removed");
+            }
+        }
+        return Ok(pruned);
+    }
+    let removed = &mut pruned.removed;
     // Replaced segments before the compacted ones: they must not become the archive's again.
     for s in plan.replaced.iter().chain(&plan.segments) {
         crate::archive::segments::delete(repo.store(), &s.id).await?;
@@ -145,9 +189,32 @@ pub async fn execute(
         removed.push(s.id.clone());
     }
     for o in &plan.stale {
-        repo.delete_backup(&o.id, &o.objects).await?;
-        tracing::info!(backup_id = %o.id, "incomplete backup removed");
-        removed.push(o.id.clone());
+        if delete_unless_held(repo, &o.id, &o.objects, &mut pruned).await? {
+            tracing::info!(backup_id = %o.id, "incomplete backup removed");
+        }
     }
-    Ok(removed)
+    Ok(pruned)
+}
+
+/// Deletes backup `id` under a deletion mark; a hold found instead is recorded in `pruned`.
+async fn delete_unless_held(
+    repo: &Repository,
+    id: &str,
+    objects: &[bulwark_engine::store::ObjectInfo],
+    pruned: &mut Pruned,
+) -> Result<bool> {
+    let mark = match holds::take(repo.store(), id, HoldKind::Delete).await {
+        Ok(mark) => mark,
+        Err(bulwark_engine::Error::Held { by, .. }) => {
+            tracing::warn!(backup_id = %id, held_by = %by, "backup held since the plan was made; left alone");
+            pruned.held.push((id.to_owned(), by));
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let deleted = repo.delete_backup(id, objects).await;
+    mark.release().await;
+    deleted?;
+    pruned.removed.push(id.to_owned());
+    Ok(true)
 }

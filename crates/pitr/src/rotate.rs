@@ -14,6 +14,7 @@ use crate::Result;
 use bulwark_engine::authenticate;
 use bulwark_engine::crypto::{self, MasterKey};
 use bulwark_engine::format::{self, EncryptionInfo};
+use bulwark_engine::holds::{self, HoldKind};
 use bulwark_engine::repo::Repository;
 use bulwark_engine::store::{Store, StoreError};
 use bulwark_engine::Error as EngineError;
@@ -33,7 +34,7 @@ pub enum RewrapOutcome {
     NotAuthentic(String),
     /// Could not be read, parsed or written: left as it is.
     Failed(String),
-    /// Deleted since the repository was listed: not written back.
+    /// Deleted since the repository was listed, or being deleted: not written back.
     Gone,
 }
 
@@ -57,7 +58,7 @@ impl std::fmt::Display for RewrapOutcome {
             RewrapOutcome::OtherKey(id) => write!(f, "left: encrypted with another key ({id})"),
             RewrapOutcome::NotAuthentic(why) => write!(f, "left: not authentic ({why})"),
             RewrapOutcome::Failed(why) => write!(f, "left: {why}"),
-            RewrapOutcome::Gone => f.write_str("skipped: deleted meanwhile"),
+            RewrapOutcome::Gone => f.write_str("skipped: deleted or being deleted meanwhile"),
         }
     }
 }
@@ -186,13 +187,24 @@ pub async fn rewrap_all(
     }
     let since = check.as_ref().and_then(|c| c.since);
     let mut results = Vec::new();
-    for id in repo.manifest_ids().await? {
-        let outcome = rewrap_one(store, &id, old, new, since).await;
-        results.push((id, outcome));
-    }
-    // Each manifest is read once, by `rewrap_one`, as it is just before it is replaced.
-    for id in archive::segments::manifest_ids(store).await? {
-        let outcome = rewrap_one(store, &id, old, new, since).await;
+    let ids = repo
+        .manifest_ids()
+        .await?
+        .into_iter()
+        .chain(archive::segments::manifest_ids(store).await?);
+    // Each manifest is read once, by `rewrap_one`, as it is just before it is replaced, under
+    // a hold: a deletion that began first is seen and the manifest skipped, one that begins
+    // later waits for the hold, so a deleted manifest is never written back.
+    for id in ids {
+        let outcome = match holds::take(store, &id, HoldKind::Rewrap).await {
+            Ok(hold) => {
+                let outcome = rewrap_one(store, &id, old, new, since).await;
+                hold.release().await;
+                outcome
+            }
+            Err(EngineError::BeingDeleted { .. }) => RewrapOutcome::Gone,
+            Err(e) => RewrapOutcome::Failed(bulwark_engine::error::chain(&e)),
+        };
         results.push((id, outcome));
     }
     let on_new = results.iter().any(|(_, o)| {

@@ -170,43 +170,50 @@ pub async fn load(
     .under_key(key.clone());
     repo.check_key().await?;
     let backup = repo.resolve(id).await?;
-    if let Some(target) = &target {
-        // Refused before anything is dropped or loaded when the archive cannot reach it.
-        recover::window(&repo, &backup, target)
-            .await?
-            .check(target)
-            .map_err(bulwark_pitr::Error::PointInTime)?;
-        start_over(&conn).await?;
+    // Held against deletion (retention, delete) until the load and replay are done.
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
+    let loaded = async {
+        if let Some(target) = &target {
+            // Refused before anything is dropped or loaded when the archive cannot reach it.
+            recover::window(&repo, &backup, target)
+                .await?
+                .check(target)
+                .map_err(bulwark_pitr::Error::PointInTime)?;
+            start_over(&conn).await?;
+        }
+        let outcome = restore::restore(
+            &repo,
+            &backup,
+            key.as_ref(),
+            bulwark_engine::restore::Destination::Server {
+                connection: conn.clone(),
+                verify_first: true,
+                // The replicas get the data from the primary's binary log.
+                binlogged: true,
+            },
+            cfg.tool.as_deref(),
+            cfg.parallel,
+            Progress::new(),
+        )
+        .await?;
+        tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
+        if let Some(target) = &target {
+            let into = ReplayInto::ServerOwnHistory(conn);
+            let replayed = recover::replay_after(&repo, &backup, key.as_ref(), target, &into).await?;
+            tracing::info!(
+                backup_id = %id,
+                target = %target,
+                transactions = replayed.transactions,
+                reached = %replayed.reached,
+                last_commit = ?replayed.last_commit,
+                "binlog archive replayed into mysqld"
+            );
+        }
+        Ok::<(), bulwark_pitr::Error>(())
     }
-    let outcome = restore::restore(
-        &repo,
-        &backup,
-        key.as_ref(),
-        bulwark_engine::restore::Destination::Server {
-            connection: conn.clone(),
-            verify_first: true,
-            // The replicas get the data from the primary's binary log.
-            binlogged: true,
-        },
-        cfg.tool.as_deref(),
-        cfg.parallel,
-        Progress::new(),
-    )
-    .await?;
-    tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
-    if let Some(target) = &target {
-        let into = ReplayInto::ServerOwnHistory(conn);
-        let replayed = recover::replay_after(&repo, &backup, key.as_ref(), target, &into).await?;
-        tracing::info!(
-            backup_id = %id,
-            target = %target,
-            transactions = replayed.transactions,
-            reached = %replayed.reached,
-            last_commit = ?replayed.last_commit,
-            "binlog archive replayed into mysqld"
-        );
-    }
-    Ok(())
+    .await;
+    hold.release().await;
+    loaded
 }
 
 /// Drops the databases a failed point-in-time load left (through the binary log, so replicas

@@ -214,6 +214,8 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<DrillResult> {
             progress,
         )
     };
+    // Held against deletion while it is read: a drill never fails for retention's sake.
+    let hold = repo.hold_for_restore(&id).await?;
     let restored = async {
         let server = match m.method {
             Method::Physical => {
@@ -257,6 +259,7 @@ async fn drill(a: DrillArgs, work: &Path) -> anyhow::Result<DrillResult> {
         Ok::<_, anyhow::Error>((server, replayed))
     };
     let restored = restored.await;
+    hold.release().await;
     reporter.finish().await;
     let (server, replayed) = restored.map_err(|e| {
         drill_failed(

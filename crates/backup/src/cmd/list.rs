@@ -39,6 +39,11 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
     }
     let catalog = repo.catalog().await?;
     let archive = pitr::archive_view(&repo, &catalog.complete).await?;
+    let holds: Vec<_> = bulwark_engine::holds::live(repo.store(), chrono::Utc::now())
+        .await?
+        .into_values()
+        .flatten()
+        .collect();
     if a.json {
         let complete: Vec<_> = catalog
             .complete
@@ -57,6 +62,8 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
             "archives": archive.json,
             // Whether each manifest listed was checked under a key (authentic, encrypted).
             "manifestsChecked": keyed,
+            // What running restores, backups and deletions hold.
+            "holds": holds,
         });
         if a.all {
             out["incomplete"] = catalog
@@ -150,6 +157,9 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
     );
     for line in &archive.lines {
         println!("{line}");
+    }
+    for h in &holds {
+        println!("{} is held by {h}", h.backup);
     }
     if !a.all && !catalog.incomplete.is_empty() {
         eprintln!(

@@ -218,7 +218,10 @@ pub async fn cmd_replay(a: ReplayArgs) -> anyhow::Result<()> {
     let conn = a.conn.connection()?;
     let (repo, backup, key) = a.backup.open().await?;
     let into = a.replay_gtids.into_server(conn, false);
-    let outcome = replay(&repo, &backup, key.as_ref(), &target, into).await?;
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
+    let outcome = replay(&repo, &backup, key.as_ref(), &target, into).await;
+    hold.release().await;
+    let outcome = outcome?;
     print_outcome(&outcome, a.json);
     Ok(())
 }

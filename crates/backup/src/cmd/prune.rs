@@ -92,18 +92,36 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     repo.check_key().await?;
     let catalog = repo.catalog().await?;
     let archives = bulwark_pitr::archive::segments::list_all(repo.store(), repo.key()).await?;
-    let plan = prune::plan(&catalog, &archives, &policy, a.orphan_grace, Utc::now());
+    let holds = bulwark_engine::holds::live(repo.store(), Utc::now()).await?;
+    let plan = prune::plan(
+        &catalog,
+        &archives,
+        &holds,
+        &policy,
+        a.orphan_grace,
+        Utc::now(),
+    );
     if !plan.damaged.is_empty() {
         tracing::warn!("while a damaged backup is in the repository no archived binlog segment is removed: it may need them");
     }
     for d in &plan.damaged {
         tracing::warn!(backup_id = %d.id, "damaged backup left alone; inspect it and delete it by hand if it is unwanted");
     }
-    let removed = if a.dry_run {
-        Vec::new()
+    let pruned = if a.dry_run {
+        prune::Pruned::default()
     } else {
-        prune::execute(&repo, &catalog, &plan).await?
+        let pruned = prune::execute(&repo, &catalog, &plan).await?;
+        let lapsed = bulwark_engine::holds::remove_expired(repo.store(), Utc::now()).await?;
+        if lapsed > 0 {
+            tracing::info!(
+                holds = lapsed,
+                "lapsed holds removed (their holders stopped)"
+            );
+        }
+        pruned
     };
+    let held_since = |id: &str| pruned.held.iter().find(|(h, _)| h == id).map(|(_, by)| by);
+    let segments_left = !pruned.held.is_empty();
     let (decisions, stale) = (&plan.decisions, &plan.stale);
     if a.json {
         print_json(&json!({
@@ -111,36 +129,47 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
             "policy": policy,
             "keepWithin": a.keep_within.map(|d| d.num_seconds()),
             "decisions": decisions,
-            "incompleteRemoved": stale.iter().map(|o| o.id.clone()).chain(plan.stale_segments.iter().map(|s| s.id.clone())).collect::<Vec<_>>(),
-            "segmentsRemoved": plan.replaced.iter().chain(&plan.segments).map(|s| s.id.clone()).collect::<Vec<_>>(),
-            "removed": removed,
+            "incompleteRemoved": stale.iter().map(|o| o.id.clone()).filter(|id| held_since(id).is_none()).chain(plan.stale_segments.iter().map(|s| s.id.clone()).filter(|_| !segments_left)).collect::<Vec<_>>(),
+            "segmentsRemoved": plan.replaced.iter().chain(&plan.segments).map(|s| s.id.clone()).filter(|_| !segments_left).collect::<Vec<_>>(),
+            "removed": pruned.removed,
+            "heldSincePlanned": pruned.held.iter().map(|(id, by)| json!({"id": id, "heldBy": by})).collect::<Vec<_>>(),
         }));
         return Ok(());
     }
     let grace = humantime::format_duration(a.orphan_grace.to_std().unwrap_or_default());
     let removal = |id: &str, at: Option<chrono::DateTime<Utc>>, reason: String| {
+        let (action, reason) = match held_since(id) {
+            Some(by) => ("kept".to_owned(), format!("held by {by}")),
+            None if segments_left && id.starts_with(bulwark_engine::format::ARCHIVE_ID_PREFIX) => (
+                "kept".to_owned(),
+                "left for the next prune: a backup was held meanwhile".to_owned(),
+            ),
+            None if a.dry_run => ("would remove".to_owned(), reason),
+            None => ("removed".to_owned(), reason),
+        };
         vec![
             id.to_owned(),
             at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
                 .unwrap_or_default(),
-            if a.dry_run { "would remove" } else { "removed" }.to_owned(),
+            action,
             reason,
         ]
     };
     let rows: Vec<Vec<String>> = decisions
         .iter()
         .map(|d| {
+            let held = held_since(&d.id).map(|by| format!("held by {by}"));
             vec![
                 d.id.clone(),
                 d.time.format("%Y-%m-%d %H:%M:%S").to_string(),
-                if d.keep {
+                if d.keep || held.is_some() {
                     "keep".into()
                 } else if a.dry_run {
                     "would remove".into()
                 } else {
                     "removed".into()
                 },
-                d.reasons.join(", "),
+                held.unwrap_or_else(|| d.reasons.join(", ")),
             ]
         })
         .chain(stale.iter().map(|o| {

@@ -184,6 +184,8 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
             .check(until)
             .map_err(bulwark_pitr::Error::PointInTime)?;
     }
+    // Held against deletion (prune, delete, retention) until the restore is done.
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "restore", a.progress.display());
     let parallel = a.backup.parallel();
@@ -247,6 +249,7 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         r = work => r,
         _ = shutdown_signal() => Err(Error::Interrupted.into()),
     };
+    hold.release().await;
     reporter.finish().await;
     let (outcome, replayed) = result?;
     if a.json {
@@ -304,13 +307,16 @@ async fn record_loaded(a: &RestoreArgs, backup: &bulwark_engine::repo::CompleteB
 
 pub async fn cmd_cat(a: CatArgs) -> anyhow::Result<()> {
     let (repo, backup, key) = a.backup.open().await?;
-    restore::cat(
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
+    let streamed = restore::cat(
         &repo,
         &backup,
         key.as_ref(),
         a.backup.parallel(),
         tokio::io::stdout(),
     )
-    .await?;
+    .await;
+    hold.release().await;
+    streamed?;
     Ok(())
 }

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::spool::{SpillRules, Spool, SpoolWriter, SEGMENT_MEMORY};
 use bulwark_engine::crypto::{DataKey, MasterKey};
 use bulwark_engine::format::{self, EncryptionInfo};
+use bulwark_engine::holds::{self, HoldKind};
 use bulwark_engine::progress::Progress;
 use bulwark_engine::reader::{self, ChunkSink, Depth};
 use bulwark_engine::store::Store;
@@ -313,8 +314,24 @@ pub async fn discard(store: &Arc<dyn Store>, id: &str) {
     }
 }
 
-/// Deletes a segment, manifest first (it stops existing before its data goes).
+/// Deletes a segment, manifest first (it stops existing before its data goes), under a
+/// deletion mark; a segment a rewrap holds is left for the next pass (a rewrap takes
+/// milliseconds), so its manifest is never written back after its data went.
 pub async fn delete(store: &Arc<dyn Store>, id: &str) -> Result<()> {
+    let mark = match holds::take(store, id, HoldKind::Delete).await {
+        Ok(mark) => mark,
+        Err(EngineError::Held { by, .. }) => {
+            tracing::info!(segment = id, held_by = %by, "segment held; left for the next pass");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let deleted = delete_objects(store, id).await;
+    mark.release().await;
+    deleted
+}
+
+async fn delete_objects(store: &Arc<dyn Store>, id: &str) -> Result<()> {
     let manifest = format::object_key(id, format::MANIFEST_NAME);
     let objects = store
         .list(&format::object_key(id, ""))
