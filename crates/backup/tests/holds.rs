@@ -93,7 +93,9 @@ fn a_backup_being_restored_is_kept_by_prune_and_delete_until_the_restore_ends() 
 
 #[test]
 fn a_backup_being_written_is_not_taken_for_an_abandoned_one() {
-    let s = Scenario::new(ROWS);
+    // Enough data that the backup is still running, seconds after its first chunk, when the
+    // test pauses it.
+    let s = Scenario::new(ROWS * 10);
     let mut args = vec![
         "backup",
         "--repo",
@@ -174,7 +176,8 @@ fn a_rewrap_never_writes_back_a_manifest_a_deletion_has_marked() {
         .join(&marked)
         .join("manifest.json");
     let before = std::fs::read(&manifest).unwrap();
-    let out = ok(cli(&[
+    // Left as it is, and reported: the rotation is not complete until it is run again.
+    let rewrap = run(cli(&[
         "rewrap",
         "--repo",
         &s.repo,
@@ -184,8 +187,11 @@ fn a_rewrap_never_writes_back_a_manifest_a_deletion_has_marked() {
         new,
         "--json",
     ]));
+    let out = String::from_utf8_lossy(&rewrap.stdout).to_string();
+    assert_eq!(rewrap.status.code(), Some(1), "{out}");
     assert!(
-        out.contains(&format!("\"{marked}\"")) && out.contains("being deleted"),
+        out.contains(&format!("\"{marked}\""))
+            && out.contains("being deleted by a deletion on a paused prune"),
         "{out}"
     );
     assert_eq!(std::fs::read(&manifest).unwrap(), before);

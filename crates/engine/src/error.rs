@@ -127,10 +127,17 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
-    #[error("backup {backup} is held by {by}: it is left alone")]
-    Held { backup: String, by: String },
-    #[error("backup {backup} is being deleted by {by}")]
-    BeingDeleted { backup: String, by: String },
+    /// `what`: "backup ID" or "binlog segment ID".
+    #[error("{what} is held by {by}: it is left alone")]
+    Held { what: String, by: String },
+    #[error("{what} is being deleted by {by}")]
+    BeingDeleted { what: String, by: String },
+    #[error("failed to read the hold {key}")]
+    ReadHold {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
     #[error("failed to write the hold {key}")]
     WriteHold {
         key: String,

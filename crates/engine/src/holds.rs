@@ -25,6 +25,8 @@ pub const HOLDS_PREFIX: &str = "holds/";
 pub const HOLD_TTL: Duration = Duration::minutes(15);
 /// How often a holder renews its hold.
 const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+/// How soon a failed renewal is tried again.
+const RENEW_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What a hold is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,6 +40,8 @@ pub enum HoldKind {
     Rewrap,
     /// A deletion of the backup.
     Delete,
+    /// A hold that could not be read: it stops everything until it lapses.
+    Unknown,
 }
 
 impl HoldKind {
@@ -48,6 +52,7 @@ impl HoldKind {
             HoldKind::Backup => "the backup writing it",
             HoldKind::Rewrap => "a rewrap",
             HoldKind::Delete => "a deletion",
+            HoldKind::Unknown => "a hold that cannot be read",
         }
     }
 }
@@ -79,9 +84,9 @@ impl std::fmt::Display for HoldRecord {
 /// The live hold that stops taking a hold of `kind` at `now`, if any: a deletion is stopped by
 /// any other live hold; anything else by a live deletion.
 pub fn conflict(held: &[HoldRecord], kind: HoldKind, now: DateTime<Utc>) -> Option<&HoldRecord> {
-    held.iter()
-        .filter(|h| h.expires > now)
-        .find(|h| (kind == HoldKind::Delete) != (h.kind == HoldKind::Delete))
+    held.iter().filter(|h| h.expires > now).find(|h| {
+        h.kind == HoldKind::Unknown || (kind == HoldKind::Delete) != (h.kind == HoldKind::Delete)
+    })
 }
 
 /// A hold taken by this process; renewed until released or dropped (a dropped hold lapses at
@@ -104,9 +109,19 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
+    /// Leaves the hold to lapse at its expiry: what it protects is used again soon by another
+    /// process, which takes its own hold (a staged logical bootstrap, loaded once the server
+    /// runs).
+    pub fn lapse(mut self) {
+        self.renewal.abort();
+        self.released = true;
+    }
+
     /// Removes the hold (best effort: one left behind lapses at its expiry).
     pub async fn release(mut self) {
         self.renewal.abort();
+        // Once the renewal has stopped, no renewal rewrites the hold after it is removed.
+        let _ = (&mut self.renewal).await;
         self.released = true;
         if let Err(e) = self.store.delete(&self.key).await {
             tracing::warn!(hold = %self.key, error = %crate::error::chain(&e), "failed to remove a hold; it lapses at its expiry");
@@ -131,6 +146,34 @@ impl Drop for Hold {
     }
 }
 
+/// A restore's hold, or none where the repository cannot be written.
+#[derive(Debug)]
+pub struct ReadHold(Option<Hold>);
+
+impl ReadHold {
+    pub fn of(hold: Hold) -> ReadHold {
+        ReadHold(Some(hold))
+    }
+
+    pub fn none() -> ReadHold {
+        ReadHold(None)
+    }
+
+    /// Removes the hold, if any.
+    pub async fn release(self) {
+        if let Some(h) = self.0 {
+            h.release().await;
+        }
+    }
+
+    /// Leaves the hold, if any, to lapse ([`Hold::lapse`]).
+    pub fn lapse(self) {
+        if let Some(h) = self.0 {
+            h.lapse();
+        }
+    }
+}
+
 /// Takes a hold of `kind` on backup `backup`: written first, then checked against the holds
 /// already there ([`conflict`]); on a conflict it is removed again and the conflict returned.
 pub async fn take(store: &Arc<dyn Store>, backup: &str, kind: HoldKind) -> Result<Hold> {
@@ -149,24 +192,29 @@ pub async fn take(store: &Arc<dyn Store>, backup: &str, kind: HoldKind) -> Resul
         kind_name.as_str().unwrap_or("hold")
     );
     put(store, &key, &record).await?;
-    let others: Vec<HoldRecord> = of_backup(store, backup)
-        .await?
-        .into_iter()
-        .filter(|(k, _)| *k != key)
-        .map(|(_, h)| h)
-        .collect();
+    let others = match of_backup(store, backup).await {
+        Ok(all) => all
+            .into_iter()
+            .filter(|(k, _)| *k != key)
+            .map(|(_, h)| h)
+            .collect::<Vec<_>>(),
+        Err(e) => {
+            remove_own(store, &key).await;
+            return Err(e);
+        }
+    };
     if let Some(c) = conflict(&others, kind, Utc::now()) {
-        let refusal = match kind {
-            HoldKind::Delete => Error::Held {
-                backup: backup.to_owned(),
-                by: c.to_string(),
-            },
-            _ => Error::BeingDeleted {
-                backup: backup.to_owned(),
-                by: c.to_string(),
-            },
+        let what = if backup.starts_with(crate::format::ARCHIVE_ID_PREFIX) {
+            format!("binlog segment {backup}")
+        } else {
+            format!("backup {backup}")
         };
-        let _ = store.delete(&key).await;
+        let by = c.to_string();
+        let refusal = match kind {
+            HoldKind::Delete => Error::Held { what, by },
+            _ => Error::BeingDeleted { what, by },
+        };
+        remove_own(store, &key).await;
         return Err(refusal);
     }
     let renewal = tokio::spawn(renew(store.clone(), key.clone(), record.clone()));
@@ -209,6 +257,13 @@ pub async fn remove_expired(store: &Arc<dyn Store>, now: DateTime<Utc>) -> Resul
     Ok(removed)
 }
 
+/// Removes a hold this process wrote and does not keep (logged when it fails: it then lapses).
+async fn remove_own(store: &Arc<dyn Store>, key: &str) {
+    if let Err(e) = store.delete(key).await {
+        tracing::warn!(hold = %key, error = %crate::error::chain(&e), "failed to remove a hold not kept; it lapses at its expiry");
+    }
+}
+
 /// The holds on `backup`, with their keys.
 async fn of_backup(store: &Arc<dyn Store>, backup: &str) -> Result<Vec<(String, HoldRecord)>> {
     read_all(store, &format!("{HOLDS_PREFIX}{backup}/")).await
@@ -219,9 +274,19 @@ async fn of_backup(store: &Arc<dyn Store>, backup: &str) -> Result<Vec<(String, 
 /// deletion through.
 async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(String, HoldRecord)>> {
     let objects = store.list(prefix).await.map_err(Error::ListRepository)?;
-    let read: Vec<Option<(String, HoldRecord)>> = futures::stream::iter(objects)
+    let read: Vec<Result<Option<(String, HoldRecord)>>> = futures::stream::iter(objects)
         .map(|o| async move {
-            let body = store.get(&o.key).await.ok()?;
+            let body = match store.get(&o.key).await {
+                Ok(body) => body,
+                Err(crate::store::StoreError::NotFound { .. }) => return Ok(None),
+                // A hold that cannot be read is not known to be gone.
+                Err(source) => {
+                    return Err(Error::ReadHold {
+                        key: o.key.clone(),
+                        source,
+                    })
+                }
+            };
             let record = serde_json::from_slice(&body).unwrap_or_else(|_| {
                 let backup = o.key[HOLDS_PREFIX.len()..]
                     .split('/')
@@ -230,18 +295,22 @@ async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(String, H
                     .to_owned();
                 HoldRecord {
                     backup,
-                    kind: HoldKind::Restore,
-                    holder: format!("an unreadable hold {}", o.key),
+                    kind: HoldKind::Unknown,
+                    holder: o.key.clone(),
                     since: o.last_modified,
                     expires: o.last_modified + HOLD_TTL,
                 }
             });
-            Some((o.key, record))
+            Ok(Some((o.key, record)))
         })
         .buffered(8)
         .collect()
         .await;
-    Ok(read.into_iter().flatten().collect())
+    let mut out = Vec::new();
+    for r in read {
+        out.extend(r?);
+    }
+    Ok(out)
 }
 
 async fn put(store: &Arc<dyn Store>, key: &str, record: &HoldRecord) -> Result<()> {
@@ -255,13 +324,29 @@ async fn put(store: &Arc<dyn Store>, key: &str, record: &HoldRecord) -> Result<(
         })
 }
 
-/// Renews the hold every [`RENEW_EVERY`] until aborted.
+/// Renews the hold every [`RENEW_EVERY`] until aborted; a failed renewal is retried every
+/// [`RENEW_RETRY`], and a hold that lapsed for want of renewal is logged as an error.
 async fn renew(store: Arc<dyn Store>, key: String, mut record: HoldRecord) {
+    let mut wait = RENEW_EVERY;
     loop {
-        tokio::time::sleep(RENEW_EVERY).await;
-        record.expires = Utc::now() + HOLD_TTL;
-        if let Err(e) = put(&store, &key, &record).await {
-            tracing::warn!(hold = %key, error = %crate::error::chain(&e), "failed to renew a hold; retrying");
+        tokio::time::sleep(wait).await;
+        let lapsed = record.expires <= Utc::now();
+        let renewed = HoldRecord {
+            expires: Utc::now() + HOLD_TTL,
+            ..record.clone()
+        };
+        match put(&store, &key, &renewed).await {
+            Ok(()) => {
+                if lapsed {
+                    tracing::error!(hold = %key, "a hold lapsed before it could be renewed: a deletion may have run meanwhile");
+                }
+                record = renewed;
+                wait = RENEW_EVERY;
+            }
+            Err(e) => {
+                tracing::warn!(hold = %key, error = %crate::error::chain(&e), "failed to renew a hold; retrying");
+                wait = RENEW_RETRY;
+            }
         }
     }
 }

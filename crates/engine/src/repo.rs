@@ -269,9 +269,27 @@ impl Repository {
     }
 
     /// Holds backup `id` against deletion while a restore reads it ([`crate::holds`]):
-    /// refused while the backup is being deleted.
-    pub async fn hold_for_restore(&self, id: &str) -> Result<crate::holds::Hold> {
-        crate::holds::take(&self.store, id, crate::holds::HoldKind::Restore).await
+    /// refused while the backup is being deleted, or when it was deleted before the hold was
+    /// taken. A repository this process may not write to (a read-only mount or credentials)
+    /// is read without a hold, with a warning.
+    pub async fn hold_for_restore(&self, id: &str) -> Result<crate::holds::ReadHold> {
+        use crate::holds::{HoldKind, ReadHold};
+        let hold = match crate::holds::take(&self.store, id, HoldKind::Restore).await {
+            Ok(hold) => hold,
+            Err(e @ Error::WriteHold { .. }) => {
+                tracing::warn!(backup_id = id, error = %crate::error::chain(&e), "could not hold the backup (a read-only repository?): a prune or delete may remove it while it is read");
+                return Ok(ReadHold::none());
+            }
+            Err(e) => return Err(e),
+        };
+        // A deletion that ran to its end before the hold was written left no mark to see.
+        match self.load_manifest(id).await {
+            Ok(_) => Ok(ReadHold::of(hold)),
+            Err(e) => {
+                hold.release().await;
+                Err(e)
+            }
+        }
     }
 
     /// Stores a manifest, signed under `key` when the backup is encrypted with it: the commit

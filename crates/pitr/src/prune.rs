@@ -144,8 +144,10 @@ pub fn plan<'a>(
 pub struct Pruned {
     /// Ids removed, in order.
     pub removed: Vec<String>,
-    /// Backups the plan removed but a hold taken since kept, with the hold.
+    /// Backups (or segments) the plan removed but a hold taken since kept, with the hold.
     pub held: Vec<(String, String)>,
+    /// Whether the plan's segments were left for the next prune (something was held).
+    pub segments_left: bool,
 }
 
 /// Removes what `plan` does not keep. Each backup is marked for deletion first and left alone
@@ -165,6 +167,7 @@ pub async fn execute(repo: &Repository, catalog: &Catalog, plan: &PrunePlan<'_>)
         }
     }
     if !pruned.held.is_empty() {
+        pruned.segments_left = true;
         tracing::warn!(
             held = pruned.held.len(),
             "backups held since the plan are kept; no binlog segment is removed until the next prune"
@@ -176,17 +179,32 @@ pub async fn execute(repo: &Repository, catalog: &Catalog, plan: &PrunePlan<'_>)
         }
         return Ok(pruned);
     }
-    let removed = &mut pruned.removed;
-    // Replaced segments before the compacted ones: they must not become the archive's again.
-    for s in plan.replaced.iter().chain(&plan.segments) {
-        crate::archive::segments::delete(repo.store(), &s.id).await?;
-        tracing::info!(segment = %s.id, "binlog segment removed");
-        removed.push(s.id.clone());
-    }
-    for s in &plan.stale_segments {
-        crate::archive::segments::delete(repo.store(), &s.id).await?;
-        tracing::info!(segment = %s.id, "incomplete binlog segment removed");
-        removed.push(s.id.clone());
+    // Replaced segments before the compacted ones: they must not become the archive's again,
+    // so a segment found held (a rewrap rewriting it) leaves the rest for the next prune.
+    let segments = plan
+        .replaced
+        .iter()
+        .chain(&plan.segments)
+        .map(|s| (&s.id, "binlog segment removed"))
+        .chain(
+            plan.stale_segments
+                .iter()
+                .map(|s| (&s.id, "incomplete binlog segment removed")),
+        );
+    for (id, what) in segments {
+        match crate::archive::segments::delete(repo.store(), id).await {
+            Ok(()) => {
+                tracing::info!(segment = %id, "{what}");
+                pruned.removed.push(id.clone());
+            }
+            Err(crate::Error::Engine(bulwark_engine::Error::Held { by, .. })) => {
+                tracing::warn!(segment = %id, held_by = %by, "binlog segment held; it and the segments after it are left for the next prune");
+                pruned.held.push((id.clone(), by));
+                pruned.segments_left = true;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
     }
     for o in &plan.stale {
         if delete_unless_held(repo, &o.id, &o.objects, &mut pruned).await? {

@@ -202,7 +202,18 @@ pub async fn rewrap_all(
                 hold.release().await;
                 outcome
             }
-            Err(EngineError::BeingDeleted { .. }) => RewrapOutcome::Gone,
+            // Gone, or still there on the old key if the deletion backed off in turn.
+            Err(EngineError::BeingDeleted { by, .. }) => {
+                match store
+                    .get(&format::object_key(&id, format::MANIFEST_NAME))
+                    .await
+                {
+                    Err(StoreError::NotFound { .. }) => RewrapOutcome::Gone,
+                    _ => RewrapOutcome::Failed(format!(
+                        "being deleted by {by}; run rewrap again once that is over"
+                    )),
+                }
+            }
             Err(e) => RewrapOutcome::Failed(bulwark_engine::error::chain(&e)),
         };
         results.push((id, outcome));

@@ -111,26 +111,39 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
         prune::Pruned::default()
     } else {
         let pruned = prune::execute(&repo, &catalog, &plan).await?;
-        let lapsed = bulwark_engine::holds::remove_expired(repo.store(), Utc::now()).await?;
-        if lapsed > 0 {
-            tracing::info!(
-                holds = lapsed,
-                "lapsed holds removed (their holders stopped)"
-            );
+        match bulwark_engine::holds::remove_expired(repo.store(), Utc::now()).await {
+            Ok(0) => {}
+            Ok(lapsed) => {
+                tracing::info!(
+                    holds = lapsed,
+                    "lapsed holds removed (their holders stopped)"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(error = %bulwark_engine::error::chain(&e), "failed to remove lapsed holds; the next prune tries again")
+            }
         }
         pruned
     };
     let held_since = |id: &str| pruned.held.iter().find(|(h, _)| h == id).map(|(_, by)| by);
-    let segments_left = !pruned.held.is_empty();
+    let removed = |id: &str| pruned.removed.iter().any(|r| r == id);
+    let segments_left = pruned.segments_left;
     let (decisions, stale) = (&plan.decisions, &plan.stale);
     if a.json {
         print_json(&json!({
             "dryRun": a.dry_run,
             "policy": policy,
             "keepWithin": a.keep_within.map(|d| d.num_seconds()),
-            "decisions": decisions,
-            "incompleteRemoved": stale.iter().map(|o| o.id.clone()).filter(|id| held_since(id).is_none()).chain(plan.stale_segments.iter().map(|s| s.id.clone()).filter(|_| !segments_left)).collect::<Vec<_>>(),
-            "segmentsRemoved": plan.replaced.iter().chain(&plan.segments).map(|s| s.id.clone()).filter(|_| !segments_left).collect::<Vec<_>>(),
+            "decisions": decisions.iter().map(|d| {
+                let mut v = serde_json::to_value(d).expect("a decision serializes");
+                if let Some(by) = held_since(&d.id) {
+                    v["keep"] = true.into();
+                    v["reasons"] = json!([format!("held by {by}")]);
+                }
+                v
+            }).collect::<Vec<_>>(),
+            "incompleteRemoved": stale.iter().map(|o| o.id.clone()).filter(|id| held_since(id).is_none()).chain(plan.stale_segments.iter().map(|s| s.id.clone()).filter(|id| !segments_left || removed(id))).collect::<Vec<_>>(),
+            "segmentsRemoved": plan.replaced.iter().chain(&plan.segments).map(|s| s.id.clone()).filter(|id| !segments_left || removed(id)).collect::<Vec<_>>(),
             "removed": pruned.removed,
             "heldSincePlanned": pruned.held.iter().map(|(id, by)| json!({"id": id, "heldBy": by})).collect::<Vec<_>>(),
         }));
@@ -140,10 +153,15 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
     let removal = |id: &str, at: Option<chrono::DateTime<Utc>>, reason: String| {
         let (action, reason) = match held_since(id) {
             Some(by) => ("kept".to_owned(), format!("held by {by}")),
-            None if segments_left && id.starts_with(bulwark_engine::format::ARCHIVE_ID_PREFIX) => (
-                "kept".to_owned(),
-                "left for the next prune: a backup was held meanwhile".to_owned(),
-            ),
+            None if segments_left
+                && id.starts_with(bulwark_engine::format::ARCHIVE_ID_PREFIX)
+                && !removed(id) =>
+            {
+                (
+                    "kept".to_owned(),
+                    "left for the next prune: something was held meanwhile".to_owned(),
+                )
+            }
             None if a.dry_run => ("would remove".to_owned(), reason),
             None => ("removed".to_owned(), reason),
         };

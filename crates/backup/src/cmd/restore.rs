@@ -101,9 +101,12 @@ pub async fn cmd_verify(a: VerifyArgs) -> anyhow::Result<()> {
         workers,
     };
     let (repo, backup, key) = selector.open_to_verify().await?;
+    // Held, so that a prune meanwhile is not reported as damage.
+    let hold = repo.hold_for_restore(&backup.manifest.id).await?;
     let progress = Progress::new();
     let reporter = Reporter::start(progress.clone(), "verify", progress_args.display());
     let result = restore::verify(&repo, &backup, key.as_ref(), selector.parallel(), progress).await;
+    hold.release().await;
     reporter.finish().await;
     let summary = result?;
     let full = summary.depth == bulwark_engine::reader::Depth::Full;

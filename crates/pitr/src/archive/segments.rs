@@ -315,17 +315,11 @@ pub async fn discard(store: &Arc<dyn Store>, id: &str) {
 }
 
 /// Deletes a segment, manifest first (it stops existing before its data goes), under a
-/// deletion mark; a segment a rewrap holds is left for the next pass (a rewrap takes
-/// milliseconds), so its manifest is never written back after its data went.
+/// deletion mark; a segment a rewrap holds is refused ([`EngineError::Held`]) and left for the
+/// next pass (a rewrap takes milliseconds), so its manifest is never written back after its
+/// data went.
 pub async fn delete(store: &Arc<dyn Store>, id: &str) -> Result<()> {
-    let mark = match holds::take(store, id, HoldKind::Delete).await {
-        Ok(mark) => mark,
-        Err(EngineError::Held { by, .. }) => {
-            tracing::info!(segment = id, held_by = %by, "segment held; left for the next pass");
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let mark = holds::take(store, id, HoldKind::Delete).await?;
     let deleted = delete_objects(store, id).await;
     mark.release().await;
     deleted
