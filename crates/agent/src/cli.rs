@@ -125,6 +125,17 @@ pub struct RestoreArgs {
     /// A point in time to bring the restored data to, from the repository's binlog archive.
     #[command(flatten)]
     pub until: UntilArgs,
+    /// This pod, in a cluster: with `--until latest` and a physical backup only the cluster's
+    /// first member (ordinal 0) restores, and this one copies its data from the members at
+    /// --peers once it runs, so every member starts at the same position.
+    #[arg(long, requires = "peers")]
+    pub pod_name: Option<String>,
+    /// `host:port` of the members' agents (with --pod-name).
+    #[arg(long)]
+    pub peers: Vec<String>,
+    /// Directory with the order key that signs a copy request (with --pod-name).
+    #[arg(long, default_value = "/etc/bulwark/credentials")]
+    pub credentials_dir: PathBuf,
     /// JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -352,6 +363,7 @@ async fn cmd_seed(a: SeedArgs) -> anyhow::Result<()> {
         datadir,
         credentials_dir: absolute(&a.credentials_dir)?,
         tool: a.tool,
+        wait_for_data: false,
     };
     let outcome = crate::run::seed::seed(&cfg).await?;
     let line = crate::run::seed::describe(&outcome, &cfg.datadir);
@@ -404,6 +416,33 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
     }
     let until = a.until.target()?;
     let (repo, backup, key) = a.backup.open().await?;
+    let copies_first = backup.manifest.method == Method::Physical
+        && matches!(until, Some(bulwark_pitr::archive::RecoveryTarget::Latest))
+        && a.pod_name
+            .as_deref()
+            .is_some_and(|pod| !bootstrap::is_first_member(pod));
+    if copies_first {
+        tracing::info!(backup_id = %backup.manifest.id, "the first member restores to the archive's latest point; this member copies its data, so every member starts at the same position");
+        let cfg = crate::run::seed::SeedConfig {
+            pod_name: a.pod_name.clone().unwrap_or_default(),
+            peers: a.peers.clone(),
+            gtid_file,
+            pending_file: pending,
+            datadir,
+            credentials_dir: absolute(&a.credentials_dir)?,
+            tool: a.tool.clone(),
+            wait_for_data: true,
+        };
+        let outcome = crate::run::seed::seed(&cfg).await?;
+        let line = crate::run::seed::describe(&outcome, &cfg.datadir);
+        tracing::info!(outcome = %line, "copied the first member's data");
+        if a.json {
+            print_json(&json!({ "action": "copied", "outcome": line }));
+        } else {
+            println!("{line}");
+        }
+        return Ok(());
+    }
     // Held against deletion (retention, delete) until the restore is done.
     let hold = repo.hold_for_restore(&backup.manifest.id).await?;
     let progress = Progress::new();
@@ -451,7 +490,12 @@ async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
         r = work => r,
         _ = shutdown_signal() => Err(Error::Interrupted.into()),
     };
-    hold.release().await;
+    match backup.manifest.method {
+        // A staged logical backup is loaded once the server runs, by the agent, which takes a
+        // hold of its own: this one stays until then (it lapses at its expiry).
+        Method::Logical if result.is_ok() => hold.lapse(),
+        _ => hold.release().await,
+    }
     reporter.finish().await;
     match result? {
         Some(bootstrap::PhysicalBootstrap {
@@ -654,6 +698,28 @@ mod tests {
             };
             assert_eq!(a.until.target().unwrap().unwrap().to_string(), shown);
             assert_eq!(a.backup.id, "20261122T031633Z-4a0760");
+        }
+
+        // In a cluster's pods: where the first member is found, for the others to copy it.
+        let built = command::Restore::for_pod(repository(), "20261122T031633Z-4a0760", None)
+            .in_cluster("quay-members");
+        let AgentCommand::Restore(a) = parse(built.argv()) else {
+            panic!("not restore")
+        };
+        assert_eq!(a.pod_name.as_deref(), Some("$(POD_NAME)"));
+        assert_eq!(
+            a.peers,
+            [format!("quay-members:{}", bulwark_contract::ports::AGENT)]
+        );
+        assert_eq!(path(&a.credentials_dir), paths::CREDENTIALS_DIR);
+        assert_eq!(a.backup.id, "20261122T031633Z-4a0760");
+        for (pod, first) in [
+            ("quay-0", true),
+            ("quay-1", false),
+            ("quay-10", false),
+            ("quay", false),
+        ] {
+            assert_eq!(bootstrap::is_first_member(pod), first, "{pod}");
         }
     }
 

@@ -313,6 +313,21 @@ pub struct Restore {
     pub gtid_file: String,
     /// The point in time to bring the data to from the binlog archive.
     pub until: Option<PointInTime>,
+    /// Set in the server pods: with `latest` and a physical backup only the first member
+    /// restores, and the others copy its data, so every member starts at the same position
+    /// (each resolving `latest` at its own moment would not).
+    pub first_member: Option<FirstMember>,
+}
+
+/// How a member that does not restore finds the first member to copy from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstMember {
+    /// This pod.
+    pub pod_name: String,
+    /// Where the members' agents are found (the headless Service's name and the agent port).
+    pub peers: String,
+    /// Holds the order key that signs the copy request.
+    pub credentials_dir: String,
 }
 
 /// A point-in-time target, as `--until` / `--until-gtid` take it.
@@ -334,7 +349,19 @@ impl Restore {
             pending_file: paths::PENDING_LOGICAL_RESTORE.to_owned(),
             gtid_file: paths::RESTORED_GTID.to_owned(),
             until,
+            first_member: None,
         }
+    }
+
+    /// The command of a pod of the cluster whose headless Service is `headless`: a member
+    /// other than the first copies the first member's data when `latest` is the target.
+    pub fn in_cluster(mut self, headless: &str) -> Restore {
+        self.first_member = Some(FirstMember {
+            pod_name: "$(POD_NAME)".to_owned(),
+            peers: format!("{headless}:{}", crate::ports::AGENT),
+            credentials_dir: paths::CREDENTIALS_DIR.to_owned(),
+        });
+        self
     }
 
     pub fn argv(&self) -> Argv {
@@ -352,6 +379,11 @@ impl Restore {
                 a.flag("until-gtid", g);
             }
             None => {}
+        }
+        if let Some(f) = &self.first_member {
+            a.flag("pod-name", &f.pod_name)
+                .flag("peers", &f.peers)
+                .flag("credentials-dir", &f.credentials_dir);
         }
         a.arg("--").arg(&self.backup_id);
         a

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{keep_killing, NodeS3, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY};
 use bulwark_e2e::{
-    apply, binaries_dir, condition, dump, get_json, operator, secret_value, sql, take_backup,
-    wait_for, wait_promoted, wait_ready, wait_takes_writes, Namespace,
+    apply, binaries_dir, condition, dump, get_json, kubectl_ok, operator, secret_value, sql,
+    take_backup, wait_for, wait_promoted, wait_ready, wait_takes_writes, Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
@@ -290,4 +290,75 @@ fn a_cluster_archives_through_a_failover_and_a_new_cluster_is_bootstrapped_to_a_
             (replica == rows).then_some(()).ok_or(replica)
         },
     );
+
+    // Three members from the backup to the archive's latest point while the source keeps
+    // writing: only the first member restores and the others copy it, so all three start at
+    // the same position (each resolving `latest` at its own moment would not).
+    kubectl_ok(&[
+        "delete",
+        "-n",
+        n,
+        "mysqlcluster",
+        "till-copy",
+        "till-dump",
+        "--wait=false",
+    ]);
+    bulwark_e2e::writer::create_table(n, "till-0", &password, "till-primary");
+    let writer = bulwark_e2e::writer::start_in_client(n, &password, "till-primary", 300);
+    let started = Instant::now();
+    apply(
+        n,
+        &cluster(
+            "till-latest",
+            &s3.endpoint(),
+            "  credentials:\n    root: {name: till-credentials, key: root}\n\
+             \x20 bootstrap:\n    fromBackup: {backupRef: {name: base}, until: latest}\n",
+        )
+        .replace("replicas: 2", "replicas: 3"),
+    );
+    wait_ready(
+        n,
+        "till-latest",
+        3,
+        "the three-member copy to the latest point",
+    );
+    bulwark_e2e::figure!(
+        "till-latest (3 members, until latest) Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    bulwark_e2e::writer::stop(n, writer);
+    let restore_log = |pod: &str| kubectl_ok(&["logs", "-n", n, pod, "-c", "restore"]);
+    assert!(
+        restore_log("till-latest-0").contains("datadir restored"),
+        "{}",
+        restore_log("till-latest-0")
+    );
+    for pod in ["till-latest-1", "till-latest-2"] {
+        let log = restore_log(pod);
+        assert!(
+            log.contains("copied the first member's data"),
+            "{pod}: {log}"
+        );
+    }
+    // Every member replicates what the new primary writes: none holds a transaction of the
+    // source the primary lacks.
+    let marker = sql(
+        n,
+        "till-latest-0",
+        &password,
+        "till-latest-primary",
+        "CREATE DATABASE after_latest; SELECT @@gtid_binlog_pos",
+    )
+    .unwrap();
+    for pod in ["till-latest-0", "till-latest-1", "till-latest-2"] {
+        wait_for(
+            n,
+            &format!("{pod} to hold the new primary's first transaction"),
+            Duration::from_secs(120),
+            || {
+                let at = sql(n, pod, &password, "127.0.0.1", "SELECT @@gtid_current_pos")?;
+                (at.trim() == marker.trim()).then_some(()).ok_or(at)
+            },
+        );
+    }
 }

@@ -221,6 +221,13 @@ pub struct PhysicalBootstrap {
     pub replayed: Option<ReplayOutcome>,
 }
 
+/// Whether `pod` is its StatefulSet's first member (ordinal 0): in a cluster restored to the
+/// archive's latest point, the one member that restores; the others copy its data.
+pub fn is_first_member(pod: &str) -> bool {
+    pod.rsplit_once('-')
+        .is_some_and(|(_, ordinal)| ordinal == "0")
+}
+
 /// Restores a physical backup into `datadir` (empty but for ignorable entries and, after an
 /// interruption, the marker): marker, extraction and prepare in the staging directory, entries
 /// moved in, the binlog archive replayed up to `until` (if given) under a temporary server, the

@@ -49,6 +49,9 @@ pub struct SeedConfig {
     pub credentials_dir: PathBuf,
     /// Tool for `--prepare` instead of the detected one.
     pub tool: Option<String>,
+    /// Wait for a member with data even while none has any (the first member is restoring
+    /// the cluster's data, which every other member copies).
+    pub wait_for_data: bool,
 }
 
 /// What `seed` did.
@@ -124,9 +127,13 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
                 .iter()
                 .filter(|(_, r)| !r.gtid_executed.is_empty())
                 .count();
-            if with_data > 0 {
+            if with_data > 0 || cfg.wait_for_data {
                 if logged.is_none_or(|t| t.elapsed() >= WAIT_LOG_INTERVAL) {
-                    tracing::warn!(members = answered.len(), with_data, unproven = ?unproven, "the cluster has data but no member can give a copy (none ready, none the primary agrees with, or only addresses that could not prove they are members); waiting");
+                    if with_data == 0 {
+                        tracing::info!(members = answered.len(), "waiting for the first member to restore the cluster's data, to copy it");
+                    } else {
+                        tracing::warn!(members = answered.len(), with_data, unproven = ?unproven, "the cluster has data but no member can give a copy (none ready, none the primary agrees with, or only addresses that could not prove they are members); waiting");
+                    }
                     logged = Some(std::time::Instant::now());
                 }
                 tokio::time::sleep(DONOR_RETRY).await;

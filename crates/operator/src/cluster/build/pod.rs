@@ -109,7 +109,7 @@ fn pod_template(
     ];
     let mut volumes = volumes(cluster, validated, config_map_name);
     if let Some((source, access)) = restore {
-        init_containers.push(restore_container(source, access, images));
+        init_containers.push(restore_container(cluster, source, access, images));
         volumes.extend(access.volumes.iter().cloned());
     }
     let mut containers = vec![
@@ -236,21 +236,31 @@ fn seed_container(cluster: &MySQLCluster, images: &Images) -> Container {
     }
 }
 
-/// `bulwark-agent restore`: the backup into an empty data volume.
-fn restore_container(source: &RestoreSource, access: &StorageAccess, images: &Images) -> Container {
+/// `bulwark-agent restore`: the backup into an empty data volume; with `latest` as the target
+/// of a physical backup, members other than the first copy the first member's data instead
+/// (the credentials hold the order key that signs the request).
+fn restore_container(
+    cluster: &MySQLCluster,
+    source: &RestoreSource,
+    access: &StorageAccess,
+    images: &Images,
+) -> Container {
     let argv = command::Restore::for_pod(
         access.repository.clone(),
         &source.backup_id,
         source.point_in_time(),
     )
+    .in_cluster(&names::headless_service(cluster_name(cluster)))
     .argv();
     let mut mounts = vec![
         datadir_mount(),
         mount("data", paths::VOLUME_ROOT, false),
+        mount("credentials", paths::CREDENTIALS_DIR, true),
         mount("tmp", podspec::TMP_DIR, false),
     ];
     mounts.extend(access.mounts.iter().cloned());
     Container {
+        env: Some(vec![pod_name_env()]),
         volume_mounts: Some(mounts),
         ..command_container("restore", &images.agent, argv)
     }
