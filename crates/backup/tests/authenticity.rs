@@ -285,4 +285,19 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
     fails(c, &["the repository is encrypted", "no key was given"]);
     let listing = list(&repo, &[]);
     assert_eq!(complete_ids(&listing), vec![id.clone()], "listed unchecked");
+
+    // A deleted key check does not open the repository to keyless writes: its newest backup
+    // says it is encrypted.
+    std::fs::remove_file(Path::new(&repo).join("repository.json")).unwrap();
+    let mut c = cli(&["backup", "--repo", &repo, "--method", "logical"]);
+    c.args(source.cli_args());
+    fails(
+        c,
+        &[
+            "is encrypted with key",
+            "its key check repository.json is missing",
+            "no key was given",
+        ],
+    );
+    assert_eq!(complete_ids(&list(&repo, &[])), vec![id.clone()], "nothing written");
 }

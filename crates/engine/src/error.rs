@@ -37,10 +37,9 @@ pub enum Error {
     Key(#[from] KeyError),
     #[error(transparent)]
     KeyCheck(#[from] crate::authenticate::KeyCheckError),
-    #[error(
-        "the repository is encrypted (its key check names key {key_id}), and no key was given"
-    )]
-    KeyRequiredByRepository { key_id: String },
+    /// `evidence`: how the repository is known to be encrypted.
+    #[error("the repository is encrypted ({evidence}), and no key was given")]
+    KeyRequiredByRepository { key_id: String, evidence: String },
     #[error("backup {id} is encrypted and no key was given")]
     KeyRequired { id: String },
     #[error("failed to connect to the MySQL server at {target}")]

@@ -150,15 +150,34 @@ impl Repository {
     }
 
     /// Checks the repository's key check against the key manifests are read under: a wrong key
-    /// is named at once; without a key, an encrypted repository is refused while its key check
-    /// is there (someone who can delete it can also plant unencrypted backups: only a key
-    /// protects against write access).
+    /// is named at once; without a key, an encrypted repository is refused, known by its key
+    /// check or, when that was deleted, by its newest backup being encrypted (so a keyless run
+    /// never writes plaintext beside encrypted backups; only a key protects against someone
+    /// with write access, who can also plant unencrypted backups).
     pub async fn check_key(&self) -> Result<()> {
         let check = authenticate::read_key_check(&self.store, self.key.as_ref()).await?;
         match (check, &self.key) {
             (Some(check), None) => Err(Error::KeyRequiredByRepository {
+                evidence: format!("its key check names key {}", check.key_id),
                 key_id: check.key_id,
             }),
+            (None, None) => match Repository::new(self.store.clone()).resolve("latest").await {
+                Ok(newest) => match newest.manifest.encryption {
+                    Some(e) => Err(Error::KeyRequiredByRepository {
+                        evidence: format!(
+                            "its newest backup {} is encrypted with key {}, though its key check \
+                             {} is missing",
+                            newest.manifest.id,
+                            e.key_id,
+                            authenticate::KEY_CHECK_NAME
+                        ),
+                        key_id: e.key_id,
+                    }),
+                    None => Ok(()),
+                },
+                Err(Error::NoBackups) => Ok(()),
+                Err(e) => Err(e),
+            },
             _ => Ok(()),
         }
     }
