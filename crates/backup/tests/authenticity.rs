@@ -299,5 +299,9 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
             "no key was given",
         ],
     );
-    assert_eq!(complete_ids(&list(&repo, &[])), vec![id.clone()], "nothing written");
+    assert_eq!(
+        complete_ids(&list(&repo, &[])),
+        vec![id.clone()],
+        "nothing written"
+    );
 }

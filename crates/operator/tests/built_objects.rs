@@ -134,6 +134,36 @@ fn a_cluster_bootstrapped_from_a_backup() {
         "recorded restore source"
     );
     insta::assert_yaml_snapshot!(set);
+
+    // To `latest`, a member other than the first copies the first one's data: the restore
+    // container names this pod, the members and the order key's directory.
+    let latest = RestoreSource {
+        until: Some("latest".into()),
+        until_gtid: None,
+        ..source
+    };
+    let set = build::stateful_set(&c, &v, "quarry-config-x", &images(), Some(&latest));
+    let pod = set.spec.unwrap().template.spec.unwrap();
+    let restore = pod
+        .init_containers
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "restore")
+        .unwrap();
+    let args = restore.args.unwrap_or_default().join(" ");
+    assert!(
+        args.contains("--until=latest")
+            && args.contains("--pod-name=$(POD_NAME)")
+            && args.contains("--peers=quarry-headless:9081")
+            && args.contains("--credentials-dir=/etc/bulwark/credentials"),
+        "{args}"
+    );
+    assert_eq!(restore.env.unwrap()[0].name, "POD_NAME");
+    assert!(restore
+        .volume_mounts
+        .unwrap()
+        .iter()
+        .any(|m| m.name == "credentials" && m.read_only == Some(true)));
 }
 
 #[test]

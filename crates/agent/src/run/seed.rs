@@ -120,7 +120,7 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
                 .filter(|(at, _)| !unproven.contains(&at.ip()))
                 .cloned()
                 .collect();
-            if let Some(donor) = choose_donor(&members) {
+            if let Some(donor) = choose_donor(&members, cfg.wait_for_data) {
                 break (members, donor);
             }
             let with_data = answered
@@ -185,6 +185,13 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
                     unproven.push(at.ip());
                     // The marker stays: cleared below should nobody else have data.
                     interrupted = true;
+                    continue 'attempt;
+                }
+                if let SeedError::Receive(ReceiveError::Refused { addr, reason }) = &e {
+                    // A donor copies for one member at a time: the others ask again.
+                    tracing::info!(donor = %addr, reason = %reason, "the donor refused the copy; asking again shortly");
+                    interrupted = true;
+                    tokio::time::sleep(DONOR_RETRY).await;
                     continue 'attempt;
                 }
                 return Err(e);
@@ -297,7 +304,14 @@ async fn report(addr: SocketAddr) -> Result<MemberStatus, String> {
 /// primary (whose load the copy would add to), and only one whose transactions the primary all
 /// has (never a member with transactions of its own); among those the one with every
 /// transaction the others have. `None` when no such member has data.
-pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
+///
+/// `restored_by_first`: the first member restored the cluster's data, which every other member
+/// copies; its primary is a donor even with no GTID (a backup of a server that never logged a
+/// transaction), where otherwise an empty primary is a new cluster's, with nothing to copy.
+pub fn choose_donor(
+    members: &[(SocketAddr, MemberStatus)],
+    restored_by_first: bool,
+) -> Option<usize> {
     let role_is = |i: usize, role: Role| members[i].1.role == Some(role);
     let primary = (0..members.len()).find(|&i| role_is(i, Role::Primary));
     let serves = |i: usize| {
@@ -319,7 +333,11 @@ pub fn choose_donor(members: &[(SocketAddr, MemberStatus)]) -> Option<usize> {
             .iter()
             .all(|&j| me.has_all_of(me.engine, &members[j].1))
     });
-    most_complete.or_else(|| primary.filter(|&p| serves(p)))
+    let serves_restored = |i: usize| {
+        let r = &members[i].1;
+        restored_by_first && r.ready && r.clone_port != 0
+    };
+    most_complete.or_else(|| primary.filter(|&p| serves(p) || serves_restored(p)))
 }
 
 /// One line saying what `seed` did.
@@ -378,13 +396,30 @@ mod tests {
     #[test]
     fn donors() {
         let at = |i: u8| SocketAddr::from(([10, 0, 0, i], 9081));
-        let cases: Vec<(&str, Vec<MemberStatus>, Option<usize>)> = vec![
+        // (name, members, whether the first member restored the data, the donor)
+        let cases: Vec<(&str, Vec<MemberStatus>, bool, Option<usize>)> = vec![
             (
                 "a new cluster: nobody has data",
                 vec![
                     member(Role::Primary, true, "", 9082),
                     member(Role::Replica, true, "", 9082),
                 ],
+                false,
+                None,
+            ),
+            (
+                "the first member restored a backup without GTIDs: its primary is the donor",
+                vec![
+                    member(Role::Primary, true, "", 9082),
+                    member(Role::Replica, true, "", 9082),
+                ],
+                true,
+                Some(0),
+            ),
+            (
+                "the first member restored, but is not ready yet: nobody",
+                vec![member(Role::Primary, false, "", 9082)],
+                true,
                 None,
             ),
             (
@@ -394,6 +429,7 @@ mod tests {
                     member(Role::Replica, true, "0-100-80", 9082),
                     member(Role::Replica, true, "0-100-85", 9082),
                 ],
+                false,
                 Some(2),
             ),
             (
@@ -402,6 +438,7 @@ mod tests {
                     member(Role::Primary, true, "0-100-90", 9082),
                     member(Role::Replica, false, "0-100-85", 9082),
                 ],
+                false,
                 Some(0),
             ),
             (
@@ -410,6 +447,7 @@ mod tests {
                     member(Role::Primary, true, "0-100-90", 0),
                     member(Role::Replica, true, "0-100-85", 0),
                 ],
+                false,
                 None,
             ),
             (
@@ -418,6 +456,7 @@ mod tests {
                     member(Role::Replica, true, "0-100-90,1-7-3", 9082),
                     member(Role::Replica, true, "0-100-95", 9082),
                 ],
+                false,
                 None,
             ),
             (
@@ -427,6 +466,7 @@ mod tests {
                     member(Role::Replica, true, "0-100-90,1-7-3", 9082),
                     member(Role::Replica, true, "0-100-80", 9082),
                 ],
+                false,
                 Some(2),
             ),
             (
@@ -435,16 +475,17 @@ mod tests {
                     member(Role::Primary, false, "0-100-90", 9082),
                     member(Role::Replica, true, "0-100-95", 9082),
                 ],
+                false,
                 None,
             ),
         ];
-        for (name, members, want) in cases {
+        for (name, members, restored_by_first, want) in cases {
             let members: Vec<(SocketAddr, MemberStatus)> = members
                 .into_iter()
                 .enumerate()
                 .map(|(i, m)| (at(i as u8), m))
                 .collect();
-            assert_eq!(choose_donor(&members), want, "{name}");
+            assert_eq!(choose_donor(&members, restored_by_first), want, "{name}");
         }
     }
 }

@@ -245,24 +245,31 @@ fn restore_container(
     access: &StorageAccess,
     images: &Images,
 ) -> Container {
-    let argv = command::Restore::for_pod(
+    let mut restore = command::Restore::for_pod(
         access.repository.clone(),
         &source.backup_id,
         source.point_in_time(),
-    )
-    .in_cluster(&names::headless_service(cluster_name(cluster)))
-    .argv();
+    );
     let mut mounts = vec![
         datadir_mount(),
         mount("data", paths::VOLUME_ROOT, false),
-        mount("credentials", paths::CREDENTIALS_DIR, true),
         mount("tmp", podspec::TMP_DIR, false),
     ];
+    // Only for `latest`: other targets keep the container as it was, so an upgrade of the
+    // operator does not roll the pods of every cluster once bootstrapped from a backup.
+    let to_latest = source.point_in_time() == Some(command::PointInTime::Until("latest".into()));
+    let env = to_latest.then(|| {
+        restore = restore
+            .clone()
+            .in_cluster(&names::headless_service(cluster_name(cluster)));
+        mounts.push(mount("credentials", paths::CREDENTIALS_DIR, true));
+        vec![pod_name_env()]
+    });
     mounts.extend(access.mounts.iter().cloned());
     Container {
-        env: Some(vec![pod_name_env()]),
+        env,
         volume_mounts: Some(mounts),
-        ..command_container("restore", &images.agent, argv)
+        ..command_container("restore", &images.agent, restore.argv())
     }
 }
 
