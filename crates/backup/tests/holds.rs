@@ -207,3 +207,42 @@ fn server_pid(db: &MariaDb) -> u32 {
         .parse()
         .unwrap()
 }
+
+/// Makes a directory immutable (`chattr +i`: even root cannot create files in it) until dropped:
+/// a repository mounted read-only, as the operator's drills mount it.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn new(dir: std::path::PathBuf) -> Immutable {
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(Command::new("chattr")
+            .arg("+i")
+            .arg(&dir)
+            .status()
+            .unwrap()
+            .success());
+        Immutable(dir)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_repository_that_cannot_be_written_is_restored_without_a_hold() {
+    let s = Scenario::new(100);
+    let (id, _) = s.backup(&["--method", "logical"]);
+    let _read_only = Immutable::new(Path::new(&s.repo).join("holds"));
+    let target = MariaDb::start().unwrap();
+    let mut args = vec!["restore", "--repo", &s.repo, id.as_str()];
+    let conn = target.cli_args();
+    args.extend(conn.iter().map(String::as_str));
+    let out = run(cli(&args));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("read without a hold"), "{stderr}");
+    assert_same(&snapshot(&s.source).unwrap(), &snapshot(&target).unwrap());
+}

@@ -120,12 +120,13 @@ impl Hold {
     /// Removes the hold (best effort: one left behind lapses at its expiry).
     pub async fn release(mut self) {
         self.renewal.abort();
-        // Once the renewal has stopped, no renewal rewrites the hold after it is removed.
+        // Its task ended: no renewal starts after this (one already handed to the store may
+        // still land, and then lapses at its expiry).
         let _ = (&mut self.renewal).await;
-        self.released = true;
         if let Err(e) = self.store.delete(&self.key).await {
             tracing::warn!(hold = %self.key, error = %crate::error::chain(&e), "failed to remove a hold; it lapses at its expiry");
         }
+        self.released = true;
     }
 }
 
@@ -274,6 +275,14 @@ async fn of_backup(store: &Arc<dyn Store>, backup: &str) -> Result<Vec<(String, 
 /// deletion through.
 async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(String, HoldRecord)>> {
     let objects = store.list(prefix).await.map_err(Error::ListRepository)?;
+    // A filesystem store's temporary files (`.name.tmp-…`, a write in progress) are no holds.
+    let objects = objects.into_iter().filter(|o| {
+        !o.key
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .starts_with('.')
+    });
     let read: Vec<Result<Option<(String, HoldRecord)>>> = futures::stream::iter(objects)
         .map(|o| async move {
             let body = match store.get(&o.key).await {
@@ -289,8 +298,8 @@ async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(String, H
             };
             let record = serde_json::from_slice(&body).unwrap_or_else(|_| {
                 let backup = o.key[HOLDS_PREFIX.len()..]
-                    .split('/')
-                    .next()
+                    .rsplit_once('/')
+                    .map(|(id, _)| id)
                     .unwrap_or_default()
                     .to_owned();
                 HoldRecord {

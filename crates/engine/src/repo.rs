@@ -295,8 +295,9 @@ impl Repository {
         use crate::holds::{HoldKind, ReadHold};
         let hold = match crate::holds::take(&self.store, id, HoldKind::Restore).await {
             Ok(hold) => hold,
-            Err(e @ Error::WriteHold { .. }) => {
-                tracing::warn!(backup_id = id, error = %crate::error::chain(&e), "could not hold the backup (a read-only repository?): a prune or delete may remove it while it is read");
+            Err(Error::WriteHold { key, source }) if source.is_refused_write() => {
+                tracing::warn!(backup_id = id, hold = %key, error = %crate::error::chain(&source), "the repository may not be written here (read-only): the backup is read without a hold, and a prune or delete may remove it meanwhile");
+                self.load_manifest(id).await?;
                 return Ok(ReadHold::none());
             }
             Err(e) => return Err(e),

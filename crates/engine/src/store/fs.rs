@@ -104,8 +104,16 @@ impl Store for FsStore {
         let k = key.to_string();
         blocking(move || -> Result<(), StoreError> {
             let dir = path.parent().expect("keys have a parent").to_path_buf();
-            create_dir_durable(&dir).map_err(io("create directory for", &k))?;
-            crate::outfile::replace_durably(&path, &data, 0o666).map_err(io("write", &k))
+            let mut again = 3;
+            loop {
+                create_dir_durable(&dir).map_err(io("create directory for", &k))?;
+                match crate::outfile::replace_durably(&path, &data, 0o666) {
+                    // A deletion of the directory's last object removed it between its creation
+                    // and the write (holds come and go in one directory): created again.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && again > 0 => again -= 1,
+                    written => return written.map_err(io("write", &k)),
+                }
+            }
         })
         .await
     }

@@ -44,6 +44,25 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether a write was refused for want of permission (a read-only mount or read-only
+    /// credentials), not failed.
+    pub fn is_refused_write(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::PermissionDenied
+                    || source.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+            }
+            StoreError::Remote { source, .. } => matches!(
+                **source,
+                object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// One listed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
