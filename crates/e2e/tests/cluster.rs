@@ -194,9 +194,12 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/mysql-operator");
     for file in ["templates/prometheusrule.yaml", "files/dashboard.json"] {
         let text = std::fs::read_to_string(root.join(file)).expect("chart file");
+        // The name MySQL 8.4's exporters give the lag (after SHOW REPLICA STATUS), which the
+        // rule and the panel take beside MariaDB's: not served here.
+        let mysql_only = ["mysql_slave_status_seconds_behind_source"];
         for name in text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|t| t.starts_with("mysql_"))
+            .filter(|t| t.starts_with("mysql_") && !mysql_only.contains(t))
         {
             assert!(
                 replica
