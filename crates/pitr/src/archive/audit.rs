@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::manifest::SegmentManifest;
 use super::segments::{self, ArchiveListing};
 use super::window;
-use crate::binlog::event::{self, BINLOG_MAGIC};
+use crate::binlog::event;
 use crate::binlog::{Assembler, GtidRun, Step};
 use crate::error::Result;
 use crate::spool::Spool;
@@ -18,17 +18,12 @@ use bulwark_engine::store::Store;
 
 /// Checks that `plain`, a segment's verified plaintext, holds what `m` says.
 pub fn holds_what_it_says(m: &SegmentManifest, plain: &Spool) -> std::result::Result<(), String> {
-    let mut reader = plain.reader();
-    let mut magic = [0u8; BINLOG_MAGIC.len()];
-    if std::io::Read::read_exact(&mut reader, &mut magic).is_err() || magic != BINLOG_MAGIC {
-        return Err("it does not start with the binlog magic".into());
-    }
-    let body_len = plain.len() - BINLOG_MAGIC.len() as u64;
+    let events = event::file_events(plain)?;
     let mut assembler = Assembler::default();
     let mut through = m.after.clone();
     let mut runs: Vec<GtidRun> = Vec::new();
     let (mut count, mut first, mut last) = (0u64, None, None);
-    for ev in event::read_events(reader, body_len) {
+    for ev in events {
         match assembler.push(ev?).map_err(|e| e.to_string())? {
             Step::Transaction(trx) => {
                 // Each domain's first transaction is the next after where the segment starts

@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 
 use super::window::RecoveryTarget;
 use crate::binlog::assemble::AssembleError;
-use crate::binlog::event::BINLOG_MAGIC;
 use crate::binlog::split::statement_per_row_event;
 use crate::binlog::{Assembler, GtidPos, Rebase, Step};
 use crate::error::{Error, Result};
@@ -114,14 +113,8 @@ impl Selector {
         };
         // Domains in which this segment is known to continue the replay.
         let mut placed: std::collections::HashSet<u32> = std::collections::HashSet::new();
-        let mut reader = plain.reader();
-        let mut magic = [0u8; BINLOG_MAGIC.len()];
-        if std::io::Read::read_exact(&mut reader, &mut magic).is_err() || magic != BINLOG_MAGIC {
-            return Err(damaged("it does not start with the binlog magic".into()));
-        }
-        let body_len = plain.len() - BINLOG_MAGIC.len() as u64;
         let mut assembler = Assembler::default();
-        for event in crate::binlog::event::read_events(reader, body_len) {
+        for event in crate::binlog::event::file_events(plain).map_err(damaged)? {
             if self.done {
                 break;
             }

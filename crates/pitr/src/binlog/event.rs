@@ -179,6 +179,20 @@ pub fn events(body: &[u8]) -> impl Iterator<Item = Result<RawEvent, String>> + '
     read_events(body, body.len() as u64)
 }
 
+/// The events of a binlog file held in `file` (a segment's plaintext): its magic checked, then
+/// its body read one event at a time ([`read_events`]).
+pub fn file_events(
+    file: &crate::spool::Spool,
+) -> Result<impl Iterator<Item = Result<RawEvent, String>>, String> {
+    use std::io::Read;
+    let mut reader = file.reader();
+    let mut magic = [0u8; BINLOG_MAGIC.len()];
+    if reader.read_exact(&mut magic).is_err() || magic != BINLOG_MAGIC {
+        return Err("it does not start with the binlog magic".into());
+    }
+    Ok(read_events(reader, file.len() - BINLOG_MAGIC.len() as u64))
+}
+
 /// [`events`] of a body of `len` bytes read from `reader`: only one event is held at a time,
 /// so a body of any size is read within the memory of its largest event.
 pub fn read_events<R: std::io::Read>(
