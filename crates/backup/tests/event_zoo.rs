@@ -69,20 +69,14 @@ const WORKLOAD: &str = "
 /// Starts a server with `args`, runs the workload while it is archived, restores the backup
 /// taken before it to the latest point, and compares.
 fn archived_and_replayed(name: &str, args: &[&str]) {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo").display().to_string();
-    let key = key_file(work.path(), "key");
-    let keyarg = key.to_str().unwrap();
-    let source = MariaDb::start_with_args(args).unwrap();
-    source.sql(SCHEMA).unwrap();
-    let b = backup(
-        &repo,
-        &source,
-        &["--method", "logical", "--encryption-key-file", keyarg],
-        &[],
-    );
-    let id = b["id"].as_str().unwrap().to_string();
-    let a = Archiver::start(&repo, &source, &key, work.path(), name);
+    let ArchivedSource {
+        work,
+        repo,
+        key,
+        source,
+        backup_id: id,
+        archiver: a,
+    } = archived_source(args, "", name);
     let load = work.path().join("load.txt");
     std::fs::write(&load, "loaded one\nloaded two\nloaded three\n").unwrap();
     let statement_based = args.contains(&"--binlog-format=STATEMENT");

@@ -19,23 +19,18 @@ const PEAK_MIB: u64 = 128;
 
 #[test]
 fn a_gibibyte_transaction_is_archived_and_replayed_within_a_fixed_memory_budget() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo").display().to_string();
-    let key = key_file(work.path(), "key");
-    let keyarg = key.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    source.sql(SCHEMA).unwrap();
-    source
-        .sql("CREATE TABLE pitr.big (id INT PRIMARY KEY, pad VARCHAR(1000) NOT NULL) ENGINE=InnoDB")
-        .unwrap();
-    let b = backup(
-        &repo,
-        &source,
-        &["--method", "logical", "--encryption-key-file", keyarg],
+    let ArchivedSource {
+        work: _work,
+        repo,
+        key,
+        source,
+        backup_id: id,
+        archiver: a,
+    } = archived_source(
         &[],
+        "CREATE TABLE pitr.big (id INT PRIMARY KEY, pad VARCHAR(1000) NOT NULL) ENGINE=InnoDB",
+        "large",
     );
-    let id = b["id"].as_str().unwrap().to_string();
-    let a = Archiver::start(&repo, &source, &key, work.path(), "large");
     write_row(&source);
     let logged_before = binlog_bytes(&source);
     source

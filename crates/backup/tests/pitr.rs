@@ -467,20 +467,14 @@ fn an_archiver_removes_the_segments_no_backup_needs_once_their_backups_are_gone(
 
 #[test]
 fn xa_transactions_are_archived_and_replayed_like_any_other() {
-    let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo").display().to_string();
-    let key = key_file(work.path(), "key");
-    let keyarg = key.to_str().unwrap();
-    let source = MariaDb::start().unwrap();
-    source.sql(SCHEMA).unwrap();
-    let b = backup(
-        &repo,
-        &source,
-        &["--method", "logical", "--encryption-key-file", keyarg],
-        &[],
-    );
-    let id = b["id"].as_str().unwrap().to_string();
-    let a = Archiver::start(&repo, &source, &key, work.path(), "xa");
+    let ArchivedSource {
+        work: _work,
+        repo,
+        key,
+        source,
+        backup_id: id,
+        archiver: a,
+    } = archived_source(&[], "", "xa");
     write_row(&source);
     // An XA transaction ends its first binlog transaction with an XA_PREPARE event; its
     // XA COMMIT (or ROLLBACK) is a transaction of its own.

@@ -273,3 +273,46 @@ pub fn wait_archived_at(repo: &str, pos: &str, archiver: &Archiver) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// What a replay test starts from: a server (started with `args`, holding [`SCHEMA`] and then
+/// `schema`), a logical backup of it under a new key, and an archiver named `name` following it.
+pub struct ArchivedSource {
+    pub work: tempfile::TempDir,
+    pub repo: String,
+    pub key: std::path::PathBuf,
+    pub source: MariaDb,
+    pub backup_id: String,
+    pub archiver: Archiver,
+}
+
+pub fn archived_source(args: &[&str], schema: &str, name: &str) -> ArchivedSource {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let source = MariaDb::start_with_args(args).unwrap();
+    source.sql(SCHEMA).unwrap();
+    if !schema.is_empty() {
+        source.sql(schema).unwrap();
+    }
+    let b = backup(
+        &repo,
+        &source,
+        &[
+            "--method",
+            "logical",
+            "--encryption-key-file",
+            key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let backup_id = b["id"].as_str().unwrap().to_string();
+    let archiver = Archiver::start(&repo, &source, &key, work.path(), name);
+    ArchivedSource {
+        work,
+        repo,
+        key,
+        source,
+        backup_id,
+        archiver,
+    }
+}
