@@ -115,12 +115,12 @@ fn start_in(
 ) -> Child {
     let bound = timeout.map_or(String::new(), |t| format!("timeout {t} "));
     let script = format!(
-        "end=$(( $(date +%s) + {seconds} )); i=0; rm -f {STOP_FILE}; \
+        "end=$(( $(date +%s) + {seconds} )); i=0; rm -f {STOP_FILE} {LOG_FILE}; \
          while [ $(date +%s) -lt $end ] && [ ! -e {STOP_FILE} ]; do i=$((i+1)); \
          if MYSQL_PWD='{password}' {bound}mariadb --connect-timeout=2 -h {host} -u root \
             -e \"INSERT INTO ledger.acks VALUES ($i)\" 2>/dev/null; \
-         then echo \"ack $i $(date +%s.%N)\"; else echo \"refused $i $(date +%s.%N)\"; fi; \
-         sleep 0.2; done"
+         then line=\"ack $i $(date +%s.%N)\"; else line=\"refused $i $(date +%s.%N)\"; fi; \
+         echo \"$line\"; echo \"$line\" >> {LOG_FILE}; sleep 0.2; done"
     );
     crate::kubectl(&[
         "exec", "-n", namespace, pod, "-c", container, "--", "sh", "-c", &script,
@@ -129,6 +129,14 @@ fn start_in(
     .stderr(Stdio::null())
     .spawn()
     .expect("writer")
+}
+
+/// Now, in seconds since the Unix epoch: the writer's clock (the test node's pods share the
+/// host's).
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// What a writer saw.
@@ -151,10 +159,27 @@ pub struct Outcome {
 /// in the pod, which would go on writing after the test stopped it.
 const STOP_FILE: &str = "/tmp/bulwark-writer-stop";
 
+/// A copy of the writer's lines inside its pod, read while it runs.
+const LOG_FILE: &str = "/tmp/bulwark-writer.log";
+
 /// Stops the writer started by [`start_in_client`] in `namespace` and reads its output, once
 /// the loop has ended: after this no further row is written, and every acknowledgement the
-/// shell saw is counted.
+/// shell saw is counted. A writer whose last attempt was refused is given up to a minute to
+/// be acknowledged again first: the test's own probe of a healed primary goes through its
+/// own node's kube-proxy, and the writer's node may route to the primary a moment later.
 pub fn stop(namespace: &str, child: Child) -> Outcome {
+    let last_line = || {
+        crate::try_kubectl(&[
+            "exec", "-n", namespace, CLIENT_POD, "-c", "client", "--", "tail", "-n", "1", LOG_FILE,
+        ])
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        match last_line() {
+            Ok(line) if line.starts_with("ack ") => break,
+            _ => std::thread::sleep(std::time::Duration::from_millis(300)),
+        }
+    }
     crate::kubectl_ok(&[
         "exec", "-n", namespace, CLIENT_POD, "-c", "client", "--", "touch", STOP_FILE,
     ]);
@@ -233,6 +258,32 @@ impl Outcome {
         }
         crate::figure!("{} acknowledged rows, none lost", self.acked.len());
         stored
+    }
+
+    /// Between `from` and `to` (seconds since the Unix epoch, by the host's clock, which the
+    /// test node's pods share): the longest time without an acknowledgement, counting from
+    /// `from` and up to `to`, and the attempts refused.
+    pub fn within(&self, from: f64, to: f64) -> (f64, usize) {
+        let mut last = from;
+        let (mut longest, mut refused) = (0f64, 0);
+        for line in self.lines.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [kind, _, at] = f.as_slice() else {
+                continue;
+            };
+            let Ok(at) = at.parse::<f64>() else { continue };
+            if at < from || at > to {
+                continue;
+            }
+            match *kind {
+                "ack" => {
+                    longest = longest.max(at - last);
+                    last = at;
+                }
+                _ => refused += 1,
+            }
+        }
+        (longest.max(to - last), refused)
     }
 
     /// Writes resumed after the refusals (or none were refused).
