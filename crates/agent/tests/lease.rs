@@ -3,10 +3,13 @@
 //! (client sessions ended, read-only, every commit held, root's too) as soon as the lease runs
 //! out, and takes writes again once it is renewed; a restart of the agent alone keeps what was
 //! left of the lease; forged, replayed, misaddressed, late and other-epoch heartbeats renew
-//! nothing.
+//! nothing. Renewals from as many replicas as the operator asked for keep the lease past the
+//! operator's last heartbeat, never lift a lapsed one, and fewer, forged or other-epoch ones
+//! keep nothing.
 
 mod common;
 
+use bulwark_contract::follow::{Follow, FOLLOW_PATH};
 use bulwark_contract::lease::Heartbeat;
 use common::*;
 use std::process::{Command, Stdio};
@@ -15,11 +18,28 @@ use std::time::{Duration, Instant};
 const LEASE: Duration = Duration::from_secs(3);
 
 fn heartbeat(member: &str, epoch: u64, sent_ms: i64, key: &[u8]) -> String {
+    heartbeat_asking(member, epoch, sent_ms, key, 0)
+}
+
+/// A heartbeat asking for `followers` replicas' renewals.
+fn heartbeat_asking(member: &str, epoch: u64, sent_ms: i64, key: &[u8], followers: u32) -> String {
     Heartbeat {
         member: member.into(),
         epoch,
         lease_ms: LEASE.as_millis() as u64,
         sent_ms,
+        followers,
+    }
+    .sign(key)
+}
+
+/// `replica`'s renewal of quay-0's lease at `epoch`, sent now.
+fn renewal(replica: &str, epoch: u64, key: &[u8]) -> String {
+    Follow {
+        primary: "quay-0".into(),
+        replica: replica.into(),
+        epoch,
+        sent_ms: now_ms(),
     }
     .sign(key)
 }
@@ -227,6 +247,159 @@ fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
         "/readyz",
         503,
         "refused: it was for an older epoch",
+    );
+}
+
+#[test]
+fn a_primary_its_replicas_renew_outlasts_the_operators_heartbeat() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let db = instance_server(w, "quay-0");
+    let creds = credentials(w, "");
+    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
+    let creds = creds.to_str().unwrap().to_owned();
+    let mut labels = Labels::new(w.join("podinfo"));
+    labels.set(Some("primary"));
+    let key = b"order-key";
+    let a = member_agent(
+        "a",
+        w,
+        &db,
+        &labels,
+        &creds,
+        "3306",
+        &["--pod-name", "quay-0", "--primary-lease"],
+    );
+    // The operator asked for no renewals: none is taken.
+    assert_eq!(
+        a.post("/lease", &heartbeat("quay-0", 0, now_ms(), key)).0,
+        200
+    );
+    let (code, body) = a.post(FOLLOW_PATH, &renewal("quay-1", 0, key));
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("asked for no renewals"), "{body}");
+    // It asks for one replica's.
+    assert_eq!(
+        a.post("/lease", &heartbeat_asking("quay-0", 0, now_ms(), key, 1))
+            .0,
+        200
+    );
+    wait_status(&a, &[], "/readyz", 200, "primary: writable");
+    db.sql("CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY)")
+        .unwrap();
+    // Refused, and none keeps the lease: another key, another primary, another epoch, a late
+    // stamp, a replay, an unreadable body.
+    let replay = renewal("quay-1", 0, key);
+    assert_eq!(a.post(FOLLOW_PATH, &replay).0, 200);
+    let refusals = [
+        (
+            renewal("quay-1", 2, b"other"),
+            403,
+            "signature does not match",
+        ),
+        (
+            Follow {
+                primary: "quay-5".into(),
+                replica: "quay-1".into(),
+                epoch: 0,
+                sent_ms: now_ms(),
+            }
+            .sign(key),
+            403,
+            "for quay-5",
+        ),
+        (
+            renewal("quay-1", 1, key),
+            409,
+            "for epoch 1, the lease for epoch 0",
+        ),
+        (
+            Follow {
+                primary: "quay-0".into(),
+                replica: "quay-1".into(),
+                epoch: 0,
+                sent_ms: now_ms() - 5000,
+            }
+            .sign(key),
+            409,
+            "before this agent's clock",
+        ),
+        (replay, 409, "not newer than the last one quay-1 sent"),
+        ("{".to_owned(), 400, "not readable"),
+    ];
+    for (line, want, says) in refusals {
+        let (code, body) = a.post(FOLLOW_PATH, &line);
+        assert_eq!((code, body.contains(says)), (want, true), "{body}");
+    }
+    // No heartbeat from here on: one replica renewing every second keeps the primary writable
+    // for three leases.
+    let last_heartbeat = Instant::now();
+    let mut last_renewal = Instant::now();
+    for id in 1..=9 {
+        let (code, body) = a.post(FOLLOW_PATH, &renewal("quay-1", 0, key));
+        last_renewal = Instant::now();
+        assert_eq!(code, 200, "{body}");
+        root_write(&db, id).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(last_heartbeat.elapsed() > LEASE * 3);
+    assert_eq!(read_only(&db), "0");
+    assert!(
+        a.logs()
+            .contains("the replicas' renewals keep the lease past the operator's last heartbeat"),
+        "{}",
+        a.logs()
+    );
+    // The renewals stop: fenced a lease after the last one.
+    wait_for("the primary to fence itself", &[&a], || {
+        (read_only(&db) == "1").then_some(())
+    });
+    let fenced_after = last_renewal.elapsed();
+    bulwark_e2e_figure(&format!(
+        "primary kept by a replica's renewals read-only {:.2}s after the last renewal ({}s lease)",
+        fenced_after.as_secs_f64(),
+        LEASE.as_secs()
+    ));
+    assert!(
+        fenced_after < LEASE + Duration::from_secs(2)
+            && fenced_after >= LEASE - Duration::from_millis(100),
+        "fenced {fenced_after:?} after the last renewal"
+    );
+    wait_status(
+        &a,
+        &[],
+        "/readyz",
+        503,
+        "nor renewals from 1 of its replicas, within 3s",
+    );
+    root_write_refused(&db);
+    // A replica that comes back does not lift the fence: only the operator does.
+    let (code, body) = a.post(FOLLOW_PATH, &renewal("quay-1", 0, key));
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body.contains("only the operator's heartbeat renews it"),
+        "{body}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(read_only(&db), "1");
+    // The operator asks for two: one replica renewing is not enough.
+    assert_eq!(
+        a.post("/lease", &heartbeat_asking("quay-0", 0, now_ms(), key, 2))
+            .0,
+        200
+    );
+    wait_status(&a, &[], "/readyz", 200, "primary: writable");
+    let renewed = Instant::now();
+    while renewed.elapsed() < LEASE + Duration::from_secs(2) {
+        // Taken while the heartbeat's lease runs, refused once it lapsed.
+        a.post(FOLLOW_PATH, &renewal("quay-1", 0, key));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(read_only(&db), "1", "one of two renewing kept the lease");
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM harbor.ships"),
+        "9",
+        "a row committed while fenced"
     );
 }
 

@@ -57,6 +57,10 @@ pub struct Heartbeat {
     pub lease_ms: u64,
     /// When the operator sent it: milliseconds since the Unix epoch, by its clock.
     pub sent_ms: i64,
+    /// How many of its replicas must renew the lease (`crate::follow`) for it to outlast the
+    /// operator's heartbeats: 0, none may (an operator that predates them, or a primary whose
+    /// agent does not take them).
+    pub followers: u32,
 }
 
 /// The wire form: the heartbeat and its HMAC-SHA256 under the order key, hex.
@@ -66,7 +70,13 @@ struct Signed {
     epoch: u64,
     lease_ms: u64,
     sent_ms: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    followers: u32,
     mac: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Why a heartbeat renews nothing.
@@ -117,12 +127,18 @@ pub struct LastTaken {
 }
 
 impl Heartbeat {
-    /// What the signature covers: every field, unambiguously, apart from role orders.
+    /// What the signature covers: every field, unambiguously, apart from role orders. The
+    /// followers' count only when there is one, so that an agent of the release before (which
+    /// the operator never asks to take renewals) verifies the heartbeats it gets.
     fn signed_text(&self) -> String {
-        format!(
+        let text = format!(
             "bulwark-lease-heartbeat\n{}\n{}\n{}\n{}",
             self.member, self.epoch, self.lease_ms, self.sent_ms
-        )
+        );
+        match self.followers {
+            0 => text,
+            n => format!("{text}\nfollowers {n}"),
+        }
     }
 
     /// The heartbeat as one line of JSON, signed with `key`.
@@ -132,6 +148,7 @@ impl Heartbeat {
             epoch: self.epoch,
             lease_ms: self.lease_ms,
             sent_ms: self.sent_ms,
+            followers: self.followers,
             mac: mac(key, &self.signed_text()),
         })
         .unwrap_or_default()
@@ -146,6 +163,7 @@ impl Heartbeat {
             epoch: s.epoch,
             lease_ms: s.lease_ms,
             sent_ms: s.sent_ms,
+            followers: s.followers,
         };
         if !mac_matches(key, &heartbeat.signed_text(), &s.mac) {
             return Err(OrderError::BadSignature);
@@ -210,6 +228,7 @@ mod tests {
             epoch: 3,
             lease_ms: 6000,
             sent_ms,
+            followers: 0,
         }
     }
 
@@ -303,6 +322,30 @@ mod tests {
         // Stamped ahead of this clock: never longer than granted.
         assert_eq!(beat(sent).left_at(sent - 800), ms(6000));
         assert_eq!(beat(sent).left_at(sent + 7000), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_followers_count_is_signed_and_absent_when_zero() {
+        let key = b"k";
+        let plain = beat(5).sign(key);
+        // What the release before signed and read: no such field, the same text.
+        assert!(!plain.contains("followers"), "{plain}");
+        let with = Heartbeat {
+            followers: 2,
+            ..beat(5)
+        };
+        let line = with.sign(key);
+        assert_eq!(Heartbeat::verify(&line, key), Ok(with));
+        for edited in [
+            line.replace("\"followers\":2", "\"followers\":1"),
+            line.replace(",\"followers\":2", ""),
+        ] {
+            assert_eq!(
+                Heartbeat::verify(&edited, key),
+                Err(OrderError::BadSignature),
+                "{edited}"
+            );
+        }
     }
 
     #[test]

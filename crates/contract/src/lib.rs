@@ -11,6 +11,7 @@ pub mod clone;
 pub mod command;
 pub mod drill;
 pub mod engine;
+pub mod follow;
 pub mod gtid;
 pub mod ids;
 pub mod labels;

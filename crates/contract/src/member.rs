@@ -59,6 +59,15 @@ pub struct MemberStatus {
     pub clone_port: u16,
     /// Milliseconds since the pass this report comes from.
     pub age_ms: u64,
+    /// Its agent takes lease renewals from its replicas (`crate::follow`): the operator asks
+    /// the primary's replicas for them only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub takes_follows: bool,
+    /// Milliseconds since this member's agent last renewed (or tried to renew) its primary's
+    /// lease, as of the answer; counted from the agent's start when it has not since, since
+    /// the process before may have. `None` from an agent that renews nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub followed_ms: Option<u64>,
 }
 
 /// State of a replica's receiving thread.
@@ -192,6 +201,8 @@ mod tests {
             handover_pending: false,
             clone_port: 9082,
             age_ms: 150,
+            takes_follows: false,
+            followed_ms: None,
         };
         let line = s.to_line();
         assert!(line.contains("\"writesHeld\":true"), "{line}");

@@ -20,6 +20,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod client;
+
 /// Largest request head read (hyper's minimum buffer is 8 KiB).
 const MAX_HEAD: usize = 16 << 10;
 

@@ -53,6 +53,17 @@ impl Context {
         metrics: Arc<Metrics>,
         members: Arc<dyn Members>,
     ) -> Arc<Self> {
+        Self::with_leases(client, config, metrics, members, Leases::default())
+    }
+
+    /// [`Context::with_members`] keeping the primaries' leases in `leases`.
+    pub fn with_leases(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        members: Arc<dyn Members>,
+        leases: Leases,
+    ) -> Arc<Self> {
         let reporter = Reporter {
             controller: "mysql-operator".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -64,7 +75,7 @@ impl Context {
             metrics,
             readiness: Arc::new(Readiness::new(API_STALE_AFTER)),
             members,
-            leases: Arc::new(Leases::default()),
+            leases: Arc::new(leases),
             failures: Default::default(),
         })
     }

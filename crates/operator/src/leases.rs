@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use bulwark_contract::follow::MAX_FOLLOWED_FOR;
 use bulwark_contract::lease::{Heartbeat, HEARTBEAT_INTERVAL, LEASE_MARGIN};
 
+use crate::cluster::failover::RenewalTerms;
 use crate::members::Members;
 
 /// Heartbeats that go unanswered this long stop (a deleted cluster's, or a primary that
@@ -24,6 +26,8 @@ pub struct Holder {
     pub addr: String,
     pub epoch: u64,
     pub lease: Duration,
+    /// Replicas whose renewals keep the lease past the heartbeats (0: none).
+    pub followers: u32,
 }
 
 struct Renewal {
@@ -40,6 +44,19 @@ pub struct Leases {
     /// By `namespace/name/pod`: when the longest lease sent to that pod runs out, by the send
     /// time (the agent counts from the receipt, at most [`LEASE_MARGIN`] later).
     granted: Mutex<HashMap<String, Instant>>,
+    /// By `namespace/name`: what this operator's heartbeats asked of the replicas, each with
+    /// until when renewals may keep a lease so granted ([`MAX_FOLLOWED_FOR`] after the last
+    /// such heartbeat was sent, and the lease).
+    asked: Mutex<HashMap<String, Vec<Asked>>>,
+}
+
+/// Renewals asked for by heartbeats: how many replicas, for leases of what length, and until
+/// when they may keep one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Asked {
+    followers: u32,
+    length: Duration,
+    until: Instant,
 }
 
 impl Default for Leases {
@@ -48,11 +65,21 @@ impl Default for Leases {
             started: Instant::now(),
             renewals: Mutex::default(),
             granted: Mutex::default(),
+            asked: Mutex::default(),
         }
     }
 }
 
 impl Leases {
+    /// Leases kept by an operator that started at `started` (an earlier start makes it assume
+    /// nothing of a process before it, once that is long enough ago).
+    pub fn started_at(started: Instant) -> Leases {
+        Leases {
+            started,
+            ..Leases::default()
+        }
+    }
+
     /// Renews `holder`'s lease from now on (signed with `key`), in place of whoever held the
     /// cluster's.
     pub fn renew(&self, cluster: &str, holder: Holder, key: Vec<u8>) {
@@ -128,6 +155,45 @@ impl Leases {
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
+    /// What replicas' renewals may still keep of a lease this operator sent `cluster`'s members
+    /// asking for them, for a failover to wait out ([`RenewalTerms`]). Right after a start,
+    /// the process before is taken to have asked for `followers` (the spec's number now) with
+    /// leases of `length`: it may have asked, and this one cannot know.
+    pub fn renewals(&self, cluster: &str, length: Duration, followers: u32) -> RenewalTerms {
+        let now = Instant::now();
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        let live = asked.entry(cluster.to_owned()).or_default();
+        live.retain(|a| a.until + LEASE_MARGIN > now);
+        let before = Asked {
+            followers,
+            length,
+            until: self.started + MAX_FOLLOWED_FOR + length,
+        };
+        let terms = live
+            .iter()
+            .copied()
+            .chain((followers > 0 && before.until + LEASE_MARGIN > now).then_some(before))
+            .fold(None::<RenewalTerms>, |terms, a| {
+                let outstanding = (a.until + LEASE_MARGIN).saturating_duration_since(now);
+                Some(match terms {
+                    None => RenewalTerms {
+                        outstanding,
+                        fewest: a.followers,
+                        longest: a.length,
+                    },
+                    Some(t) => RenewalTerms {
+                        outstanding: t.outstanding.max(outstanding),
+                        fewest: t.fewest.min(a.followers),
+                        longest: t.longest.max(a.length),
+                    },
+                })
+            });
+        if live.is_empty() {
+            asked.remove(cluster);
+        }
+        terms.unwrap_or_default()
+    }
+
     /// Sends one heartbeat now to `cluster`'s holder, if that is `pod` at `epoch`.
     pub async fn beat(
         &self,
@@ -164,11 +230,28 @@ impl Leases {
             .entry(format!("{cluster}/{}", holder.pod))
             .and_modify(|e| *e = (*e).max(ends))
             .or_insert(ends);
+        if holder.followers > 0 {
+            let until = ends + MAX_FOLLOWED_FOR;
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            let live = asked.entry(cluster.to_owned()).or_default();
+            match live
+                .iter_mut()
+                .find(|a| a.followers == holder.followers && a.length == holder.lease)
+            {
+                Some(a) => a.until = a.until.max(until),
+                None => live.push(Asked {
+                    followers: holder.followers,
+                    length: holder.lease,
+                    until,
+                }),
+            }
+        }
         let line = Heartbeat {
             member: holder.pod.clone(),
             epoch: holder.epoch,
             lease_ms: holder.lease.as_millis() as u64,
             sent_ms: chrono::Utc::now().timestamp_millis(),
+            followers: holder.followers,
         }
         .sign(&renewal.key);
         Some((holder, line))
@@ -243,6 +326,7 @@ mod tests {
             addr: "10.0.0.1:9081".into(),
             epoch: 2,
             lease: Duration::from_secs(lease),
+            followers: 0,
         }
     }
 
@@ -266,6 +350,48 @@ mod tests {
         assert!(leases.outstanding_any("ns/quay", six) > Duration::from_secs(23));
         // Another cluster's do not.
         assert!(leases.outstanding_any("ns/other", six) <= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn renewals_asked_for_are_waited_out_with_the_fewest_and_the_longest() {
+        let six = Duration::from_secs(6);
+        let leases = Leases {
+            // An operator started long ago: nothing is assumed of a process before.
+            started: Instant::now() - MAX_FOLLOWED_FOR - Duration::from_secs(60),
+            ..Leases::default()
+        };
+        assert_eq!(leases.renewals("ns/quay", six, 1), RenewalTerms::default());
+        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
+        leases.prepare("ns/quay").unwrap();
+        assert_eq!(
+            leases.renewals("ns/quay", six, 1),
+            RenewalTerms::default(),
+            "no renewals asked for"
+        );
+        let asking = |followers, lease| Holder {
+            followers,
+            ..holder("quay-0", lease)
+        };
+        leases.renew("ns/quay", asking(2, 6), b"k".to_vec());
+        let (_, line) = leases.prepare("ns/quay").unwrap();
+        assert_eq!(Heartbeat::verify(&line, b"k").unwrap().followers, 2);
+        // The spec changes: fewer asked of, with longer leases. Both count until they expire.
+        leases.renew("ns/quay", asking(1, 20), b"k".to_vec());
+        leases.prepare("ns/quay").unwrap();
+        let terms = leases.renewals("ns/quay", six, 2);
+        let most = MAX_FOLLOWED_FOR + Duration::from_secs(20) + LEASE_MARGIN;
+        assert!(
+            terms.outstanding > most - Duration::from_secs(1) && terms.outstanding <= most,
+            "{terms:?}"
+        );
+        assert_eq!((terms.fewest, terms.longest), (1, Duration::from_secs(20)));
+        assert_eq!(leases.renewals("ns/other", six, 1), RenewalTerms::default());
+        // Just started: the process before may have asked for what the spec says now.
+        let fresh = Leases::default();
+        let terms = fresh.renewals("ns/quay", six, 1);
+        assert!(terms.outstanding > MAX_FOLLOWED_FOR, "{terms:?}");
+        assert_eq!((terms.fewest, terms.longest), (1, six));
+        assert_eq!(fresh.renewals("ns/quay", six, 0), RenewalTerms::default());
     }
 
     #[test]

@@ -15,7 +15,6 @@ use bulwark_contract::order::{epoch_from_label, EPOCH_LABEL, ORDER_PATH};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::names;
 
@@ -26,8 +25,6 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time for a fresh report (the agent waits up to 3 s for a new pass).
 const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest answer read.
-const MAX_ANSWER: u64 = 64 * 1024;
 
 /// One server pod as the operator sees it.
 #[derive(Debug, Clone)]
@@ -109,11 +106,7 @@ pub fn agent_address(pod: &Pod) -> Result<String, String> {
 }
 
 async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), String> {
-    let request = format!(
-        "POST {LEASE_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\
-         Content-Length: {}\r\n\r\n{signed}",
-        signed.len()
-    );
+    let request = bulwark_http::client::post(LEASE_PATH, signed);
     let (code, body) = tokio::time::timeout(TIMEOUT, exchange(addr, &request))
         .await
         .map_err(|_| format!("{addr} did not answer the heartbeat within {TIMEOUT:?}"))??;
@@ -164,11 +157,7 @@ fn agent_addr(pod: &Pod) -> Result<String, String> {
 
 async fn send_order(pod: &Pod, signed: &str) -> Result<Option<MemberStatus>, String> {
     let addr = agent_addr(pod)?;
-    let request = format!(
-        "POST {ORDER_PATH} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\
-         Content-Length: {}\r\n\r\n{signed}",
-        signed.len()
-    );
+    let request = bulwark_http::client::post(ORDER_PATH, signed);
     // The agent answers once it has acted, or after its own wait.
     let limit = bulwark_contract::order::ORDER_WAIT + TIMEOUT;
     let (code, body) = tokio::time::timeout(limit, exchange(&addr, &request))
@@ -198,28 +187,9 @@ async fn read_report(pod: &Pod, path: String, limit: Duration) -> Result<MemberS
 
 /// One request: status code and body.
 pub(crate) async fn exchange(addr: &str, request: &str) -> Result<(u16, String), String> {
-    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+    bulwark_http::client::exchange(addr, request, CONNECT_TIMEOUT)
         .await
-        .map_err(|_| format!("cannot connect to {addr} within {CONNECT_TIMEOUT:?}"))?
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("cannot send to {addr}: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .take(MAX_ANSWER)
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| format!("cannot read from {addr}: {e}"))?;
-    parse(&String::from_utf8_lossy(&raw)).ok_or_else(|| format!("{addr} sent no HTTP answer"))
-}
-
-/// Status code and body of an HTTP/1.1 answer without chunked encoding (the agent's).
-fn parse(raw: &str) -> Option<(u16, String)> {
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_owned()))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -273,18 +243,5 @@ mod tests {
         // A StatefulSet not read back from the API server (no uid) controls nothing.
         let (none, _) = controlled_by(&StatefulSet::default(), vec![pod("quay-0", None)]);
         assert!(none.is_empty());
-    }
-
-    #[test]
-    fn answers_are_parsed() {
-        assert_eq!(
-            parse("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n{\"a\":1}\n"),
-            Some((200, "{\"a\":1}\n".to_owned()))
-        );
-        assert_eq!(
-            parse("HTTP/1.1 503 x\r\n\r\nno observation\n").unwrap().0,
-            503
-        );
-        assert_eq!(parse("garbage"), None);
     }
 }

@@ -4,6 +4,7 @@
 //! checks the imports), so every rule is a table test.
 
 pub mod caught_up;
+pub mod follow;
 pub mod handover;
 pub mod labels;
 pub mod lease;

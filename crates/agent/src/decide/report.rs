@@ -48,5 +48,8 @@ pub fn member_status(
             source_unreachable_seconds: source_unreachable.map(|d| d.as_secs()),
         }),
         age_ms: 0,
+        takes_follows: true,
+        // Counted when the report is served.
+        followed_ms: None,
     }
 }

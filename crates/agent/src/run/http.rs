@@ -26,6 +26,9 @@ pub(crate) struct Readiness {
     pub(crate) member: Option<MemberStatus>,
     /// The pass took no action: the server is as its role wants it.
     pub(crate) settled: bool,
+    /// When this agent last renewed (or tried to renew) its primary's lease, taken under the
+    /// same lock as the report it renewed on (`follow`); the agent's start until it has.
+    pub(crate) followed: Instant,
 }
 
 /// What the agent's passes leave for `/status`, and how to ask for a fresh one.
@@ -78,6 +81,8 @@ pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
     match r.member {
         Some(mut m) if age <= p.stale_after => {
             m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+            m.followed_ms =
+                Some(u64::try_from(r.followed.elapsed().as_millis()).unwrap_or(u64::MAX));
             Response::new(200, m.to_line())
         }
         Some(_) => Response::new(
@@ -136,16 +141,18 @@ pub fn limits(handler_time: Duration) -> Limits {
 }
 
 /// The agent's routes: the probes, `/status` (the operator's view of the member), the
-/// operator's role orders and the primary's lease heartbeats (`POST`, signed; see `orders` and
-/// `lease`).
-pub fn routes<H, HF, R, RF, S, SF, O, OF, L, LF>(
+/// operator's role orders, the primary's lease heartbeats and its replicas' renewals (`POST`,
+/// signed; see `orders` and `lease`).
+pub fn routes<H, HF, R, RF, S, SF, O, OF, L, LF, F, FF>(
     healthz: H,
     readyz: R,
     status: S,
     order: O,
-    lease: L,
+    (lease, follow): (L, F),
 ) -> Router
 where
+    F: Fn(axum::body::Bytes) -> FF + Clone + Send + Sync + 'static,
+    FF: Future<Output = Response> + Send + 'static,
     O: Fn(axum::body::Bytes) -> OF + Clone + Send + Sync + 'static,
     OF: Future<Output = Response> + Send + 'static,
     L: Fn(axum::body::Bytes) -> LF + Clone + Send + Sync + 'static,
@@ -174,6 +181,12 @@ where
         bulwark_contract::lease::LEASE_PATH,
         axum::routing::post(lease).layer(axum::extract::DefaultBodyLimit::max(
             bulwark_contract::lease::MAX_HEARTBEAT_BYTES,
+        )),
+    )
+    .route(
+        bulwark_contract::follow::FOLLOW_PATH,
+        axum::routing::post(follow).layer(axum::extract::DefaultBodyLimit::max(
+            bulwark_contract::follow::MAX_FOLLOW_BYTES,
         )),
     )
 }
@@ -358,6 +371,7 @@ mod tests {
             started,
             member: Some(member(reason)),
             settled: true,
+            followed: started,
         }
     }
 

@@ -1,50 +1,76 @@
 //! The primary's lease as this agent holds it: the `POST /lease` handler takes the operator's
-//! signed heartbeats (`bulwark_contract::lease`) and the passes read what was last taken. A
-//! lease counts from the heartbeat's receipt on this agent's monotonic clock (less the time it
-//! spent on the way), so a clock that jumps while it runs cannot stretch it. What is left of it
-//! is kept beside the socket, so that a restart of the agent's container alone does not fence
-//! a primary the operator still renews.
+//! signed heartbeats (`bulwark_contract::lease`), `lease_follow` its replicas' renewals
+//! (`bulwark_contract::follow`), and the passes read what was last taken. A
+//! lease counts from the heartbeat's (or renewal's) receipt on this agent's monotonic clock
+//! (less the time it spent on the way), so a clock that jumps while it runs cannot stretch it.
+//! What is left of it is kept beside the socket, so that a restart of the agent's container
+//! alone does not fence a primary the operator (or its replicas) still renew.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use bulwark_contract::follow::{FollowRefusal, MAX_FOLLOWED_FOR};
 use bulwark_contract::lease::{Heartbeat, HeartbeatRefusal, LastTaken};
 use bulwark_contract::order::{OrderError, ORDER_KEY};
 
-use crate::decide::lease::Granted;
+use crate::decide::lease::{self, Granted};
 use crate::run::files::read_secret;
 use crate::run::http::Response;
 use crate::run::orders::Answer;
 
 /// The last heartbeat taken.
 #[derive(Debug, Clone, Copy)]
-struct Taken {
-    epoch: u64,
-    at: Instant,
-    lease: std::time::Duration,
+pub(super) struct Taken {
+    pub(super) epoch: u64,
+    pub(super) at: Instant,
+    /// What was left of it at `at`.
+    pub(super) lease: Duration,
     sent_ms: i64,
+    /// Its length, which each replica's renewal counts for.
+    length: Duration,
+    /// Replicas whose renewals keep it (0: none are taken).
+    pub(super) followers: u32,
+    /// Renewals are taken until then ([`MAX_FOLLOWED_FOR`] after the heartbeat was sent).
+    pub(super) follow_until: Instant,
+}
+
+/// A replica's last renewal taken.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Renewed {
+    pub(super) epoch: u64,
+    /// When it was sent, by this clock.
+    pub(super) at: Instant,
+    pub(super) sent_ms: i64,
 }
 
 /// The lease of this member.
 pub struct Lease {
-    pod_name: Option<String>,
+    pub(super) pod_name: Option<String>,
     /// Where what is left of the lease is kept across restarts of the agent.
     file: Option<PathBuf>,
-    taken: Mutex<Option<Taken>>,
+    pub(super) taken: Mutex<Option<Taken>>,
+    /// By replica: the last renewal taken from it.
+    pub(super) renewed: Mutex<HashMap<String, Renewed>>,
     /// The last refusal since a heartbeat was taken: its line (logged once however often it
     /// repeats) and its kind (for the readiness reason).
     refused: Mutex<Option<(String, &'static str)>>,
 }
 
-/// What is kept in the file: the lease's epoch and stamp, and when it ends by this clock.
+/// What is kept in the file: the lease's epoch and stamp, and when it ends by this clock (its
+/// replicas' renewals included); and for how many replicas' renewals, until when.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Kept {
     epoch: u64,
     sent_ms: i64,
     lease_ms: u64,
     ends_ms: i64,
+    #[serde(default)]
+    followers: u32,
+    #[serde(default)]
+    follow_until_ms: i64,
 }
 
 impl Lease {
@@ -62,22 +88,36 @@ impl Lease {
             pod_name,
             file,
             taken: Mutex::new(taken),
+            renewed: Mutex::default(),
             refused: Mutex::new(None),
         }
     }
 
     /// The last lease taken, as of now.
     pub fn granted(&self) -> Option<Granted> {
-        self.lock().map(|t| Granted {
+        let t = self.lock()?;
+        Some(Granted {
             epoch: t.epoch,
-            age: t.at.elapsed(),
-            lease: t.lease,
+            left: self.ends(&t).saturating_duration_since(Instant::now()),
+            length: t.length,
+            followers: t.followers,
         })
     }
 
     /// When the last lease taken runs out.
     pub fn deadline(&self) -> Option<Instant> {
-        self.lock().map(|t| t.at + t.lease)
+        self.lock().map(|t| self.ends(&t))
+    }
+
+    /// When `t` ends, with the renewals taken for its epoch.
+    pub(super) fn ends(&self, t: &Taken) -> Instant {
+        let renewed = self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        let at_epoch = renewed
+            .values()
+            .filter(|r| r.epoch == t.epoch)
+            .map(|r| r.at)
+            .collect();
+        lease::ends(t.at + t.lease, t.length, t.followers, at_epoch)
     }
 
     fn lock(&self) -> Option<Taken> {
@@ -97,18 +137,47 @@ impl Lease {
         });
         let h = Heartbeat::accept(line, key, pod, now_ms, taken_last)?;
         let now = Instant::now();
-        let renews = last.is_none_or(|t| t.epoch != h.epoch || now >= t.at + t.lease);
+        let renews = last.is_none_or(|t| t.epoch != h.epoch || now >= self.ends(&t));
         let left = h.left_at(now_ms);
-        *taken = Some(Taken {
+        // Renewals count for as long after the heartbeat was sent as the operator counts,
+        // not from its (later) arrival.
+        let sent = now.checked_sub(h.lease() - left).unwrap_or(now);
+        let t = Taken {
             epoch: h.epoch,
             at: now,
             lease: left,
             sent_ms: h.sent_ms,
-        });
-        if let Some(file) = &self.file {
-            keep(file, &h, now_ms, left);
-        }
+            length: h.lease(),
+            followers: h.followers,
+            follow_until: sent + MAX_FOLLOWED_FOR,
+        };
+        *taken = Some(t);
+        // Under the lock: a renewal's write never overtakes this one's.
+        self.keep(&t, now_ms);
         Ok((h, renews))
+    }
+
+    /// Keeps `t` (with the renewals taken) in the file, when there is one.
+    pub(super) fn keep(&self, t: &Taken, now_ms: i64) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let now = Instant::now();
+        let ms_from_now = |i: Instant| {
+            let ahead = i.saturating_duration_since(now).as_millis() as i64;
+            now_ms.saturating_add(ahead)
+        };
+        keep(
+            file,
+            &Kept {
+                epoch: t.epoch,
+                sent_ms: t.sent_ms,
+                lease_ms: t.length.as_millis() as u64,
+                ends_ms: ms_from_now(self.ends(t)),
+                followers: t.followers,
+                follow_until_ms: ms_from_now(t.follow_until),
+            },
+        );
     }
 
     /// Why the last heartbeat was refused, in words that do not change every second, while no
@@ -131,7 +200,7 @@ impl Lease {
     }
 }
 
-/// Why a heartbeat was refused, with the HTTP status it is answered with.
+/// Why a heartbeat or a replica's renewal was refused, with the HTTP status it is answered with.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
     #[error(transparent)]
@@ -140,6 +209,19 @@ pub enum Refusal {
     NoKey(String),
     #[error("this agent was started without --pod-name and takes no heartbeats")]
     NoPodName,
+    #[error(transparent)]
+    Follow(#[from] FollowRefusal),
+    #[error("the operator's last heartbeat asked for no renewals from the replicas")]
+    NotAsked,
+    #[error("the renewal is for epoch {got}, the lease for epoch {have}")]
+    OtherEpoch { got: u64, have: u64 },
+    #[error(
+        "the operator's last heartbeat came more than {}s ago: renewals no longer keep the lease",
+        MAX_FOLLOWED_FOR.as_secs()
+    )]
+    HeartbeatTooOld,
+    #[error("the lease lapsed: only the operator's heartbeat renews it now")]
+    Lapsed,
 }
 
 impl Refusal {
@@ -149,15 +231,28 @@ impl Refusal {
             Refusal::Heartbeat(h) => h.kind(),
             Refusal::NoKey(_) => "the order key could not be read",
             Refusal::NoPodName => "this agent has no pod name",
+            Refusal::Follow(_)
+            | Refusal::NotAsked
+            | Refusal::OtherEpoch { .. }
+            | Refusal::HeartbeatTooOld
+            | Refusal::Lapsed => "a replica's renewal was refused",
         }
     }
 
-    fn status(&self) -> u16 {
+    pub(super) fn status(&self) -> u16 {
         match self {
             Refusal::Heartbeat(HeartbeatRefusal::Invalid(OrderError::Unreadable(_))) => 400,
             Refusal::Heartbeat(HeartbeatRefusal::Invalid(OrderError::BadSignature))
             | Refusal::Heartbeat(HeartbeatRefusal::OtherMember(_)) => 403,
             Refusal::Heartbeat(_) => 409,
+            Refusal::Follow(FollowRefusal::Invalid(OrderError::Unreadable(_))) => 400,
+            Refusal::Follow(FollowRefusal::Invalid(OrderError::BadSignature))
+            | Refusal::Follow(FollowRefusal::OtherMember(_)) => 403,
+            Refusal::Follow(_)
+            | Refusal::NotAsked
+            | Refusal::OtherEpoch { .. }
+            | Refusal::HeartbeatTooOld
+            | Refusal::Lapsed => 409,
             Refusal::NoKey(_) | Refusal::NoPodName => 500,
         }
     }
@@ -175,16 +270,9 @@ pub(crate) fn handler(
         let key_file = credentials_dir.join(ORDER_KEY);
         let wake = wake.clone();
         Box::pin(async move {
-            let key = match read_secret(&key_file) {
-                Ok(Some(k)) if !k.is_empty() => k,
-                Ok(_) => {
-                    let why = format!("{} is missing or empty", key_file.display());
-                    return refused(&lease, Refusal::NoKey(why));
-                }
-                Err(e) => {
-                    let why = bulwark_engine::error::chain(&e);
-                    return refused(&lease, Refusal::NoKey(why));
-                }
+            let key = match order_key(&key_file) {
+                Ok(k) => k,
+                Err(r) => return refused(&lease, r),
             };
             match lease.take(&String::from_utf8_lossy(&body), key.as_bytes()) {
                 Ok((h, renews)) => {
@@ -208,6 +296,18 @@ pub(crate) fn handler(
     }
 }
 
+/// The order key, which signs heartbeats and renewals.
+pub(super) fn order_key(key_file: &Path) -> Result<zeroize::Zeroizing<String>, Refusal> {
+    match read_secret(key_file) {
+        Ok(Some(k)) if !k.is_empty() => Ok(k),
+        Ok(_) => Err(Refusal::NoKey(format!(
+            "{} is missing or empty",
+            key_file.display()
+        ))),
+        Err(e) => Err(Refusal::NoKey(bulwark_engine::error::chain(&e))),
+    }
+}
+
 /// The lease kept in `file`, with what is left of it now; none when it ran out or cannot be
 /// read (the primary then waits for the next heartbeat, a second away).
 fn load(file: &Path) -> Option<Taken> {
@@ -216,27 +316,26 @@ fn load(file: &Path) -> Option<Taken> {
     let now_ms = chrono::Utc::now().timestamp_millis();
     let left = u64::try_from(k.ends_ms.saturating_sub(now_ms)).ok()?;
     // A clock set back since cannot make it longer than it was granted.
-    let left = std::time::Duration::from_millis(left.min(k.lease_ms));
+    let left = Duration::from_millis(left.min(k.lease_ms));
+    let now = Instant::now();
+    let follow_for = u64::try_from(k.follow_until_ms.saturating_sub(now_ms)).unwrap_or(0);
     (!left.is_zero()).then(|| Taken {
         epoch: k.epoch,
-        at: Instant::now(),
+        at: now,
         lease: left,
         sent_ms: k.sent_ms,
+        length: Duration::from_millis(k.lease_ms),
+        followers: k.followers,
+        follow_until: now + Duration::from_millis(follow_for).min(MAX_FOLLOWED_FOR),
     })
 }
 
 /// Keeps the lease just taken. The run directory lives in memory or on the node's disk for the
 /// pod's life, so no sync: only a restart of the container must find it. A failure only costs
 /// a fence after such a restart, and is logged.
-fn keep(file: &Path, h: &Heartbeat, now_ms: i64, left: std::time::Duration) {
-    let kept = Kept {
-        epoch: h.epoch,
-        sent_ms: h.sent_ms,
-        lease_ms: h.lease_ms,
-        ends_ms: now_ms.saturating_add(left.as_millis() as i64),
-    };
+fn keep(file: &Path, kept: &Kept) {
     let tmp = file.with_extension("tmp");
-    let written = serde_json::to_vec(&kept)
+    let written = serde_json::to_vec(kept)
         .map_err(std::io::Error::other)
         .and_then(|bytes| std::fs::write(&tmp, bytes))
         .and_then(|()| std::fs::rename(&tmp, file));

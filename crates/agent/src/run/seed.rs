@@ -390,6 +390,8 @@ mod tests {
             handover_pending: false,
             clone_port,
             age_ms: 0,
+            takes_follows: false,
+            followed_ms: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The agent sidecar's life: it binds the endpoints (`/healthz`, `/readyz`, `/status`, the
-//! operator's `/role` and `/lease`), the copy server and the metrics, then runs passes (on the
+//! operator's `/role` and `/lease`, the replicas' `/lease/follow`), the copy server and the
+//! metrics, starts renewing its primary's lease as a replica, then runs passes (on the
 //! interval, when an order or a renewed lease wakes it, when the lease runs out, back to back
 //! while each acts) and publishes each pass's readiness and report until shutdown.
 
@@ -55,6 +56,8 @@ pub async fn run(
         started: Instant::now(),
         member: None,
         settled: false,
+        // The process before may have renewed a moment ago.
+        followed: Instant::now(),
     }));
     let orders = Arc::new(Orders::load(
         config.pod_name.clone(),
@@ -79,6 +82,14 @@ pub async fn run(
             let _ = http_stopped.await;
         },
     ));
+
+    let follows = config.pod_name.clone().map(|pod| {
+        tokio::spawn(super::follow::run(
+            pod,
+            config.credentials_dir.clone(),
+            readiness.clone(),
+        ))
+    });
 
     // Beside the socket: `paths::RUN_DIR` in a pod, which the preStop hooks read.
     let mut mark = HandoverMark::new(
@@ -133,6 +144,7 @@ pub async fn run(
             started: began,
             member,
             settled: decision.action.is_none(),
+            followed: r.followed,
         };
         drop(r);
         passed.send_replace(());
@@ -142,6 +154,9 @@ pub async fn run(
         if fence.remaining().is_some() {
             fence.wait_out().await;
         }
+    }
+    if let Some(follows) = follows {
+        follows.abort();
     }
     let _ = stop_http.send(());
     let _ = endpoints.await;
@@ -217,8 +232,9 @@ fn routes(
             http::status(board.clone(), query)
         }
     };
+    let follow = super::lease_follow::follow_handler(lease.clone(), config.credentials_dir.clone());
     let lease = super::lease::handler(lease.clone(), config.credentials_dir.clone(), wake.clone());
-    http::routes(healthz, readyz, status, order, lease)
+    http::routes(healthz, readyz, status, order, (lease, follow))
 }
 
 /// Serves copies of this member's data beside the probes, when configured: the port (0 when

@@ -8,11 +8,15 @@
 //! not: a promotion applies the relay log first), and whose applier has not failed. Otherwise
 //! the cluster waits and says why; a human who knows the silent members are gone for good can
 //! force the choice with [`FORCE_FAILOVER_ANNOTATION`], which is recorded. In every case the
-//! lost primary's lease must have lapsed first, so that it has fenced itself.
+//! lost primary's lease must have lapsed first, so that it has fenced itself: the one the
+//! operator's heartbeats granted, and the one its replicas' renewals may keep
+//! (`bulwark_contract::follow`, [`followers_needed`]).
 
 use std::time::Duration;
 
+use bulwark_contract::follow::MAX_FOLLOWED_FOR;
 use bulwark_contract::gtid;
+use bulwark_contract::lease::{lease_for, LEASE_MARGIN, MIN_LEASE};
 use bulwark_contract::member::MemberStatus;
 use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
@@ -47,6 +51,46 @@ pub enum Failover {
 pub fn reports_needed(semi: &SemiSync) -> Option<usize> {
     let replicas = semi.members.saturating_sub(1) as usize;
     (semi.waits()).then(|| replicas.saturating_sub(semi.acks as usize) + 1)
+}
+
+/// How many replicas' renewals keep a primary's lease when the operator's heartbeats no longer
+/// come (`bulwark_contract::follow`): one more than may be silent when a failover is decided
+/// without a human (R replicas, of which [`reports_needed`] must report, any one under
+/// asynchronous replication), so that a renewal the primary needs is always a reporting
+/// replica's, whose last renewal the failover waits out. 0 for a single member, which has no
+/// replica and is never failed over.
+pub fn followers_needed(semi: &SemiSync) -> u32 {
+    let replicas = semi.members.saturating_sub(1) as usize;
+    if replicas == 0 {
+        return 0;
+    }
+    let reporting = reports_needed(semi).unwrap_or(1).clamp(1, replicas);
+    u32::try_from(replicas - reporting + 1).unwrap_or(u32::MAX)
+}
+
+/// What replicas' renewals may still keep of a lease the operator granted asking for them
+/// (`Leases::renewals`): nothing is promoted while they might, unless fewer replicas are silent
+/// than the fewest renewals asked for (one needed is then a reporting replica's, waited out by
+/// its report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenewalTerms {
+    /// How long such a lease may still be kept, plus the margin (zero: none may).
+    pub outstanding: Duration,
+    /// The fewest replicas a heartbeat asked to renew (0: none asked).
+    pub fewest: u32,
+    /// The longest lease so granted, which each renewal counts for.
+    pub longest: Duration,
+}
+
+/// A reporting replica that renewed the primary's lease less than the lease and its margin
+/// ago, by its report (`followed_ms` as of the answer, plus nothing: the answer is fresh).
+fn renewed_lately<'a>(replicas: &[(&'a str, &MemberStatus)], lease: Duration) -> Option<&'a str> {
+    let within = lease + LEASE_MARGIN;
+    replicas.iter().find_map(|(pod, r)| {
+        r.followed_ms
+            .is_some_and(|ms| Duration::from_millis(ms) < within)
+            .then_some(*pod)
+    })
 }
 
 /// When fewer replicas report than `semi` needs for a lossless choice: that number, and which
@@ -140,6 +184,8 @@ pub struct Rules<'a> {
     /// How long the lost primary may still hold a lease the operator granted it, and fence
     /// itself after it (`Leases::outstanding_any`): nothing is promoted before it is zero.
     pub lease_outstanding: Duration,
+    /// What its replicas' renewals may still keep of such a lease.
+    pub renewals: RenewalTerms,
 }
 
 /// Decides. `lost_for`: how long the primary has been lost (`None`: it is not).
@@ -179,6 +225,18 @@ pub fn decide(
         .filter(|m| m.pod != primary && m.labelled == Some(Role::Replica))
         .filter_map(|m| m.report.as_ref().ok().map(|r| (m.pod.as_str(), r)))
         .collect();
+    // A replica that renewed the lease lately keeps it for a lease from then: reporting that
+    // it no longer receives does not undo that renewal.
+    let lease = lease_for(after)
+        .unwrap_or(MIN_LEASE)
+        .max(rules.renewals.longest);
+    if let Some(pod) = renewed_lately(&replicas, lease) {
+        return Failover::Waiting(format!(
+            "{why}; {pod} renewed {primary}'s lease less than {}s ago: no replica is promoted \
+             before that renewal has lapsed and {primary} has fenced itself",
+            (lease + LEASE_MARGIN).as_secs()
+        ));
+    }
     let mut forced = None;
     if let Some((needed, short)) = too_few_report(&rules.semi_sync, primary, members, &replicas) {
         let short = format!("{why}; {short}");
@@ -200,6 +258,27 @@ pub fn decide(
                 ))
             }
         }
+    }
+    // Silent replicas may be renewing the primary's lease: as many as a heartbeat asked for
+    // keep it (the pods counted too, during a scale-down one more than the spec).
+    let slots = (rules.semi_sync.members as usize)
+        .max(members.len())
+        .saturating_sub(1);
+    let silent = slots.saturating_sub(replicas.len());
+    let r = rules.renewals;
+    if !r.outstanding.is_zero() && r.fewest > 0 && silent >= r.fewest as usize {
+        return Failover::Waiting(format!(
+            "{why}; {silent} replica{} may be renewing {primary}'s lease unseen (it was asked for \
+             renewals from {}): no replica is promoted until renewals can no longer keep it, {}s \
+             after the operator's last heartbeat at most{}",
+            if silent == 1 { "" } else { "s" },
+            r.fewest,
+            MAX_FOLLOWED_FOR.as_secs(),
+            match &forced {
+                Some((_, pod, _)) => format!(", then {pod} as {FORCE_FAILOVER_ANNOTATION} asks"),
+                None => String::new(),
+            }
+        ));
     }
     // A promoted replica applies all it received before it takes writes, so members are
     // compared by what they will hold once applied: nobody waits for the slowest applier, and a

@@ -58,6 +58,8 @@ pub struct Inputs<'a> {
     /// How long the status' primary may still hold a lease the operator granted it, and fence
     /// itself after it (`Leases::outstanding`).
     pub lease_outstanding: Duration,
+    /// What its replicas' renewals may keep of such a lease (`Leases::renewals`).
+    pub renewals: failover::RenewalTerms,
     pub now: DateTime<Utc>,
 }
 
@@ -272,6 +274,7 @@ pub fn plan(i: &Inputs) -> Plan {
                     .and_then(|f| f.request.as_deref()),
             ),
             lease_outstanding: i.lease_outstanding,
+            renewals: i.renewals,
         };
         match failover::decide(&rules, &primary, i.views, lost_for) {
             Failover::Healthy => {

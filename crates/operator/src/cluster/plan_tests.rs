@@ -210,6 +210,7 @@ impl Case {
             backup_sources: &[],
             deleting: &self.deleting,
             lease_outstanding: Duration::ZERO,
+            renewals: Default::default(),
             now: now(),
         })
     }

@@ -87,6 +87,10 @@ pub async fn settle(
     let lease_outstanding = lease.map_or(Duration::ZERO, |lease| {
         ctx.leases.outstanding_any(&lease_key, lease)
     });
+    let renewals = lease.map_or_else(Default::default, |lease| {
+        let followers = super::failover::followers_needed(&super::config::semi_sync(&cluster.spec));
+        ctx.leases.renewals(&lease_key, lease, followers)
+    });
     let rollout_pods = rollout::pods_of(&name, set, &pods);
     let deleting: Vec<String> = pods
         .iter()
@@ -116,6 +120,7 @@ pub async fn settle(
             backup_sources: read,
             deleting: &deleting,
             lease_outstanding,
+            renewals,
             now: Utc::now(),
         })
     };
@@ -164,6 +169,7 @@ pub async fn settle(
         had_primary: status.primary_since.is_some(),
         replaces: replaces.as_deref(),
         failover_choice: choice.is_some(),
+        followers: super::failover::followers_needed(&semi),
     };
     act(&acting, &mut settled, views).await?;
     Ok(settled)
@@ -185,6 +191,8 @@ struct Acting<'a> {
     replaces: Option<&'a str>,
     /// A failover at this epoch chose the primary.
     failover_choice: bool,
+    /// Replicas whose renewals keep the primary's lease, when its agent takes them.
+    followers: u32,
 }
 
 /// What the pass does with the primary's lease.
@@ -243,6 +251,13 @@ async fn act(a: &Acting<'_>, settled: &mut Settled, mut views: Vec<MemberView>) 
             pod,
             epoch,
             lease,
+            // Asked of an agent that takes renewals, and only with failover on.
+            followers: views
+                .iter()
+                .find(|v| v.pod == primary)
+                .and_then(|v| v.report.as_ref().ok())
+                .filter(|r| r.takes_follows && a.lease.is_some())
+                .map_or(0, |_| a.followers),
         }),
         _ => None,
     };
@@ -403,6 +418,8 @@ struct LeaseTarget<'a> {
     pod: &'a Pod,
     epoch: u64,
     lease: Duration,
+    /// Replicas whose renewals keep it past the heartbeats (0: none).
+    followers: u32,
 }
 
 /// The key of `cluster`'s leases: by uid too, so that a cluster created again under the same
@@ -445,6 +462,7 @@ fn renew_lease(ctx: &Context, target: &LeaseTarget<'_>, key: Vec<u8>) {
         addr,
         epoch: target.epoch,
         lease: target.lease,
+        followers: target.followers,
     };
     ctx.leases.renew(target.cluster, holder, key);
 }
@@ -480,6 +498,8 @@ pub async fn keep_lease(ctx: &Context, cluster: &MySQLCluster, ns: &str) {
         pod: &pod,
         epoch,
         lease: lease_length(cluster).unwrap_or(LEASE_WITHOUT_FAILOVER),
+        // While the spec is invalid: the operator's heartbeats alone.
+        followers: 0,
     };
     if let Some(key) = order_key(ctx, ns, &name).await {
         renew_lease(ctx, &target, key);

@@ -160,6 +160,8 @@ pub(super) fn sample_report(gtid: &str) -> bulwark_contract::member::MemberStatu
         handover_pending: false,
         clone_port: 0,
         age_ms: 0,
+        takes_follows: false,
+        followed_ms: None,
     }
 }
 

@@ -63,6 +63,8 @@ pub fn fresh_report() -> MemberStatus {
         handover_pending: false,
         clone_port: 0,
         age_ms: 0,
+        takes_follows: false,
+        followed_ms: None,
     }
 }
 

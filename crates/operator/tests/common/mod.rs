@@ -158,8 +158,21 @@ pub fn operator() {
                     exporter_image: EXPORTER_IMAGE.to_owned(),
                     namespaces: Vec::new(),
                 };
-                let ctx =
-                    Context::with_members(client, config, Arc::new(Metrics::default()), members());
+                // As an operator that has run for long: right after a start, a forced failover
+                // waits out renewals a process before it may have asked for (unit-tested in
+                // `leases.rs` and `failover_tests.rs`), minutes these tests do not wait.
+                let long_ago = Instant::now()
+                    .checked_sub(
+                        bulwark_contract::follow::MAX_FOLLOWED_FOR + Duration::from_secs(120),
+                    )
+                    .unwrap_or_else(Instant::now);
+                let ctx = Context::with_leases(
+                    client,
+                    config,
+                    Arc::new(Metrics::default()),
+                    members(),
+                    bulwark_operator::leases::Leases::started_at(long_ago),
+                );
                 tx.send(()).expect("test waits");
                 bulwark_operator::run::controllers(ctx, std::future::pending()).await;
             });
