@@ -54,6 +54,8 @@ pub struct Lease {
     pub(super) taken: Mutex<Option<Taken>>,
     /// By replica: the last renewal taken from it.
     pub(super) renewed: Mutex<HashMap<String, Renewed>>,
+    /// Whether it was logged that renewals keep the lease since the last heartbeat.
+    pub(super) kept_logged: std::sync::atomic::AtomicBool,
     /// The last refusal since a heartbeat was taken: its line (logged once however often it
     /// repeats) and its kind (for the readiness reason).
     refused: Mutex<Option<(String, &'static str)>>,
@@ -89,6 +91,7 @@ impl Lease {
             file,
             taken: Mutex::new(taken),
             renewed: Mutex::default(),
+            kept_logged: Default::default(),
             refused: Mutex::new(None),
         }
     }
@@ -152,6 +155,8 @@ impl Lease {
             follow_until: sent + MAX_FOLLOWED_FOR,
         };
         *taken = Some(t);
+        self.kept_logged
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         // Under the lock: a renewal's write never overtakes this one's.
         self.keep(&t, now_ms);
         Ok((h, renews))

@@ -22,7 +22,8 @@ impl Lease {
     /// Takes a replica's renewal verified under `key`: only for the epoch of the operator's
     /// last heartbeat, when it asked for renewals, within `MAX_FOLLOWED_FOR` of it, and only
     /// while the lease is held (a lapsed lease is lifted by the operator alone). `Ok(true)`
-    /// when the lease now runs past the operator's heartbeat.
+    /// the first time since the last heartbeat that renewals keep a lease whose heartbeat ran
+    /// out.
     pub(super) fn take_follow(&self, line: &str, key: &[u8]) -> Result<(Follow, bool), Refusal> {
         let pod = self.pod_name.as_deref().ok_or(Refusal::NoPodName)?;
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -70,7 +71,13 @@ impl Lease {
             self.keep(&t, now_ms);
         }
         drop(taken);
-        Ok((f, after > t.at + t.lease && before <= t.at + t.lease))
+        // Once per heartbeat taken, when the renewals are what keeps the lease: the operator's
+        // heartbeat has run out.
+        let kept = now >= t.at + t.lease
+            && !self
+                .kept_logged
+                .swap(true, std::sync::atomic::Ordering::Relaxed);
+        Ok((f, kept))
     }
 }
 

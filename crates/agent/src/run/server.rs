@@ -83,13 +83,19 @@ pub async fn run(
         },
     ));
 
-    let follows = config.pod_name.clone().map(|pod| {
-        tokio::spawn(super::follow::run(
-            pod,
-            config.credentials_dir.clone(),
-            readiness.clone(),
-        ))
-    });
+    // Members renew their primary's lease when they hold one themselves as the primary: with
+    // automatic failover on.
+    let follows = config
+        .pod_name
+        .clone()
+        .filter(|_| config.primary_lease)
+        .map(|pod| {
+            tokio::spawn(super::follow::run(
+                pod,
+                config.credentials_dir.clone(),
+                readiness.clone(),
+            ))
+        });
 
     // Beside the socket: `paths::RUN_DIR` in a pod, which the preStop hooks read.
     let mut mark = HandoverMark::new(

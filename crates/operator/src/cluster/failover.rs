@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use bulwark_contract::follow::MAX_FOLLOWED_FOR;
 use bulwark_contract::gtid;
 use bulwark_contract::lease::{lease_for, LEASE_MARGIN, MIN_LEASE};
 use bulwark_contract::member::MemberStatus;
@@ -24,6 +23,7 @@ use bulwark_contract::Role;
 
 pub use bulwark_api::cluster::FORCE_FAILOVER_ANNOTATION;
 
+use super::renewals;
 use super::roles::{shown, MemberView};
 
 /// What to do about the primary.
@@ -66,31 +66,6 @@ pub fn followers_needed(semi: &SemiSync) -> u32 {
     }
     let reporting = reports_needed(semi).unwrap_or(1).clamp(1, replicas);
     u32::try_from(replicas - reporting + 1).unwrap_or(u32::MAX)
-}
-
-/// What replicas' renewals may still keep of a lease the operator granted asking for them
-/// (`Leases::renewals`): nothing is promoted while they might, unless fewer replicas are silent
-/// than the fewest renewals asked for (one needed is then a reporting replica's, waited out by
-/// its report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RenewalTerms {
-    /// How long such a lease may still be kept, plus the margin (zero: none may).
-    pub outstanding: Duration,
-    /// The fewest replicas a heartbeat asked to renew (0: none asked).
-    pub fewest: u32,
-    /// The longest lease so granted, which each renewal counts for.
-    pub longest: Duration,
-}
-
-/// A reporting replica that renewed the primary's lease less than the lease and its margin
-/// ago, by its report (`followed_ms` as of the answer, plus nothing: the answer is fresh).
-fn renewed_lately<'a>(replicas: &[(&'a str, &MemberStatus)], lease: Duration) -> Option<&'a str> {
-    let within = lease + LEASE_MARGIN;
-    replicas.iter().find_map(|(pod, r)| {
-        r.followed_ms
-            .is_some_and(|ms| Duration::from_millis(ms) < within)
-            .then_some(*pod)
-    })
 }
 
 /// When fewer replicas report than `semi` needs for a lossless choice: that number, and which
@@ -188,6 +163,8 @@ pub struct Rules<'a> {
     pub renewals: RenewalTerms,
 }
 
+pub use super::renewals::RenewalTerms;
+
 /// Decides. `lost_for`: how long the primary has been lost (`None`: it is not).
 pub fn decide(
     rules: &Rules<'_>,
@@ -230,7 +207,7 @@ pub fn decide(
     let lease = lease_for(after)
         .unwrap_or(MIN_LEASE)
         .max(rules.renewals.longest);
-    if let Some(pod) = renewed_lately(&replicas, lease) {
+    if let Some(pod) = renewals::renewed_lately(&replicas, lease) {
         return Failover::Waiting(format!(
             "{why}; {pod} renewed {primary}'s lease less than {}s ago: no replica is promoted \
              before that renewal has lapsed and {primary} has fenced itself",
@@ -259,21 +236,13 @@ pub fn decide(
             }
         }
     }
-    // Silent replicas may be renewing the primary's lease: as many as a heartbeat asked for
-    // keep it (the pods counted too, during a scale-down one more than the spec).
-    let slots = (rules.semi_sync.members as usize)
-        .max(members.len())
-        .saturating_sub(1);
-    let silent = slots.saturating_sub(replicas.len());
-    let r = rules.renewals;
-    if !r.outstanding.is_zero() && r.fewest > 0 && silent >= r.fewest as usize {
+    // Silent replicas may be renewing the primary's lease.
+    if let Some(unseen) =
+        renewals::unseen_renewers(&rules.semi_sync, members, replicas.len(), rules.renewals)
+    {
         return Failover::Waiting(format!(
-            "{why}; {silent} replica{} may be renewing {primary}'s lease unseen (it was asked for \
-             renewals from {}): no replica is promoted until renewals can no longer keep it, {}s \
-             after the operator's last heartbeat at most{}",
-            if silent == 1 { "" } else { "s" },
-            r.fewest,
-            MAX_FOLLOWED_FOR.as_secs(),
+            "{why}; {}{}",
+            renewals::unseen_message(unseen, primary, rules.renewals),
             match &forced {
                 Some((_, pod, _)) => format!(", then {pod} as {FORCE_FAILOVER_ANNOTATION} asks"),
                 None => String::new(),

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::failover::{self, Failover};
+use super::renewals;
 use super::roles::MemberView;
 use super::rollout;
 use super::switchover::{self, Progress, Request};
@@ -338,9 +339,28 @@ pub fn plan(i: &Inputs) -> Plan {
                 )));
             }
             Progress::Aborted(why) => {
-                let from = run.from.clone();
-                let record = finish(run, switchover::ABORTED, why, i.now);
-                return changed(from, Transition::SwitchoverAborted(record));
+                // `to` may have taken writes before the operator lost sight of it: `from` gets
+                // them back only once nothing can keep `to`'s lease, its replicas' renewals
+                // included.
+                let leased = renewals::still_leased(
+                    &run.to,
+                    i.views,
+                    &i.semi_sync,
+                    i.failover_after,
+                    i.lease_outstanding,
+                    i.renewals,
+                );
+                if let Some(wait) = leased {
+                    hold.switching = Some((run.from.clone(), run.to.clone()));
+                    hold.waiting = Some(format!(
+                        "{why} once {} can no longer take writes: {wait}",
+                        run.to
+                    ));
+                } else {
+                    let from = run.from.clone();
+                    let record = finish(run, switchover::ABORTED, why, i.now);
+                    return changed(from, Transition::SwitchoverAborted(record));
+                }
             }
         }
     } else {

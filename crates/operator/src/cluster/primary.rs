@@ -76,14 +76,12 @@ pub async fn settle(
         // The Ready condition and an event say so; every pass would repeat it here.
         tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
     }
-    let views = crate::members::views(ctx.members.as_ref(), &pods).await;
-    let mut status = cluster.status.clone().unwrap_or_default();
-    let engine = cluster.spec.engine;
-    let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
     let lease = lease_length(cluster);
     let lease_key = lease_key(cluster, ns);
-    // Any member may still hold a lease this operator sent it (the adopted primary of a
-    // status that went back, one replaced a moment ago): a failover waits for all of them.
+    // Any member may still hold a lease this operator sent it (the adopted primary of a status
+    // that went back, one replaced a moment ago): a failover waits for all of them. Counted
+    // before the reports are read, so that once it is zero a renewal sent after a report was
+    // read finds the lease lapsed (what the reports say of renewals is waited out apart).
     let lease_outstanding = lease.map_or(Duration::ZERO, |lease| {
         ctx.leases.outstanding_any(&lease_key, lease)
     });
@@ -91,6 +89,10 @@ pub async fn settle(
         let followers = super::failover::followers_needed(&super::config::semi_sync(&cluster.spec));
         ctx.leases.renewals(&lease_key, lease, followers)
     });
+    let views = crate::members::views(ctx.members.as_ref(), &pods).await;
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let engine = cluster.spec.engine;
+    let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
     let rollout_pods = rollout::pods_of(&name, set, &pods);
     let deleting: Vec<String> = pods
         .iter()
