@@ -114,11 +114,14 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // primary has been gone long enough, that a restarted replica has caught up, or that a
         // member whose agent is not ready (its pod's condition may not say so yet) is again.
         let after = primary::seconds(cluster.spec.replication.failover_after_seconds);
-        return Ok(Action::requeue(
-            plan.lost_since.as_ref().map_or(plan::LOST_POLL, |since| {
-                plan::recheck_lost(since.0, Utc::now(), after, settled.lease_outstanding)
-            }),
-        ));
+        return Ok(Action::requeue(plan.lost_since.as_ref().map_or(
+            plan::LOST_POLL,
+            |since| {
+                // Also once a replica's renewal that holds the failover back is old enough.
+                let wait = settled.lease_outstanding.max(settled.renewal_wait);
+                plan::recheck_lost(since.0, Utc::now(), after, wait)
+            },
+        )));
     }
     let archiving = cluster
         .spec

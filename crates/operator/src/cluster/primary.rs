@@ -53,6 +53,8 @@ pub struct Settled {
     pub primary_silent: bool,
     /// How long the primary may still hold a lease the operator sent it, plus the margin.
     pub lease_outstanding: Duration,
+    /// How long until no reporting member renewed a lease lately (`renewals::renewal_wait`).
+    pub renewal_wait: Duration,
 }
 
 /// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
@@ -90,6 +92,9 @@ pub async fn settle(
         ctx.leases.renewals(&lease_key, lease, followers)
     });
     let views = crate::members::views(ctx.members.as_ref(), &pods).await;
+    let renewal_wait = lease.map_or(Duration::ZERO, |lease| {
+        super::renewals::renewal_wait(&views, lease.max(renewals.longest))
+    });
     let mut status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
@@ -145,6 +150,7 @@ pub async fn settle(
         unready: Vec::new(),
         primary_silent: false,
         lease_outstanding,
+        renewal_wait,
     };
     if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);

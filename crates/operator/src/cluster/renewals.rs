@@ -118,3 +118,45 @@ pub fn still_leased(
     unseen_renewers(semi, members, reporting.len(), renewals)
         .map(|silent| unseen_message(silent, holder, renewals))
 }
+
+/// How long until every reporting member's last renewal, as its report dates it, is older than
+/// `lease` and the margin: when a failover held back by one ([`renewed_lately`]) may look again.
+pub fn renewal_wait(members: &[MemberView], lease: Duration) -> Duration {
+    let within = lease + LEASE_MARGIN;
+    members
+        .iter()
+        .filter_map(|m| m.report.as_ref().ok()?.followed_ms)
+        .map(|ms| within.saturating_sub(Duration::from_millis(ms)))
+        .max()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::roles::sample_view;
+    use bulwark_contract::Role;
+
+    #[test]
+    fn a_failover_looks_again_when_the_latest_renewal_is_old_enough() {
+        let renewed = |pod: &str, ms: Option<u64>| {
+            let mut v = sample_view(pod, Role::Replica, 1, true, Some(0));
+            if let Ok(r) = &mut v.report {
+                r.followed_ms = ms;
+            }
+            v
+        };
+        let six = Duration::from_secs(6);
+        let s = Duration::from_secs;
+        assert_eq!(renewal_wait(&[], six), Duration::ZERO);
+        assert_eq!(
+            renewal_wait(&[renewed("a", Some(7_000)), renewed("b", Some(9_000))], six),
+            s(3),
+            "the most recent renewal, 7 s ago, is old enough in 3 s"
+        );
+        assert_eq!(
+            renewal_wait(&[renewed("a", Some(60_000)), renewed("b", None)], six),
+            Duration::ZERO
+        );
+    }
+}

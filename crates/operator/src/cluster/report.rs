@@ -415,6 +415,7 @@ mod tests {
             unready: Vec::new(),
             primary_silent: false,
             lease_outstanding: std::time::Duration::ZERO,
+            renewal_wait: std::time::Duration::ZERO,
         }
     }
 
