@@ -231,16 +231,19 @@ pub enum Refusal {
 
 impl Refusal {
     /// What went wrong, in words that stay the same from one heartbeat to the next.
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Refusal::Heartbeat(h) => h.kind(),
             Refusal::NoKey(_) => "the order key could not be read",
             Refusal::NoPodName => "this agent has no pod name",
-            Refusal::Follow(_)
-            | Refusal::NotAsked
-            | Refusal::OtherEpoch { .. }
-            | Refusal::HeartbeatTooOld
-            | Refusal::Lapsed => "a replica's renewal was refused",
+            Refusal::Follow(FollowRefusal::Invalid(_)) => "the renewal was invalid",
+            Refusal::Follow(FollowRefusal::OtherMember(_)) => "the renewal was for another pod",
+            Refusal::Follow(FollowRefusal::Stale { .. }) => "the renewal's stamp was too far off",
+            Refusal::Follow(FollowRefusal::Replayed(_)) => "the renewal was a replay",
+            Refusal::NotAsked => "no renewals were asked for",
+            Refusal::OtherEpoch { .. } => "the renewal was for another epoch",
+            Refusal::HeartbeatTooOld => "the operator's heartbeat was too old",
+            Refusal::Lapsed => "the lease had lapsed",
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
-use bulwark_contract::follow::{Follow, FollowRefusal};
+use bulwark_contract::follow::Follow;
 use bulwark_contract::order::ORDER_KEY;
 
 use crate::run::http::Response;
@@ -112,7 +112,7 @@ pub(crate) fn follow_handler(
                     // Logged once per replica and kind of refusal (a stamp's offset changes
                     // every second); the name is read unverified, for the log only.
                     let replica = named(&body);
-                    let kind = kind(&r);
+                    let kind = r.kind();
                     let mut logged = logged.lock().unwrap_or_else(|e| e.into_inner());
                     if logged.get(&replica).map(String::as_str) != Some(kind) {
                         tracing::info!(replica = %replica, reason = %r, "a replica's lease renewal refused");
@@ -131,21 +131,4 @@ fn named(body: &[u8]) -> String {
         .ok()
         .and_then(|v| v["replica"].as_str().map(|r| r.chars().take(63).collect()))
         .unwrap_or_default()
-}
-
-/// A refusal in words that stay the same from one renewal to the next.
-fn kind(r: &Refusal) -> &'static str {
-    match r {
-        Refusal::Follow(FollowRefusal::Invalid(_)) => "invalid",
-        Refusal::Follow(FollowRefusal::OtherMember(_)) => "for another pod",
-        Refusal::Follow(FollowRefusal::Stale { .. }) => "stamp too far from this clock",
-        Refusal::Follow(FollowRefusal::Replayed(_)) => "replayed",
-        Refusal::NotAsked => "not asked for",
-        Refusal::OtherEpoch { .. } => "another epoch",
-        Refusal::HeartbeatTooOld => "heartbeat too old",
-        Refusal::Lapsed => "lapsed",
-        Refusal::NoKey(_) => "no key",
-        Refusal::NoPodName => "no pod name",
-        Refusal::Heartbeat(_) => "heartbeat",
-    }
 }
