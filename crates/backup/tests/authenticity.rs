@@ -1,7 +1,10 @@
 //! An encrypted repository against someone who can write to the bucket but has no key, on real
 //! MariaDB: a segment archived without a key from another server and planted in the archive is
 //! never replayed; an edited manifest is damaged; a manifest without its MAC is refused until
-//! `rewrap` signs it; another key, or none, is refused before anything is written or read.
+//! `rewrap` signs it; another key, or none, is refused before anything is written or read; a
+//! backup or segment copied in from another repository under the same key is refused, and a
+//! repository from before manifests named their repository reads as before until `rewrap`
+//! names it in each.
 
 mod common;
 
@@ -304,4 +307,225 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         vec![id.clone()],
         "nothing written"
     );
+}
+
+/// Backup ids in order: two taken within a second sort by their random tail, not their order.
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+/// Copies the files of directory `from` into `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// The one segment directory of `repo`'s default archive.
+fn only_segment(repo: &str) -> String {
+    let dirs: Vec<String> = std::fs::read_dir(Path::new(repo).join("binlogs/default"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+/// The reason `listing` gives for the incomplete backup or archive entry whose id ends in `id`.
+fn reason_for(entries: &serde_json::Value, id: &str) -> String {
+    entries
+        .as_array()
+        .unwrap_or_else(|| panic!("{entries}"))
+        .iter()
+        .find(|i| i["id"].as_str().unwrap().ends_with(id))
+        .unwrap_or_else(|| panic!("{id} not among {entries}"))["reason"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Re-signs a stored manifest (or key check) as the release before repository ids wrote it:
+/// without `repository`, under the bare key.
+fn sign_as_before_ids(path: &Path, key: &Path) {
+    let key = bulwark_engine::crypto::MasterKey::from_file(key).unwrap();
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let map = value.as_object_mut().unwrap();
+    map.remove("repository");
+    map.remove("accepts_unbound");
+    map.remove("mac");
+    std::fs::write(
+        path,
+        bulwark_engine::authenticate::manifest_bytes(&value, Some(&key)),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_manifest_copied_from_another_repository_under_the_same_key_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let key = key_file(work.path(), "key");
+    let keyed = key_env(&key);
+    let k = key.to_str().unwrap();
+    let repo_at = |name: &str| work.path().join(name).display().to_string();
+    let (repo_a, repo_b, repo_c) = (repo_at("a"), repo_at("b"), repo_at("c"));
+    let source = MariaDb::start().unwrap();
+    source.sql(SCHEMA).unwrap();
+    write_row(&source);
+    let logical = ["--method", "logical", "--encryption-key-file", k];
+    let backup_id = |repo: &str| {
+        backup(repo, &source, &logical, &[])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let in_a = backup_id(&repo_a);
+    let a = Archiver::start(&repo_a, &source, &key, work.path(), "archiver-a");
+    write_row(&source);
+    let head = source.query("SELECT @@gtid_binlog_pos").unwrap()[0][0].clone();
+    wait_archived_at(&repo_a, &head, &a);
+    a.stop();
+    let in_b = backup_id(&repo_b);
+    let (listing_a, listing_b) = (list(&repo_a, &keyed), list(&repo_b, &keyed));
+    let id_a = listing_a["repository"].as_str().unwrap().to_string();
+    assert_eq!(id_a.len(), 32, "{listing_a}");
+    assert_ne!(
+        listing_b["repository"], id_a,
+        "each repository has its own id"
+    );
+
+    // A's backup and segment, copied into B: authentic under the key, but not B's.
+    copy_dir(
+        &Path::new(&repo_a).join("backups").join(&in_a),
+        &Path::new(&repo_b).join("backups").join(&in_a),
+    );
+    let segment = only_segment(&repo_a);
+    copy_dir(
+        &Path::new(&repo_a).join("binlogs/default").join(&segment),
+        &Path::new(&repo_b).join("binlogs/default").join(&segment),
+    );
+    let listing = list(&repo_b, &keyed);
+    assert_eq!(complete_ids(&listing), vec![in_b.clone()], "{listing}");
+    let copied = format!("written for repository {id_a}, not this one");
+    assert!(
+        reason_for(&listing["incomplete"], &in_a).contains(&copied),
+        "{listing}"
+    );
+    let archived = &listing["archives"]["default"]["incomplete"];
+    assert!(
+        reason_for(archived, &segment).contains(&copied),
+        "{listing}"
+    );
+    fails(
+        into_server(
+            "restore",
+            &repo_b,
+            &key,
+            &in_a,
+            &MariaDb::start().unwrap(),
+            &[],
+        ),
+        &[&copied],
+    );
+    // `rewrap` never adopts them.
+    let sign = |repo: &str| {
+        cli(&[
+            "rewrap",
+            "--repo",
+            repo,
+            "--encryption-key-file",
+            k,
+            "--new-encryption-key-file",
+            k,
+            "--json",
+        ])
+    };
+    let refused = stdout_of_failure(sign(&repo_b), "left as they are");
+    assert!(refused.contains(&copied), "{refused}");
+    std::fs::remove_dir_all(Path::new(&repo_b).join("backups").join(&in_a)).unwrap();
+    std::fs::remove_dir_all(Path::new(&repo_b).join("binlogs")).unwrap();
+
+    // A lost key check: readers go by the id the manifests name, and the next backup takes
+    // it. A manifest planted meanwhile, naming no repository where none predates repository
+    // ids, is refused; one naming another repository is a conflict that stops the backup.
+    std::fs::remove_file(Path::new(&repo_b).join("repository.json")).unwrap();
+    let planted = Path::new(&repo_b).join("backups").join(&in_a);
+    copy_dir(&Path::new(&repo_a).join("backups").join(&in_a), &planted);
+    sign_as_before_ids(&planted.join("manifest.json"), &key);
+    let listing = list(&repo_b, &keyed);
+    assert_eq!(listing["repository"], listing_b["repository"], "{listing}");
+    assert!(
+        reason_for(&listing["incomplete"], &in_a).contains("names no repository"),
+        "{listing}"
+    );
+    copy_dir(&Path::new(&repo_a).join("backups").join(&in_a), &planted);
+    let mut c = cli(&["backup", "--repo", &repo_b]);
+    c.args(logical).args(source.cli_args());
+    fails(c, &["name several"]);
+    std::fs::remove_dir_all(&planted).unwrap();
+    let again = backup_id(&repo_b);
+    let listing = list(&repo_b, &keyed);
+    assert_eq!(listing["repository"], listing_b["repository"], "{listing}");
+    assert_eq!(
+        sorted(complete_ids(&listing)),
+        sorted(vec![in_b.clone(), again]),
+        "{listing}"
+    );
+
+    // A repository written before manifests named their repository reads as it did.
+    let in_c = backup_id(&repo_c);
+    let c_manifest = Path::new(&repo_c)
+        .join("backups")
+        .join(&in_c)
+        .join("manifest.json");
+    sign_as_before_ids(&Path::new(&repo_c).join("repository.json"), &key);
+    sign_as_before_ids(&c_manifest, &key);
+    let before_ids = std::fs::read(&c_manifest).unwrap();
+    let listing = list(&repo_c, &keyed);
+    assert_eq!(listing["repository"], serde_json::Value::Null, "{listing}");
+    assert_eq!(complete_ids(&listing), vec![in_c.clone()], "{listing}");
+    // What names another repository is refused there too.
+    copy_dir(
+        &Path::new(&repo_a).join("backups").join(&in_a),
+        &Path::new(&repo_c).join("backups").join(&in_a),
+    );
+    let listing = list(&repo_c, &keyed);
+    assert!(
+        reason_for(&listing["incomplete"], &in_a).contains("key check names none"),
+        "{listing}"
+    );
+    std::fs::remove_dir_all(Path::new(&repo_c).join("backups").join(&in_a)).unwrap();
+    // A backup taken meanwhile goes on signing as before (the archiver likewise).
+    let meanwhile = backup_id(&repo_c);
+    assert_eq!(
+        sorted(complete_ids(&list(&repo_c, &keyed))),
+        sorted(vec![in_c.clone(), meanwhile.clone()])
+    );
+    // `rewrap` with the same key names the repository in each manifest; from then on a
+    // manifest naming none (like one copied from another such repository) is refused.
+    let named = ok(sign(&repo_c));
+    assert!(named.contains("bound to the repository"), "{named}");
+    let listing = list(&repo_c, &keyed);
+    let id_c = listing["repository"].as_str().unwrap().to_string();
+    assert_eq!(
+        sorted(complete_ids(&listing)),
+        sorted(vec![in_c.clone(), meanwhile]),
+        "{listing}"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&c_manifest).unwrap()).unwrap();
+    assert_eq!(manifest["repository"], id_c.as_str());
+    std::fs::write(&c_manifest, before_ids).unwrap();
+    let listing = list(&repo_c, &keyed);
+    assert!(
+        reason_for(&listing["incomplete"], &in_c).contains("names no repository"),
+        "{listing}"
+    );
+    let rerun = stdout_of_failure(sign(&repo_c), "left as they are");
+    assert!(rerun.contains("names no repository"), "{rerun}");
 }

@@ -190,12 +190,14 @@ impl BackupSelector {
         key_required: bool,
     ) -> Result<(Repository, CompleteBackup, Option<MasterKey>), Error> {
         let key = self.key.load()?;
-        let repo = open_repo(&self.repo, 0).await?.under_key(key.clone());
-        match repo.check_key().await {
-            Err(Error::KeyRequiredByRepository { .. }) if !key_required => {}
+        let repo = open_repo(&self.repo, 0).await?.under_key(key);
+        // Checked, the repository reads under the key bound to it, which is what is returned.
+        let repo = match repo.clone().check_key().await {
+            Err(Error::KeyRequiredByRepository { .. }) if !key_required => repo,
             checked => checked?,
-        }
+        };
         let backup = repo.resolve(&self.id).await?;
+        let key = repo.key().cloned();
         Ok((repo, backup, key))
     }
 

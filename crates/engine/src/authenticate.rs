@@ -1,9 +1,11 @@
 //! Authenticated manifests. Under a master key every manifest (backups and archived binlog
 //! segments) carries `mac`: HMAC-SHA256, under a key derived from the master key, of the
-//! manifest's canonical JSON without that field (object keys sorted, no whitespace), so no field
-//! can be edited, added or removed by someone who can write to the repository but has no key.
-//! The repository's key check (`repository.json`) says, authenticated, that the repository is
-//! encrypted and under which key. Pure except [`ensure_key_check`] and [`read_key_check`].
+//! manifest's canonical JSON without that field (object keys sorted, no whitespace), so no
+//! field can be edited, added or removed by someone who can write to the repository but has no
+//! key. Each manifest names, signed, the repository it was written for (`repository`), so none
+//! is taken from another repository under the same key. The repository's key check
+//! (`repository.json`) says, authenticated, that the repository is encrypted, under which key,
+//! and its id. Pure except the key check's reads and writes.
 
 use std::sync::Arc;
 
@@ -11,11 +13,13 @@ use bytes::Bytes;
 use serde_json::Value;
 
 pub use crate::crypto::hmac_sha256;
-use crate::crypto::MasterKey;
+use crate::crypto::{Binding, MasterKey};
 use crate::store::{Store, StoreError};
 
 /// The field holding a manifest's MAC.
 pub const MAC_FIELD: &str = "mac";
+/// The field naming the repository a manifest was written for.
+pub const REPOSITORY_FIELD: &str = "repository";
 /// Prefix of a MAC's text.
 const MAC_PREFIX: &str = "hmac-sha256:";
 /// The repository's key check object, at its root.
@@ -82,12 +86,27 @@ fn mac_of(value: &Value, key: &MasterKey) -> String {
     format!("{MAC_PREFIX}{}", hex::encode(mac))
 }
 
-/// `manifest` as the pretty JSON stored, with its MAC under `key` when there is one.
-pub fn manifest_bytes<T: serde::Serialize>(manifest: &T, key: Option<&MasterKey>) -> Vec<u8> {
-    let mut value = serde_json::to_value(manifest).expect("a manifest serializes");
-    if let (Some(key), Value::Object(map)) = (key, &mut value) {
+/// `value` with its MAC under `key`.
+fn signed(mut value: Value, key: &MasterKey) -> Value {
+    if let Value::Object(map) = &mut value {
         let mac = mac_of(&Value::Object(map.clone()), key);
         map.insert(MAC_FIELD.into(), Value::String(mac));
+    }
+    value
+}
+
+/// `manifest` as the pretty JSON stored, with its MAC under `key` when there is one, naming
+/// the repository the key is bound to (none in a repository whose key check predates binding).
+pub fn manifest_bytes<T: serde::Serialize>(manifest: &T, key: Option<&MasterKey>) -> Vec<u8> {
+    let mut value = serde_json::to_value(manifest).expect("a manifest serializes");
+    if let Some(key) = key {
+        if let (Some(binding), Value::Object(map)) = (key.binding(), &mut value) {
+            map.insert(
+                REPOSITORY_FIELD.into(),
+                Value::String(binding.repository.clone()),
+            );
+        }
+        value = signed(value, key);
     }
     serde_json::to_vec_pretty(&value).expect("a manifest serializes")
 }
@@ -102,6 +121,15 @@ pub enum ManifestRefusal {
     Unsigned,
     #[error("its MAC does not match under key {0}: edited, or signed with another key")]
     Mismatch(String),
+    #[error("it was written for repository {found}, not this one ({expected}): copied from another repository")]
+    OtherRepository { found: String, expected: String },
+    /// Written before manifests named their repository, in a repository whose older manifests
+    /// were all re-signed naming it (or that never had any).
+    #[error("it names no repository, and this one ({0}) accepts only manifests naming it: copied from another repository, or written by a release before manifests named their repository")]
+    Unbound(String),
+    /// Naming a repository, in one whose key check names none.
+    #[error("it was written for repository {0}, but this repository's key check names none (it predates repository ids, or was replaced): copied from another repository, or run rewrap with the same key old and new to restore the id")]
+    NoRepositoryId(String),
     #[error("it says its data is not encrypted, though a key was given")]
     Unencrypted,
 }
@@ -134,7 +162,82 @@ pub fn check_mac(raw: &[u8], key: Option<&MasterKey>) -> Result<Value, ManifestR
     if !same_mac(stored.as_str().unwrap_or_default(), &mac_of(&value, key)) {
         return Err(ManifestRefusal::Mismatch(key.id().to_owned()));
     }
-    Ok(value)
+    let named = value
+        .get(REPOSITORY_FIELD)
+        .map(|v| v.as_str().unwrap_or_default().to_owned());
+    match (named, key.binding()) {
+        (Some(found), Some(binding)) if found != binding.repository => {
+            Err(ManifestRefusal::OtherRepository {
+                found,
+                expected: binding.repository.clone(),
+            })
+        }
+        (None, Some(binding)) if !binding.accepts_unbound => {
+            Err(ManifestRefusal::Unbound(binding.repository.clone()))
+        }
+        (Some(found), None) => Err(ManifestRefusal::NoRepositoryId(found)),
+        _ => Ok(value),
+    }
+}
+
+/// What a stored manifest says of its repository, when its MAC is authentic under `key`
+/// (whatever repository it is read in): `Some(None)` when it names none (written before
+/// manifests named their repository), `None` when it is not authentic.
+pub fn named_repository(raw: &[u8], key: &MasterKey) -> Option<Option<String>> {
+    let value: Value = serde_json::from_slice(raw).ok()?;
+    let stored = value.get(MAC_FIELD)?.as_str()?;
+    if !same_mac(stored, &mac_of(&value, key)) {
+        return None;
+    }
+    Some(
+        value
+            .get(REPOSITORY_FIELD)
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    )
+}
+
+/// The binding the authentic manifests among `manifests` imply for their repository when its
+/// key check is missing or names no repository: the one id they name, or, when none names one
+/// (all predate repository ids), a new id accepting manifests that name none. Once one names
+/// the repository, one naming none is taken for planted (a rewrap interrupted with its key
+/// check lost is run again to name it). `None` when none is authentic under any of `keys`;
+/// refused when they name different repositories (one was copied in).
+pub fn binding_named_by<'a>(
+    manifests: impl IntoIterator<Item = &'a [u8]>,
+    keys: &[&MasterKey],
+) -> Result<Option<Binding>, KeyCheckError> {
+    let mut named = std::collections::BTreeSet::new();
+    let mut authentic = false;
+    for raw in manifests {
+        let Some(id) = keys.iter().find_map(|k| named_repository(raw, k)) else {
+            continue;
+        };
+        authentic = true;
+        named.extend(id);
+    }
+    if named.len() > 1 {
+        return Err(KeyCheckError::ConflictingIds(
+            named.into_iter().collect::<Vec<_>>().join(", "),
+        ));
+    }
+    let accepts_unbound = named.is_empty();
+    Ok(authentic.then(|| Binding {
+        repository: named.into_iter().next().unwrap_or_else(new_repository_id),
+        accepts_unbound,
+    }))
+}
+
+/// `key` bound as the repository's key check says now: what a manifest is signed with just
+/// before it is written, so that a writer that started before the repository was bound (or
+/// while two writers created its key check on a store that ignores create-if-absent) signs
+/// for the repository as it is. A key check that cannot be read, or names another key (a
+/// rotation since), leaves `key` as it was.
+pub async fn signing_key(store: &Arc<dyn Store>, key: &MasterKey) -> MasterKey {
+    match read_key_check(store, Some(key)).await {
+        Ok(Some(check)) => check.bind(key),
+        _ => key.clone(),
+    }
 }
 
 /// What the repository's key check says.
@@ -145,15 +248,40 @@ pub struct KeyCheck {
     /// Since when every manifest written is authenticated: a manifest whose id is stamped
     /// earlier may carry no MAC (written before), one stamped later must.
     pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// The repository's id, which manifests' MACs are bound to; `None` in a key check written
+    /// before manifests were bound (until `rewrap` binds them).
+    pub binding: Option<Binding>,
 }
 
-fn key_check_bytes(key: &MasterKey, since: chrono::DateTime<chrono::Utc>) -> Vec<u8> {
-    let check = serde_json::json!({
+impl KeyCheck {
+    /// `key` signing and checking manifests for this repository.
+    pub fn bind(&self, key: &MasterKey) -> MasterKey {
+        key.clone().bound(self.binding.clone())
+    }
+}
+
+/// A new repository id: 128 random bits in hex.
+pub fn new_repository_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+fn key_check_bytes(
+    key: &MasterKey,
+    since: chrono::DateTime<chrono::Utc>,
+    binding: Option<&Binding>,
+) -> Vec<u8> {
+    let mut check = serde_json::json!({
         "format": KEY_CHECK_FORMAT,
         "key_id": key.id(),
         "since": since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     });
-    manifest_bytes(&check, Some(key))
+    if let Some(binding) = binding {
+        check["repository"] = binding.repository.clone().into();
+        if binding.accepts_unbound {
+            check["accepts_unbound"] = true.into();
+        }
+    }
+    serde_json::to_vec_pretty(&signed(check, key)).expect("a key check serializes")
 }
 
 /// Reads the key check; `None` when the repository has none (unencrypted, or written before
@@ -195,29 +323,74 @@ pub async fn read_key_check(
         .and_then(Value::as_str)
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
         .map(|t| t.with_timezone(&chrono::Utc));
-    Ok(Some(KeyCheck { key_id, since }))
+    let binding = match value.get("repository") {
+        None => None,
+        Some(Value::String(id)) if !id.is_empty() => Some(Binding {
+            repository: id.clone(),
+            accepts_unbound: value.get("accepts_unbound") == Some(&Value::Bool(true)),
+        }),
+        Some(_) => {
+            return Err(KeyCheckError::Damaged(
+                "its repository id is not text".into(),
+            ))
+        }
+    };
+    Ok(Some(KeyCheck {
+        key_id,
+        since,
+        binding,
+    }))
 }
 
-/// Writes the key check for `key` unless the repository has one (which must then be `key`'s).
+/// The repository's key check, written for `key` unless the repository has one, which must
+/// then be `key`'s. A new key check binds manifests as `existing` says (what the manifests
+/// already there imply: a lost key check's id, and whether they predate repository ids), else
+/// to a new id. Of two writers creating it at once, one creates it and the other reads it, so
+/// both sign for the same repository.
 pub async fn ensure_key_check(
     store: &Arc<dyn Store>,
     key: &MasterKey,
-) -> Result<(), KeyCheckError> {
-    if read_key_check(store, Some(key)).await?.is_some() {
-        return Ok(());
+    existing: Option<Binding>,
+) -> Result<KeyCheck, KeyCheckError> {
+    if let Some(check) = read_key_check(store, Some(key)).await? {
+        return Ok(check);
     }
-    write_key_check(store, key, chrono::Utc::now()).await
+    let since = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 0);
+    let binding = existing.unwrap_or_else(|| Binding {
+        repository: new_repository_id(),
+        accepts_unbound: false,
+    });
+    let body = Bytes::from(key_check_bytes(key, since, Some(&binding)));
+    if store
+        .put_new(KEY_CHECK_NAME, body)
+        .await
+        .map_err(KeyCheckError::Write)?
+    {
+        return Ok(KeyCheck {
+            key_id: key.id().to_owned(),
+            since: Some(since),
+            binding: Some(binding),
+        });
+    }
+    read_key_check(store, Some(key))
+        .await?
+        .ok_or_else(|| KeyCheckError::Damaged("it was created and is gone".into()))
 }
 
 /// Writes (or replaces) the key check for `key`, authenticated `since` (now for a new one; the
-/// old one's for a rotation).
+/// old one's for a rotation), binding manifests to `binding` (`None` only for a repository
+/// whose manifests are not bound yet).
 pub async fn write_key_check(
     store: &Arc<dyn Store>,
     key: &MasterKey,
     since: chrono::DateTime<chrono::Utc>,
+    binding: Option<&Binding>,
 ) -> Result<(), KeyCheckError> {
     store
-        .put(KEY_CHECK_NAME, Bytes::from(key_check_bytes(key, since)))
+        .put(
+            KEY_CHECK_NAME,
+            Bytes::from(key_check_bytes(key, since, binding)),
+        )
         .await
         .map_err(KeyCheckError::Write)
 }
@@ -233,6 +406,8 @@ pub enum KeyCheckError {
     OtherKey { expected: String, given: String },
     #[error("the repository's key check ({KEY_CHECK_NAME}) is damaged or forged: {0}")]
     Damaged(String),
+    #[error("the repository's key check ({KEY_CHECK_NAME}) names no repository, and its authentic manifests name several ({0}): some were copied in from another repository under the same key; remove those, then run rewrap with the same key old and new")]
+    ConflictingIds(String),
 }
 
 #[cfg(test)]
@@ -341,5 +516,201 @@ mod tests {
         );
         let err = check_manifest(&plain, Some(&k)).unwrap_err().to_string();
         assert!(err.contains("not encrypted"), "{err}");
+    }
+
+    fn bound(byte: u8, repository: &str, accepts_unbound: bool) -> MasterKey {
+        key(byte).bound(Some(Binding {
+            repository: repository.into(),
+            accepts_unbound,
+        }))
+    }
+
+    #[test]
+    fn a_manifest_verifies_only_in_the_repository_it_was_signed_for() {
+        let manifest = serde_json::json!({"id": "x", "encryption": {"key_id": key(7).id()}});
+        let in_a = manifest_bytes(&manifest, Some(&bound(7, "aaaa", false)));
+        let unbound = manifest_bytes(&manifest, Some(&key(7)));
+        assert_eq!(named_repository(&in_a, &key(7)), Some(Some("aaaa".into())));
+        assert_eq!(named_repository(&unbound, &key(7)), Some(None));
+        assert_eq!(named_repository(&in_a, &key(8)), None, "not authentic");
+        // Renaming the repository in a manifest is an edit like any other.
+        let mut renamed: Value = serde_json::from_slice(&in_a).unwrap();
+        renamed[REPOSITORY_FIELD] = "bbbb".into();
+        let renamed = serde_json::to_vec(&renamed).unwrap();
+        // (case, stored manifest, key read under, refusal wanted)
+        type Case<'a> = (&'a str, &'a [u8], MasterKey, Result<(), &'a str>);
+        let cases: Vec<Case> = vec![
+            ("its own repository", &in_a, bound(7, "aaaa", false), Ok(())),
+            (
+                "its own repository while it still accepts unbound ones",
+                &in_a,
+                bound(7, "aaaa", true),
+                Ok(()),
+            ),
+            (
+                "copied into another repository under the same key",
+                &in_a,
+                bound(7, "bbbb", true),
+                Err("written for repository aaaa, not this one (bbbb)"),
+            ),
+            (
+                "renamed to the other repository",
+                &renamed,
+                bound(7, "bbbb", true),
+                Err("does not match"),
+            ),
+            (
+                "copied into a repository whose key check names no repository",
+                &in_a,
+                key(7),
+                Err("key check names none"),
+            ),
+            (
+                "unbound, in a repository that still accepts those",
+                &unbound,
+                bound(7, "aaaa", true),
+                Ok(()),
+            ),
+            (
+                "unbound, in a repository that no longer accepts those",
+                &unbound,
+                bound(7, "aaaa", false),
+                Err("names no repository, and this one (aaaa) accepts only"),
+            ),
+            (
+                "unbound, in a repository not bound yet",
+                &unbound,
+                key(7),
+                Ok(()),
+            ),
+            (
+                "unbound under another key, in a bound repository",
+                &unbound,
+                bound(8, "aaaa", false),
+                Err("does not match under key"),
+            ),
+        ];
+        for (case, raw, under, want) in cases {
+            let got = check_manifest(raw, Some(&under)).map_err(|e| e.to_string());
+            match (want, got) {
+                (Ok(()), Ok(())) => {}
+                (Err(want), Err(got)) => assert!(got.contains(want), "{case}: {got}"),
+                (want, got) => panic!("{case}: wanted {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn manifests_without_a_key_check_say_which_repository_they_are() {
+        let manifest = serde_json::json!({"id": "x", "encryption": {"key_id": key(7).id()}});
+        let named = |id: &str| manifest_bytes(&manifest, Some(&bound(7, id, false)));
+        let unnamed = manifest_bytes(&manifest, Some(&key(7)));
+        let foreign = manifest_bytes(&manifest, Some(&bound(8, "cccc", false)));
+        let binding = |raws: &[&Vec<u8>]| {
+            binding_named_by(raws.iter().map(|r| &r[..]), &[&key(7)])
+                .map(|b| b.map(|b| (b.repository, b.accepts_unbound)))
+                .map_err(|e| e.to_string())
+        };
+        let (a, b) = (named("aaaa"), named("bbbb"));
+        assert_eq!(binding(&[]), Ok(None), "nothing to go by");
+        assert_eq!(binding(&[&foreign]), Ok(None), "not authentic: ignored");
+        assert_eq!(
+            binding(&[&a, &a, &foreign]),
+            Ok(Some(("aaaa".into(), false)))
+        );
+        assert_eq!(
+            binding(&[&a, &unnamed]),
+            Ok(Some(("aaaa".into(), false))),
+            "once one names it, one naming none is planted"
+        );
+        let fresh = binding(&[&unnamed]).unwrap().unwrap();
+        assert_eq!((fresh.0.len(), fresh.1), (32, true), "a new id");
+        let err = binding(&[&a, &b]).unwrap_err();
+        assert!(err.contains("name several (aaaa, bbbb)"), "{err}");
+    }
+
+    async fn fs_store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::FsStore::open(dir.path()).await.unwrap());
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn the_first_writer_names_the_repository_and_the_next_reads_its_name() {
+        let (_dir, store) = fs_store().await;
+        let first = ensure_key_check(&store, &key(7), None).await.unwrap();
+        let binding = first.binding.clone().expect("a new repository is bound");
+        assert_eq!(binding.repository.len(), 32);
+        assert!(!binding.accepts_unbound);
+        let second = ensure_key_check(&store, &key(7), None).await.unwrap();
+        assert_eq!(
+            second, first,
+            "the second writer signs for the same repository"
+        );
+        let err = ensure_key_check(&store, &key(8), None).await.unwrap_err();
+        assert!(matches!(err, KeyCheckError::OtherKey { .. }), "{err}");
+        // A writer that began before the key check existed signs for it at its commit.
+        let signing = signing_key(&store, &key(7)).await;
+        assert_eq!(signing.binding(), Some(&binding));
+        // One whose key is no longer the repository's (a rotation since) keeps its own.
+        assert_eq!(signing_key(&store, &key(8)).await.binding(), None);
+        // A racing creator whose write comes second creates nothing and reads the first's.
+        let other = key_check_bytes(
+            &key(7),
+            chrono::Utc::now(),
+            Some(&Binding {
+                repository: new_repository_id(),
+                accepts_unbound: false,
+            }),
+        );
+        assert!(!store
+            .put_new(KEY_CHECK_NAME, Bytes::from(other))
+            .await
+            .unwrap());
+        assert_eq!(
+            read_key_check(&store, Some(&key(7))).await.unwrap(),
+            Some(first)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_key_check_before_binding_binds_nothing_and_an_edited_id_is_refused() {
+        let (_dir, store) = fs_store().await;
+        let since = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        write_key_check(&store, &key(7), since, None).await.unwrap();
+        let check = read_key_check(&store, Some(&key(7)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(check.binding, None);
+        assert_eq!(check.bind(&key(7)).binding(), None);
+        let binding = Binding {
+            repository: "aaaa".into(),
+            accepts_unbound: true,
+        };
+        write_key_check(&store, &key(7), since, Some(&binding))
+            .await
+            .unwrap();
+        let check = read_key_check(&store, Some(&key(7)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(check.binding.as_ref(), Some(&binding));
+        assert_eq!(check.since, Some(since));
+        let raw = store.get(KEY_CHECK_NAME).await.unwrap();
+        let mut edited: Value = serde_json::from_slice(&raw).unwrap();
+        edited["repository"] = "bbbb".into();
+        store
+            .put(
+                KEY_CHECK_NAME,
+                Bytes::from(serde_json::to_vec(&edited).unwrap()),
+            )
+            .await
+            .unwrap();
+        let err = read_key_check(&store, Some(&key(7))).await.unwrap_err();
+        assert!(err.to_string().contains("does not match"), "{err}");
     }
 }

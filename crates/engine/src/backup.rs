@@ -59,10 +59,14 @@ pub async fn run(
 ) -> Result<BackupOutcome> {
     // A key other than the repository's, or none for an encrypted repository, is refused
     // before anything is streamed.
-    match &req.key {
-        Some(key) => repo.ensure_key_check(key).await?,
-        None => repo.clone().under_key(None).check_key().await?,
-    }
+    // The key signs the manifest bound to this repository.
+    let key = match &req.key {
+        Some(key) => Some(repo.ensure_key_check(key).await?),
+        None => {
+            repo.clone().under_key(None).check_key().await?;
+            None
+        }
+    };
     let server = source::probe(&req.connection).await?;
     tracing::info!(engine = %server.engine, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
     // A physical stream copies the datadir's files; when they are visible here their sizes are
@@ -233,7 +237,7 @@ pub async fn run(
             stored_bytes: written.stored_bytes,
             segments: written.segments,
         };
-        let manifest_sha256 = repo.commit(&manifest, req.key.as_ref()).await?;
+        let manifest_sha256 = repo.commit(&manifest, key.as_ref()).await?;
         Ok(BackupOutcome {
             manifest,
             manifest_sha256,

@@ -57,12 +57,26 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
 pub struct MasterKey {
     key: Zeroizing<[u8; 32]>,
     id: String,
+    /// The repository this key signs manifests for, once its key check was read.
+    binding: Option<Binding>,
+}
+
+/// The repository a key's manifest signatures are bound to, as its key check names it: a
+/// manifest signed for one repository does not verify in another under the same key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The repository's id (its key check's `repository`).
+    pub repository: String,
+    /// Whether manifests signed before repositories were bound are still accepted: true while
+    /// `rewrap` has not yet re-signed all of a repository's older manifests bound.
+    pub accepts_unbound: bool,
 }
 
 impl std::fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MasterKey")
             .field("id", &self.id)
+            .field("binding", &self.binding)
             .finish_non_exhaustive()
     }
 }
@@ -114,7 +128,23 @@ impl MasterKey {
         h.update(b"bulwark-key-id-v1");
         h.update(&key[..]);
         let id = hex::encode(&h.finalize()[..8]);
-        Self { key, id }
+        Self {
+            key,
+            id,
+            binding: None,
+        }
+    }
+
+    /// This key, signing and checking manifests for the repository `binding` names.
+    pub fn bound(mut self, binding: Option<Binding>) -> Self {
+        self.binding = binding;
+        self
+    }
+
+    /// The repository this key signs manifests for; `None` before its key check was read, or
+    /// for a repository whose key check predates binding.
+    pub fn binding(&self) -> Option<&Binding> {
+        self.binding.as_ref()
     }
 
     /// The key manifests are authenticated under: derived from this one, never used to

@@ -74,6 +74,55 @@ pub fn replace_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Resu
     std::fs::File::open(dir_of(path))?.sync_all()
 }
 
+/// Creates `path` with `contents` durably unless it exists, atomically: readers see no file or
+/// the whole one, and of two writers only one creates it (a hard link fails on an existing
+/// name). Whether this call created it.
+pub fn create_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<bool> {
+    if path.file_name().is_none() {
+        return Err(std::io::Error::other("the path has no file name"));
+    }
+    let tmp = temp_path(path);
+    let linked = (|| -> std::io::Result<Option<bool>> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(Some(true)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Some(false)),
+            // A filesystem without hard links (some FUSE, SMB and CSI drivers): below.
+            Err(_) => Ok(None),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    let created = match linked? {
+        Some(created) => created,
+        // Created exclusively in place: still one creator, but a reader may see the file
+        // while it is being written (a key check then reads as damaged for that moment).
+        None => match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+        {
+            Ok(mut f) => {
+                f.write_all(contents)?;
+                f.sync_all()?;
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(e),
+        },
+    };
+    if created {
+        std::fs::File::open(dir_of(path))?.sync_all()?;
+    }
+    Ok(created)
+}
+
 /// Replaces `path` with `contents` atomically: readers see the old or the new file, never a
 /// part. `mode` applies to a newly written file (e.g. `0o644`).
 pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), OutfileError> {

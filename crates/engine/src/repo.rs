@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
 use crate::authenticate;
-use crate::crypto::MasterKey;
+use crate::crypto::{Binding, MasterKey};
 use crate::error::{Error, Result};
 use crate::format::{self, Manifest};
 use crate::store::{ObjectInfo, Store, StoreError};
@@ -118,16 +118,14 @@ impl Repository {
 
     /// Makes sure the repository's key check names `key`, writing one if the repository has
     /// none yet; a repository whose newest backup is encrypted with another key is refused
-    /// first, so one run with a wrong key file cannot claim it.
-    pub async fn ensure_key_check(&self, key: &MasterKey) -> Result<()> {
-        if authenticate::read_key_check(&self.store, Some(key))
-            .await?
-            .is_some()
-        {
-            return Ok(());
+    /// first, so one run with a wrong key file cannot claim it. Returns `key` bound to the
+    /// repository: what a writer signs manifests with.
+    pub async fn ensure_key_check(&self, key: &MasterKey) -> Result<MasterKey> {
+        if let Some(check) = authenticate::read_key_check(&self.store, Some(key)).await? {
+            return Ok(check.bind(key));
         }
         let unchecked = Repository::new(self.store.clone());
-        match unchecked.resolve("latest").await {
+        let existing = match unchecked.resolve("latest").await {
             Ok(newest) => {
                 if let Some(e) = newest
                     .manifest
@@ -141,22 +139,62 @@ impl Repository {
                     }
                     .into());
                 }
+                self.binding_from_backups(key).await?
             }
-            Err(Error::NoBackups) => {}
+            Err(Error::NoBackups) => None,
             Err(e) => return Err(e),
-        }
-        authenticate::ensure_key_check(&self.store, key).await?;
-        Ok(())
+        };
+        let check = authenticate::ensure_key_check(&self.store, key, existing).await?;
+        Ok(check.bind(key))
+    }
+
+    /// What the backups' manifests authentic under `key` imply for the repository's binding
+    /// while it has no key check ([`authenticate::binding_named_by`]): the id of a key check
+    /// since lost, and whether manifests that predate repository ids are still accepted.
+    async fn binding_from_backups(&self, key: &MasterKey) -> Result<Option<Binding>> {
+        let ids = self.manifest_ids().await?;
+        let raws: Vec<(String, Bytes)> = futures::stream::iter(ids)
+            .map(|id| async move {
+                let object = format::object_key(&id, format::MANIFEST_NAME);
+                (id, self.store.get(&object).await)
+            })
+            .buffered(8)
+            .filter_map(|(id, got)| async move {
+                match got {
+                    Ok(raw) => Some(Ok((id, raw))),
+                    Err(StoreError::NotFound { .. }) => None,
+                    Err(source) => Some(Err(Error::ReadManifest { id, source })),
+                }
+            })
+            .try_collect()
+            .await?;
+        Ok(authenticate::binding_named_by(
+            raws.iter().map(|(_, raw)| &raw[..]),
+            &[key],
+        )?)
     }
 
     /// Checks the repository's key check against the key manifests are read under: a wrong key
     /// is named at once; without a key, an encrypted repository is refused, known by its key
     /// check or, when that was deleted, by its newest backup being encrypted (so a keyless run
     /// never writes plaintext beside encrypted backups; only a key protects against someone
-    /// with write access, who can also plant unencrypted backups).
-    pub async fn check_key(&self) -> Result<()> {
+    /// with write access, who can also plant unencrypted backups). Returns the repository read
+    /// under the key bound to it ([`Repository::key`] is then what manifests are signed and
+    /// checked with).
+    pub async fn check_key(mut self) -> Result<Self> {
         let check = authenticate::read_key_check(&self.store, self.key.as_ref()).await?;
-        match (check, &self.key) {
+        match (&check, &self.key) {
+            (Some(check), Some(key)) => self.key = Some(check.bind(key)),
+            // A lost key check: its manifests say which repository this is, so that one
+            // copied in from another repository, or planted to predate repository ids where
+            // none does, is still refused.
+            (None, Some(key)) => {
+                let binding = self.binding_from_backups(key).await?;
+                self.key = Some(key.clone().bound(binding));
+            }
+            _ => {}
+        }
+        let checked = match (check, &self.key) {
             (Some(check), None) => Err(Error::KeyRequiredByRepository {
                 evidence: format!("its key check names key {}", check.key_id),
                 key_id: check.key_id,
@@ -179,7 +217,8 @@ impl Repository {
                 Err(e) => Err(e),
             },
             _ => Ok(()),
-        }
+        };
+        checked.map(|()| self)
     }
 
     /// Loads and checks one manifest.
@@ -312,10 +351,15 @@ impl Repository {
         }
     }
 
-    /// Stores a manifest, signed under `key` when the backup is encrypted with it: the commit
+    /// Stores a manifest, signed under `key` when the backup is encrypted with it, for the
+    /// repository as its key check binds it now ([`authenticate::signing_key`]): the commit
     /// point of a backup.
     pub async fn commit(&self, manifest: &Manifest, key: Option<&MasterKey>) -> Result<String> {
-        let body = authenticate::manifest_bytes(manifest, key);
+        let key = match key {
+            Some(key) => Some(authenticate::signing_key(&self.store, key).await),
+            None => None,
+        };
+        let body = authenticate::manifest_bytes(manifest, key.as_ref());
         let digest = hex::encode(Sha256::digest(&body));
         self.store
             .put(

@@ -3,7 +3,8 @@
 //! change, each replaced atomically; those already on the new key and signed are skipped, so an
 //! interrupted rotation is finished by running it again (as is one that ran while an archiver
 //! still wrote with the old key). The same key old and new signs the manifests written before
-//! manifests were authenticated.
+//! manifests were authenticated, and binds to the repository those signed before manifests
+//! were bound.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use crate::archive;
 use crate::Result;
 use bulwark_engine::authenticate;
-use bulwark_engine::crypto::{self, MasterKey};
+use bulwark_engine::crypto::{self, Binding, MasterKey};
 use bulwark_engine::format::{self, EncryptionInfo};
 use bulwark_engine::holds::{self, HoldKind};
 use bulwark_engine::repo::Repository;
@@ -25,6 +26,9 @@ pub enum RewrapOutcome {
     Rewrapped,
     /// Already on the new key, written before manifests were authenticated: now signed.
     Signed,
+    /// Already on the new key, signed before manifests were bound to their repository: now
+    /// signed bound to it.
+    Bound,
     NotEncrypted,
     AlreadyOnNewKey,
     /// Encrypted with a third key, named.
@@ -53,6 +57,7 @@ impl std::fmt::Display for RewrapOutcome {
         match self {
             RewrapOutcome::Rewrapped => f.write_str("re-wrapped"),
             RewrapOutcome::Signed => f.write_str("signed"),
+            RewrapOutcome::Bound => f.write_str("bound to the repository"),
             RewrapOutcome::NotEncrypted => f.write_str("skipped: not encrypted"),
             RewrapOutcome::AlreadyOnNewKey => f.write_str("skipped: already on the new key"),
             RewrapOutcome::OtherKey(id) => write!(f, "left: encrypted with another key ({id})"),
@@ -70,6 +75,44 @@ fn stamp_of(id: &str) -> Option<DateTime<Utc>> {
     NaiveDateTime::parse_from_str(tail.get(..16)?, "%Y%m%dT%H%M%SZ")
         .ok()
         .map(|t| t.and_utc())
+}
+
+/// What the manifests `ids` authentic under one of `keys` imply for the repository's binding
+/// ([`authenticate::binding_named_by`]).
+async fn binding_of_manifests(
+    store: &Arc<dyn Store>,
+    ids: &[String],
+    keys: &[&MasterKey],
+) -> Result<Option<Binding>> {
+    let mut raws = Vec::new();
+    for id in ids {
+        match store
+            .get(&format::object_key(id, format::MANIFEST_NAME))
+            .await
+        {
+            Ok(raw) => raws.push(raw),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(source) => {
+                return Err(EngineError::ReadManifest {
+                    id: id.clone(),
+                    source,
+                }
+                .into())
+            }
+        }
+    }
+    Ok(
+        authenticate::binding_named_by(raws.iter().map(|r| &r[..]), keys)
+            .map_err(EngineError::from)?,
+    )
+}
+
+/// Whether a manifest names the repository `key` is bound to.
+fn names_repository(manifest: &serde_json::Value, key: &MasterKey) -> bool {
+    let named = manifest
+        .get(authenticate::REPOSITORY_FIELD)
+        .and_then(serde_json::Value::as_str);
+    named.is_some() && named == key.binding().map(|b| b.repository.as_str())
 }
 
 /// Re-wraps and signs one manifest, read as it is stored now, editing only its encryption
@@ -143,7 +186,8 @@ async fn rewrap_one(
         return RewrapOutcome::NotAuthentic("its data key does not unwrap under its key".into());
     }
     let outcome = match (e.key_id == new.id(), signed) {
-        (true, true) => return RewrapOutcome::AlreadyOnNewKey,
+        (true, true) if names_repository(&value, new) => return RewrapOutcome::AlreadyOnNewKey,
+        (true, true) => RewrapOutcome::Bound,
         (true, false) => RewrapOutcome::Signed,
         (false, _) => RewrapOutcome::Rewrapped,
     };
@@ -163,11 +207,13 @@ async fn rewrap_one(
 }
 
 /// Re-wraps every backup of `repo`, then every archived binlog segment, from `old` to `new`,
-/// and signs each manifest under `new`; with `old` and `new` the same key it signs the
-/// manifests written before the repository's manifests were authenticated (those stamped
-/// before its key check, or all of them when it has none), trusting what they say. Each
-/// manifest is read again just before it is replaced; one that is not authentic under the key
-/// it names is left as it is. The key check names `new` once anything is on it.
+/// and signs each manifest under `new`, bound to the repository; with `old` and `new` the same
+/// key it signs the manifests written before the repository's manifests were authenticated
+/// (those stamped before its key check, or all of them when it has none), trusting what they
+/// say, and binds those signed before manifests were bound. Each manifest is read again just
+/// before it is replaced; one that is not authentic under the key it names is left as it is.
+/// The key check names `new` once anything is on it, and stops accepting unbound manifests
+/// once every manifest that could be read was bound.
 /// Returns each id and outcome, backups in id order, then segments by id.
 pub async fn rewrap_all(
     repo: &Repository,
@@ -186,50 +232,134 @@ pub async fn rewrap_all(
             .map_err(EngineError::from)?;
     }
     let since = check.as_ref().and_then(|c| c.since);
-    let mut results = Vec::new();
-    let ids = repo
-        .manifest_ids()
-        .await?
-        .into_iter()
-        .chain(archive::segments::manifest_ids(store).await?);
+    let mut ids = manifest_ids(repo).await?;
+    // Manifests that name no repository are read (and then named) only where the key check
+    // still accepts them: never in a repository all of whose manifests were named already.
+    let binding = match check.as_ref().and_then(|c| c.binding.clone()) {
+        Some(binding) => binding,
+        // No key check, or one from before repository ids (or put back from before them):
+        // the id is the one the authentic manifests name, so that none is stranded.
+        None => {
+            let derived = binding_of_manifests(store, &ids, &[old, new]).await?;
+            Binding {
+                repository: derived
+                    .map(|b| b.repository)
+                    .unwrap_or_else(authenticate::new_repository_id),
+                accepts_unbound: true,
+            }
+        }
+    };
+    // A key check from before repository ids records the id before the first manifest names
+    // it, so that readers take both kinds meanwhile. Without a key check none is written
+    // until something is encrypted under a key: an interrupted run's successor finds the id
+    // in the manifests named so far.
+    let named_key = |check: &Option<authenticate::KeyCheck>| match check {
+        Some(c) if c.key_id == new.id() => new,
+        _ => old,
+    };
+    if check.as_ref().is_some_and(|c| c.binding.is_none()) {
+        authenticate::write_key_check(
+            store,
+            named_key(&check),
+            since.unwrap_or_else(Utc::now),
+            Some(&binding),
+        )
+        .await
+        .map_err(EngineError::from)?;
+    }
+    let old = &old.clone().bound(Some(binding.clone()));
+    let new = &new.clone().bound(Some(binding.clone()));
+    let mut results: Vec<(String, RewrapOutcome)> = Vec::new();
     // Each manifest is read once, by `rewrap_one`, as it is just before it is replaced, under
     // a hold: a deletion that began first is seen and the manifest skipped, one that begins
-    // later waits for the hold, so a deleted manifest is never written back.
-    for id in ids {
-        let outcome = match holds::take(store, &id, HoldKind::Rewrap).await {
-            Ok(hold) => {
-                let outcome = rewrap_one(store, &id, old, new, since).await;
-                hold.release().await;
-                outcome
-            }
-            // Gone, or still there on the old key if the deletion backed off in turn.
-            Err(EngineError::BeingDeleted { by, .. }) => {
-                match store
-                    .get(&format::object_key(&id, format::MANIFEST_NAME))
-                    .await
-                {
-                    Err(StoreError::NotFound { .. }) => RewrapOutcome::Gone,
-                    _ => RewrapOutcome::Failed(format!(
-                        "being deleted by {by}; run rewrap again once that is over"
-                    )),
-                }
-            }
-            Err(e) => RewrapOutcome::Failed(bulwark_engine::error::chain(&e)),
-        };
-        results.push((id, outcome));
+    // later waits for the hold, so a deleted manifest is never written back. What writers
+    // committed meanwhile is listed again, and re-wrapped in turn, before the key check
+    // stops accepting manifests that name no repository.
+    loop {
+        for id in ids {
+            let outcome = rewrap_held(store, &id, old, new, since).await;
+            results.push((id, outcome));
+        }
+        let seen: std::collections::BTreeSet<&String> = results.iter().map(|(id, _)| id).collect();
+        ids = manifest_ids(repo)
+            .await?
+            .into_iter()
+            .filter(|id| !seen.contains(id))
+            .collect();
+        if ids.is_empty() {
+            break;
+        }
     }
+    results.sort_by_key(|(id, _)| (id.starts_with("binlog-"), id.clone()));
     let on_new = results.iter().any(|(_, o)| {
         matches!(
             o,
-            RewrapOutcome::Rewrapped | RewrapOutcome::Signed | RewrapOutcome::AlreadyOnNewKey
+            RewrapOutcome::Rewrapped
+                | RewrapOutcome::Signed
+                | RewrapOutcome::Bound
+                | RewrapOutcome::AlreadyOnNewKey
         )
     });
-    // What is left on another key is damaged under the new one either way (and reported):
-    // the repository is the new key's as soon as anything is on it.
-    if on_new {
-        authenticate::write_key_check(store, new, since.unwrap_or_else(Utc::now))
+    // What is left on another key, or not authentic, is damaged under the new key either way
+    // (and reported); only a manifest that could not be read or written may still be unbound
+    // and readable, and is read until a run binds it.
+    let binding = Binding {
+        accepts_unbound: binding.accepts_unbound
+            && results
+                .iter()
+                .any(|(_, o)| matches!(o, RewrapOutcome::Failed(_))),
+        ..binding
+    };
+    // The repository is the new key's as soon as anything is on it.
+    let named = if on_new {
+        Some(new)
+    } else {
+        check.as_ref().map(|_| named_key(&check))
+    };
+    if let Some(named) = named {
+        authenticate::write_key_check(store, named, since.unwrap_or_else(Utc::now), Some(&binding))
             .await
             .map_err(EngineError::from)?;
     }
     Ok(results)
+}
+
+/// Every manifest's id: backups, then every archive's segments.
+async fn manifest_ids(repo: &Repository) -> Result<Vec<String>> {
+    Ok(repo
+        .manifest_ids()
+        .await?
+        .into_iter()
+        .chain(archive::segments::manifest_ids(repo.store()).await?)
+        .collect())
+}
+
+/// [`rewrap_one`] under a rewrap hold on the manifest.
+async fn rewrap_held(
+    store: &Arc<dyn Store>,
+    id: &str,
+    old: &MasterKey,
+    new: &MasterKey,
+    since: Option<DateTime<Utc>>,
+) -> RewrapOutcome {
+    match holds::take(store, id, HoldKind::Rewrap).await {
+        Ok(hold) => {
+            let outcome = rewrap_one(store, id, old, new, since).await;
+            hold.release().await;
+            outcome
+        }
+        // Gone, or still there on the old key if the deletion backed off in turn.
+        Err(EngineError::BeingDeleted { by, .. }) => {
+            match store
+                .get(&format::object_key(id, format::MANIFEST_NAME))
+                .await
+            {
+                Err(StoreError::NotFound { .. }) => RewrapOutcome::Gone,
+                _ => RewrapOutcome::Failed(format!(
+                    "being deleted by {by}; run rewrap again once that is over"
+                )),
+            }
+        }
+        Err(e) => RewrapOutcome::Failed(bulwark_engine::error::chain(&e)),
+    }
 }

@@ -167,8 +167,11 @@ pub async fn load(
             .await
             .map_err(bulwark_engine::Error::OpenRepository)?,
     )
-    .under_key(key.clone());
-    repo.check_key().await?;
+    .under_key(key)
+    .check_key()
+    .await?;
+    // Bound to the repository: what the archive's segments are read with.
+    let key = repo.key().cloned();
     let backup = repo.resolve(id).await?;
     // Held against deletion (retention, delete) until the load and replay are done.
     let hold = repo.hold_for_restore(&backup.manifest.id).await?;

@@ -28,10 +28,10 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
     let key = a.key.load()?;
     let keyed = key.is_some();
     let repo = open_repo(&a.repo, 0).await?.under_key(key);
-    let unchecked = match repo.check_key().await {
-        Ok(()) => false,
+    let (repo, unchecked) = match repo.clone().check_key().await {
+        Ok(bound) => (bound, false),
         // Listing an encrypted repository without its key: shown, unchecked.
-        Err(bulwark_engine::Error::KeyRequiredByRepository { .. }) if !keyed => true,
+        Err(bulwark_engine::Error::KeyRequiredByRepository { .. }) if !keyed => (repo, true),
         Err(e) => return Err(e.into()),
     };
     if unchecked {
@@ -54,6 +54,10 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
                 if let Some(w) = archive.windows.get(&b.manifest.id) {
                     v["recoveryWindow"] = pitr::window_json(w);
                 }
+                if let Some(timeline) = archive.timelines.get(&b.manifest.id) {
+                    // The branch of history `latest` follows from the backup.
+                    v["recoveryWindow"]["timeline"] = (*timeline).into();
+                }
                 v
             })
             .collect();
@@ -62,6 +66,8 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
             "archives": archive.json,
             // Whether each manifest listed was checked under a key (authentic, encrypted).
             "manifestsChecked": keyed,
+            // The id every manifest must name (under a key; none before repository ids).
+            "repository": repo.key().and_then(|k| k.binding()).map(|b| &b.repository),
             // What running restores, backups and deletions hold.
             "holds": holds,
         });

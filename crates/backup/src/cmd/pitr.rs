@@ -270,6 +270,8 @@ pub struct ArchiveView {
     pub json: serde_json::Value,
     /// Per backup id: its window, when its archive continues it.
     pub windows: std::collections::BTreeMap<String, Window>,
+    /// Per backup id: the timeline its window follows to its end (the branch `latest` takes).
+    pub timelines: std::collections::BTreeMap<String, u32>,
     pub lines: Vec<String>,
 }
 
@@ -283,6 +285,7 @@ pub async fn archive_view(
         .collect();
     let all = segments::list_all(repo.store(), repo.key()).await?;
     let mut windows = std::collections::BTreeMap::new();
+    let mut timelines_of = std::collections::BTreeMap::new();
     for (b, archive) in backups.iter().zip(&named) {
         let Some(listing) = all.get(*archive) else {
             continue;
@@ -290,6 +293,9 @@ pub async fn archive_view(
         if let Ok((w, chain)) = replay::window_of(b, &listing.segments) {
             if !chain.is_empty() {
                 windows.insert(b.manifest.id.clone(), w.covered(listing.coverage.as_ref()));
+                if let Some(&last) = chain.last() {
+                    timelines_of.insert(b.manifest.id.clone(), listing.segments[last].timeline);
+                }
             }
         }
     }
@@ -386,6 +392,7 @@ pub async fn archive_view(
     Ok(ArchiveView {
         json: serde_json::Value::Object(json),
         windows,
+        timelines: timelines_of,
         lines,
     })
 }
@@ -409,10 +416,13 @@ pub async fn verify_archive(
     json: bool,
 ) -> anyhow::Result<()> {
     let key = key_args.load()?;
-    let repo = open_repo(repo_args, 0).await?.under_key(key.clone());
-    repo.check_key().await?;
+    let repo = open_repo(repo_args, 0)
+        .await?
+        .under_key(key)
+        .check_key()
+        .await?;
     let verdict =
-        bulwark_pitr::archive::audit::verify_archive(repo.store(), key.as_ref(), archive).await?;
+        bulwark_pitr::archive::audit::verify_archive(repo.store(), repo.key(), archive).await?;
     let bad: Vec<&bulwark_pitr::archive::audit::SegmentVerdict> = verdict
         .segments
         .iter()

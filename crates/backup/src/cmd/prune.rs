@@ -88,8 +88,11 @@ pub async fn cmd_prune(a: PruneArgs) -> anyhow::Result<()> {
         yearly: a.keep_yearly,
         within: a.keep_within,
     };
-    let repo = open_repo(&a.repo, 0).await?.under_key(a.key.load()?);
-    repo.check_key().await?;
+    let repo = open_repo(&a.repo, 0)
+        .await?
+        .under_key(a.key.load()?)
+        .check_key()
+        .await?;
     let catalog = repo.catalog().await?;
     let archives = bulwark_pitr::archive::segments::list_all(repo.store(), repo.key()).await?;
     let holds = bulwark_engine::holds::live(repo.store(), Utc::now()).await?;

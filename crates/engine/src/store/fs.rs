@@ -118,6 +118,17 @@ impl Store for FsStore {
         .await
     }
 
+    async fn put_new(&self, key: &str, data: Bytes) -> Result<bool, StoreError> {
+        let path = self.path(key);
+        let k = key.to_string();
+        blocking(move || -> Result<bool, StoreError> {
+            let dir = path.parent().expect("keys have a parent").to_path_buf();
+            create_dir_durable(&dir).map_err(io("create directory for", &k))?;
+            crate::outfile::create_durably(&path, &data, 0o666).map_err(io("create", &k))
+        })
+        .await
+    }
+
     async fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StoreError> {
         let path = self.path(key);
         let k = key.to_string();

@@ -81,6 +81,9 @@ pub trait Store: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// Stores a small object atomically: readers see all of it or none.
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError>;
+    /// Stores a small object only if none is stored under `key`, atomically: of two writers
+    /// only one creates it. Whether this call created it.
+    async fn put_new(&self, key: &str, data: Bytes) -> Result<bool, StoreError>;
     /// Starts a streamed object that becomes visible only on [`ObjectWriter::finish`].
     async fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StoreError>;
     /// Reads a whole object.

@@ -254,6 +254,21 @@ impl Store for S3Store {
             .map_err(|e| classify("upload", key, e))
     }
 
+    async fn put_new(&self, key: &str, data: Bytes) -> Result<bool, StoreError> {
+        // `If-None-Match: *`: AWS S3 and most S3-compatible servers refuse the upload with 412
+        // when the object exists.
+        let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+        match self
+            .store
+            .put_opts(&self.location(key), PutPayload::from_bytes(data), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(classify("create", key, e)),
+        }
+    }
+
     async fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StoreError> {
         let upload = self
             .store

@@ -91,10 +91,17 @@ pub async fn run(
     let store = repo.store().clone();
     // Another key than the repository's, or none for an encrypted repository: refused before
     // anything is written.
-    match key {
-        Some(key) => repo.ensure_key_check(key).await?,
-        None => repo.clone().under_key(None).check_key().await?,
-    }
+    // From here on the key is bound to the repository: segments are signed and read for it.
+    let bound = match key {
+        Some(key) => Some(repo.ensure_key_check(key).await?),
+        None => {
+            repo.clone().under_key(None).check_key().await?;
+            None
+        }
+    };
+    let key = bound.as_ref();
+    let bound_repo = repo.clone().under_key(bound.clone());
+    let repo = &bound_repo;
     let listing = segments::list(&store, &opts.archive, key).await?;
     // Segments written before manifests were authenticated are refused under the key until
     // they are signed; resuming without them would archive past them and leave a hole.

@@ -103,6 +103,13 @@ impl<'a> Housekeeping<'a> {
                         tracing::error!(repository_key = %check.key_id, archiver_key = %key.id(), "the repository's key changed: no segment is merged or removed until the archiver runs with the new key");
                         false
                     }
+                    Ok(Some(check))
+                        if check.binding.as_ref().map(|b| &b.repository)
+                            != key.binding().map(|b| &b.repository) =>
+                    {
+                        tracing::error!(archiver_key = %key.id(), "the repository's manifests were bound (rewrap) since the archiver started: no segment is merged or removed until it is restarted");
+                        false
+                    }
                     _ => true,
                 }
             }

@@ -291,7 +291,13 @@ pub async fn put_manifest(
     manifest: &SegmentManifest,
     key: Option<&MasterKey>,
 ) -> Result<()> {
-    let body = bulwark_engine::authenticate::manifest_bytes(manifest, key);
+    // Signed for the repository as its key check binds it now: an archiver that started
+    // before the repository was bound signs what it commits since for it.
+    let key = match key {
+        Some(key) => Some(bulwark_engine::authenticate::signing_key(store, key).await),
+        None => None,
+    };
+    let body = bulwark_engine::authenticate::manifest_bytes(manifest, key.as_ref());
     store
         .put(
             &format::object_key(&manifest.id, format::MANIFEST_NAME),
