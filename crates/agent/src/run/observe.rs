@@ -106,6 +106,16 @@ pub(super) async fn observe(server: &mut Server) -> Result<Observed, AgentError>
     })
 }
 
+/// The partial-load mark's text, when the server holds one (part of a bootstrap load that
+/// never finished on it).
+pub(super) async fn partial_load_mark(
+    conn: &mut mysql_async::Conn,
+) -> Result<Option<String>, AgentError> {
+    timed(conn.query_first(sql::PARTIAL_LOAD_QUERY))
+        .await
+        .map_err(observe_err("the partial-load mark"))
+}
+
 /// MySQL's `@@super_read_only`, which stops even root: lifted around a change when on.
 pub(super) async fn super_read_only(conn: &mut mysql_async::Conn) -> Result<bool, AgentError> {
     let v: Option<i64> = timed(conn.query_first(sql::SUPER_READ_ONLY_QUERY))

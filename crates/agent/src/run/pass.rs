@@ -19,7 +19,7 @@ use crate::decide::caught_up::{Holding, SourceLag, SourceSamples};
 use crate::decide::labels::{self, Role};
 use crate::decide::lease::LeaseState;
 use crate::decide::sql::{IoState, Source};
-use crate::decide::topology::{self, Decision, Observed, Situation};
+use crate::decide::topology::{self, Decision, LoadState, Observed, Situation};
 
 /// Pause before replication is started again after it stopped.
 const START_RETRY: Duration = Duration::from_secs(10);
@@ -208,10 +208,26 @@ impl Agent {
         let observed_at = Instant::now();
         self.last.observed = Some(observed.clone());
         let source_lag = self.source_lag(&role, &observed, observed_at, &creds).await;
-        let load = self.restore.load_state(
+        let mut load = self.restore.load_state(
             self.config.pending.as_ref(),
             &mut self.converged.accounts_after_load,
         );
+        // Only once a promotion is over (everything received applied, replication removed):
+        // a replica promoted while it still applied a finished load has its mark's removal in
+        // its relay log, and must never load again over what followed.
+        if load == LoadState::Nothing
+            && matches!(role, Ok(Role::Primary))
+            && observed.replication.is_none()
+        {
+            load = self
+                .restore
+                .partial_load(
+                    self.config.pending.as_ref(),
+                    &mut self.server.as_mut().expect("connected").conn,
+                    &mut self.converged.accounts_after_load,
+                )
+                .await?;
+        }
         let restored_gtid = self.restore.gtid_adoption(self.config.gtid_file.as_deref());
         let c = &self.converged;
         let stale = observed.replication.as_ref().is_some_and(|r| {

@@ -139,10 +139,12 @@ pub fn read(path: &Path) -> Result<Option<PendingRestore>, PendingFileError> {
 }
 
 /// Loads `pending` into the server through the SQL client (the dump verified in full first),
-/// then replays the archive up to its target under the server's own GTIDs. A replay cannot be
-/// repeated on top of itself (a table it created would exist already), so a point-in-time
-/// load starts by dropping the databases an earlier, failed attempt left: this server never
-/// held anything else (it is a new cluster's first primary, and the load runs before it serves).
+/// then replays the archive up to its target under the server's own GTIDs. Every load starts
+/// by dropping the databases an earlier, failed attempt left (a replay cannot be repeated on
+/// top of itself, and part of a load is not a load): this server never held anything else (it
+/// is a new cluster's first primary, and the load runs before it serves). While it runs, the
+/// partial-load mark names it, through the binary log, on every member that replicates it; it
+/// goes last, once everything is loaded.
 pub async fn load(
     cfg: &PendingRestoreConfig,
     pending: &PendingRestore,
@@ -182,8 +184,10 @@ pub async fn load(
                 .await?
                 .check(target)
                 .map_err(bulwark_pitr::Error::PointInTime)?;
-            start_over(&conn).await?;
         }
+        // The mark first: a copy of a replica taken at any point from here on holds it.
+        mark_partial_load(&conn, pending).await?;
+        start_over(&conn).await?;
         let outcome = restore::restore(
             &repo,
             &backup,
@@ -201,7 +205,7 @@ pub async fn load(
         .await?;
         tracing::info!(backup_id = %id, bytes = outcome.plaintext_bytes, "backup loaded into mysqld");
         if let Some(target) = &target {
-            let into = ReplayInto::ServerOwnHistory(conn);
+            let into = ReplayInto::ServerOwnHistory(conn.clone());
             let replayed = recover::replay_after(&repo, &backup, key.as_ref(), target, &into).await?;
             tracing::info!(
                 backup_id = %id,
@@ -212,6 +216,7 @@ pub async fn load(
                 "binlog archive replayed into mysqld"
             );
         }
+        unmark_partial_load(&conn).await?;
         Ok::<(), bulwark_pitr::Error>(())
     }
     .await;
@@ -219,20 +224,59 @@ pub async fn load(
     loaded
 }
 
+/// One connection to the server, for the load's own statements.
+async fn connect(conn: &Connection) -> Result<mysql_async::Conn, bulwark_engine::Error> {
+    mysql_async::Conn::new(conn.opts())
+        .await
+        .map_err(|e| bulwark_engine::Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(e),
+        })
+}
+
+fn query_failed(e: mysql_async::Error) -> bulwark_engine::Error {
+    bulwark_engine::Error::QueryServer(Box::new(e))
+}
+
+/// Marks the load as begun, naming `pending`, through the binary log.
+async fn mark_partial_load(
+    conn: &Connection,
+    pending: &PendingRestore,
+) -> Result<(), bulwark_engine::Error> {
+    let mut c = connect(conn).await?;
+    let json = serde_json::to_string(pending).expect("plain strings serialize");
+    for statement in sql::mark_partial_load(&json) {
+        c.query_drop(statement).await.map_err(query_failed)?;
+    }
+    let _ = c.disconnect().await;
+    Ok(())
+}
+
+/// Ends the mark: the load is whole.
+async fn unmark_partial_load(conn: &Connection) -> Result<(), bulwark_engine::Error> {
+    let mut c = connect(conn).await?;
+    c.query_drop(sql::UNMARK_PARTIAL_LOAD)
+        .await
+        .map_err(query_failed)?;
+    let _ = c.disconnect().await;
+    Ok(())
+}
+
+/// The load a partial-load mark names (its text as stored), when it names one.
+pub fn from_mark(text: &str) -> Option<PendingRestore> {
+    serde_json::from_str::<PendingRestore>(text)
+        .ok()
+        .filter(|p| format::is_backup_id(&p.backup_id) && p.target().is_ok())
+}
+
 /// Drops the databases a failed point-in-time load left (through the binary log, so replicas
 /// that replicated part of it drop them too).
 async fn start_over(conn: &Connection) -> Result<(), bulwark_engine::Error> {
-    let failed = |e: mysql_async::Error| bulwark_engine::Error::QueryServer(Box::new(e));
-    let mut c = mysql_async::Conn::new(conn.opts()).await.map_err(|e| {
-        bulwark_engine::Error::ConnectServer {
-            target: conn.describe(),
-            source: Box::new(e),
-        }
-    })?;
-    let schemas: Vec<String> = c.query(sql::DATABASES_QUERY).await.map_err(failed)?;
+    let mut c = connect(conn).await?;
+    let schemas: Vec<String> = c.query(sql::DATABASES_QUERY).await.map_err(query_failed)?;
     for statement in sql::drop_user_databases(&schemas) {
         tracing::warn!(statement = %statement, "dropping what an earlier load attempt left");
-        c.query_drop(statement).await.map_err(failed)?;
+        c.query_drop(statement).await.map_err(query_failed)?;
     }
     let _ = c.disconnect().await;
     Ok(())

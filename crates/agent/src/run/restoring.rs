@@ -29,6 +29,9 @@ pub(super) struct RestoreState {
     /// Backup whose GTID position was adopted but whose file could not be removed yet: the
     /// file is removed, never applied again, and nothing else happens until it is gone.
     gtid_adopted: Option<String>,
+    /// The server was found to hold no partial-load mark: it never gets one but from a load of
+    /// this agent's, so it is not looked for again.
+    no_partial_load: bool,
 }
 
 impl RestoreState {
@@ -149,6 +152,48 @@ impl RestoreState {
             }
         }
         LoadState::Waiting(id)
+    }
+
+    /// On a primary with nothing to load: whether its data holds part of a bootstrap load (a
+    /// copy of a member taken mid-load, after the loading member's volume was lost). Such a
+    /// member is never served: the load its mark names is staged again, as the loading
+    /// member's pending file had it, and loaded over what is there.
+    pub(super) async fn partial_load(
+        &mut self,
+        pending: Option<&PendingRestoreConfig>,
+        conn: &mut mysql_async::Conn,
+        privileges_replaced: &mut bool,
+    ) -> Result<LoadState, AgentError> {
+        if self.no_partial_load {
+            return Ok(LoadState::Nothing);
+        }
+        let Some(text) = super::observe::partial_load_mark(conn).await? else {
+            self.no_partial_load = true;
+            return Ok(LoadState::Nothing);
+        };
+        let Some(staged) = pending::from_mark(&text) else {
+            return Ok(LoadState::Failed {
+                id: "?".into(),
+                error: format!(
+                    "this server holds part of a bootstrap load, but its mark names no load ({:?})",
+                    text.chars().take(64).collect::<String>()
+                ),
+            });
+        };
+        let Some(cfg) = pending else {
+            return Ok(LoadState::Failed {
+                id: staged.backup_id,
+                error: "this server holds part of a bootstrap load, but no repository is given to load it again".into(),
+            });
+        };
+        tracing::warn!(backup_id = %staged.backup_id, "this server holds part of a bootstrap load (copied from a member while it loaded): loading the backup again");
+        if let Err(e) = pending::write(&cfg.file, &staged) {
+            return Ok(LoadState::Failed {
+                id: staged.backup_id,
+                error: bulwark_engine::error::chain(&e),
+            });
+        }
+        Ok(self.load_state(Some(cfg), privileges_replaced))
     }
 
     /// Starts loading backup `id` over `conn`, as this pass's [`RestoreState::load_state`]

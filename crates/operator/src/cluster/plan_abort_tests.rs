@@ -78,3 +78,31 @@ fn a_switchover_is_given_back_only_once_its_target_cannot_keep_a_lease() {
         }
     }
 }
+
+/// A cluster whose first primary never took writes (a logical bootstrap still loading, which
+/// keeps it unready) never fails over, however long that primary is silent: a replica holds at
+/// most part of the load.
+#[test]
+fn a_primary_that_never_served_is_never_failed_over() {
+    let never_served = MySQLClusterStatus {
+        current_primary: Some("quay-0".into()),
+        epoch: Some(1),
+        ..MySQLClusterStatus::default()
+    };
+    for silent_for in [0, 60, 3600] {
+        let c = case(
+            "never served",
+            lost_for(never_served.clone(), silent_for),
+            primary_gone(),
+            Outcome::Steady,
+        );
+        let plan = c.plan();
+        assert_eq!(plan.primary, "quay-0", "lost for {silent_for} s");
+        assert_eq!(plan.epoch, 1, "lost for {silent_for} s");
+        assert!(
+            !matches!(outcome(&plan), Outcome::FailoverTo(_)),
+            "lost for {silent_for} s: {:?}",
+            outcome(&plan)
+        );
+    }
+}
