@@ -68,7 +68,21 @@ const WORKLOAD: &str = "
 
 /// Starts a server with `args`, runs the workload while it is archived, restores the backup
 /// taken before it to the latest point, and compares.
-fn archived_and_replayed(name: &str, args: &[&str]) {
+/// The kinds of event the source logged (`SHOW BINLOG EVENTS`, every binary log).
+fn event_kinds(db: &MariaDb) -> std::collections::BTreeSet<String> {
+    let logs = db.query("SHOW BINARY LOGS").unwrap();
+    logs.iter()
+        .flat_map(|log| {
+            db.query(&format!("SHOW BINLOG EVENTS IN '{}'", log[0]))
+                .unwrap()
+        })
+        .map(|event| event[2].clone())
+        .collect()
+}
+
+/// Archives the workload from a source started with `args`, whose binary log must hold events
+/// of each kind in `kinds`, and restores it to `latest`.
+fn archived_and_replayed(name: &str, args: &[&str], kinds: &[&str]) {
     let ArchivedSource {
         work,
         repo,
@@ -87,6 +101,10 @@ fn archived_and_replayed(name: &str, args: &[&str]) {
         .sql(&workload)
         .unwrap_or_else(|e| panic!("{name}: {e:#}"));
     let last = write_row(&source);
+    let logged = event_kinds(&source);
+    for kind in kinds {
+        assert!(logged.contains(*kind), "{name}: no {kind} among {logged:?}");
+    }
     wait_archived(&repo, &key, &last.gtid, &a);
     a.stop();
     let (restored, _) = restore_until(&repo, &key, &id, &["--until", "latest"]);
@@ -102,12 +120,32 @@ fn row_events_compressed_are_archived_and_replayed() {
     archived_and_replayed(
         "row-compressed",
         &["--log-bin-compress=ON", "--log-bin-compress-min-len=10"],
+        &[
+            "Annotate_rows",
+            "Write_rows_compressed_v1",
+            "Update_rows_compressed_v1",
+            "Delete_rows_compressed_v1",
+            "Query_compressed",
+            "XA_prepare",
+        ],
     );
 }
 
 #[test]
 fn statement_events_are_archived_and_replayed() {
-    archived_and_replayed("statement", &["--binlog-format=STATEMENT"]);
+    archived_and_replayed(
+        "statement",
+        &["--binlog-format=STATEMENT"],
+        &[
+            "Query",
+            "User var",
+            "Intvar",
+            "RAND",
+            "Begin_load_query",
+            "Execute_load_query",
+            "XA_prepare",
+        ],
+    );
 }
 
 #[test]
@@ -124,6 +162,13 @@ fn mixed_events_of_a_binlog_encrypted_at_rest_are_archived_and_replayed() {
             "--plugin-load-add=file_key_management",
             &plugin,
             "--encrypt-binlog=ON",
+        ],
+        &[
+            "Start_encryption",
+            "Annotate_rows",
+            "Write_rows_v1",
+            "Query",
+            "XA_prepare",
         ],
     );
 }

@@ -1,6 +1,7 @@
 //! Holds on real MariaDB: a backup being restored and a backup being written are left alone by
-//! `prune` and `delete` (which say why), and a rewrap never writes back the manifest of a
-//! backup a deletion has marked. Processes are paused with SIGSTOP to hold them mid-way.
+//! `prune` and `delete` (which say why), a rewrap during a restore changes the manifest under
+//! it and nothing the restore reads, and a rewrap never writes back the manifest of a backup a
+//! deletion has marked. Processes are paused with SIGSTOP to hold them mid-way.
 
 mod common;
 
@@ -88,6 +89,67 @@ fn a_backup_being_restored_is_kept_by_prune_and_delete_until_the_restore_ends() 
     );
     let pruned = prune_keeping_one(&s.repo, &[]);
     assert_eq!(pruned["removed"][0], first.as_str(), "{pruned}");
+    target.stop().unwrap();
+}
+
+/// A key rotation while a restore reads the backup: the rewrap replaces the manifest (the
+/// restore read it and unwrapped its data key at the start) and never the data, so the restore
+/// finishes whole, and the backup is on the new key afterwards.
+#[test]
+fn a_rewrap_during_a_restore_changes_only_the_manifest_under_it() {
+    let s = Scenario::new(ROWS);
+    let work = tempfile::tempdir().unwrap();
+    let (old, new) = (key_file(work.path(), "old"), key_file(work.path(), "new"));
+    let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
+    let (id, _) = s.backup(&[
+        "--method",
+        "logical",
+        "--chunk-size",
+        "64KiB",
+        "--encryption-key-file",
+        old,
+    ]);
+    let mut target = MariaDb::start().unwrap();
+    let mut args = vec![
+        "restore",
+        "--repo",
+        &s.repo,
+        "--encryption-key-file",
+        old,
+        id.as_str(),
+    ];
+    let conn = target.cli_args();
+    args.extend(conn.iter().map(String::as_str));
+    let mut restore = cli(&args);
+    restore.stdout(Stdio::null()).stderr(Stdio::piped());
+    let server_pid = server_pid(&target);
+    signal(server_pid, "-STOP");
+    let restore = restore.spawn().unwrap();
+    let held = Path::new(&s.repo).join("holds").join(&id);
+    wait_for("the restore's hold", || {
+        std::fs::read_dir(&held).is_ok_and(|mut d| d.next().is_some())
+    });
+    let rotated = ok(cli(&[
+        "rewrap",
+        "--repo",
+        &s.repo,
+        "--encryption-key-file",
+        old,
+        "--new-encryption-key-file",
+        new,
+    ]));
+    assert!(rotated.contains("re-wrapped"), "{rotated}");
+    signal(server_pid, "-CONT");
+    finish(restore, "the restore");
+    assert_same(&snapshot(&s.source).unwrap(), &snapshot(&target).unwrap());
+    ok(cli(&[
+        "verify",
+        "--repo",
+        &s.repo,
+        "--encryption-key-file",
+        new,
+        &id,
+    ]));
     target.stop().unwrap();
 }
 

@@ -2,7 +2,9 @@
 //! transactions the archiver refuses the survivor unless told to branch, then archives it as a
 //! new timeline; restores follow one branch only (the survivor's, or the lost tail's by its
 //! GTIDs), however their sequence numbers compare. A damaged binary log on the server is
-//! reported, never taken for a purge.
+//! reported, never taken for a purge. A cluster deleted and created again under its name (a
+//! new server whose GTIDs repeat the old one's) archives on its own, and each restores only its
+//! own history.
 
 mod common;
 
@@ -104,6 +106,14 @@ fn failover_with_orphans(orphan_rows: usize, survivor_rows: usize) {
     assert_eq!(timelines.as_array().map(Vec::len), Some(2), "{listing}");
     assert_eq!(timelines[1]["timeline"], 2, "{listing}");
     assert_eq!(timelines[1]["through"], at.as_str(), "{listing}");
+    // The backup's window follows the survivor's timeline 2.
+    let entry = listing["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(entry["recoveryWindow"]["timeline"], 2, "{listing}");
     // The lost tail: what timeline 2 left behind on timeline 1.
     assert_eq!(timelines[1]["leftBehind"]["timeline"], 1, "{listing}");
     assert_eq!(
@@ -218,4 +228,103 @@ fn a_damaged_binary_log_on_the_server_is_reported_never_taken_for_a_purge() {
         gaps.is_null() || *gaps == serde_json::json!([]),
         "{listing}"
     );
+}
+
+/// Waits until archive `name` of `repo` reaches exactly `pos`.
+fn wait_archive_at(repo: &str, name: &str, pos: &str, archiver: &Archiver) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while list(repo, &[])["archives"][name]["through"] != pos {
+        assert!(
+            Instant::now() < deadline,
+            "archive {name} did not reach {pos}: {}",
+            archiver.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The operator names a cluster's archive after the cluster and its uid, so a cluster deleted
+/// and created again under the same name starts its own archive beside the old one in the same
+/// repository. Its server's GTIDs repeat the old one's (same domain, same server id), yet each
+/// backup restores to `latest` with its own cluster's history only; and a new server pointed at
+/// the old cluster's archive is refused, never continued.
+#[test]
+fn a_cluster_created_again_under_its_name_never_continues_the_old_ones_archive() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo").display().to_string();
+    let key = key_file(work.path(), "key");
+    let k = key.to_str().unwrap();
+    let rows = |db: &MariaDb| db.query("SELECT id, at FROM pitr.w ORDER BY id").unwrap();
+    let incarnation = |archive: &str, writes: usize| {
+        let db = MariaDb::start().unwrap();
+        db.sql(SCHEMA).unwrap();
+        write_row(&db);
+        let b = backup(
+            &repo,
+            &db,
+            &[
+                "--method",
+                "logical",
+                "--encryption-key-file",
+                k,
+                "--binlog-archive",
+                archive,
+            ],
+            &[],
+        );
+        let a = Archiver::start_with(
+            &repo,
+            &db,
+            &key,
+            work.path(),
+            archive,
+            &["--archive", archive],
+        );
+        let written: Vec<Row> = (0..writes).map(|_| write_row(&db)).collect();
+        let head = written.last().unwrap().gtid.clone();
+        wait_archive_at(&repo, archive, &head, &a);
+        a.stop();
+        (db, b["id"].as_str().unwrap().to_string(), head)
+    };
+    // The first cluster writes more than the second: by sequence numbers alone, the second's
+    // `latest` would run on into the first's rows.
+    let (first, first_backup, first_head) = incarnation("quay-1111aaaa", 6);
+    let (second, second_backup, second_head) = incarnation("quay-2222bbbb", 2);
+    assert_eq!(
+        first.query("SELECT @@gtid_binlog_pos").unwrap()[0][0]
+            .split('-')
+            .take(2)
+            .collect::<Vec<_>>(),
+        second.query("SELECT @@gtid_binlog_pos").unwrap()[0][0]
+            .split('-')
+            .take(2)
+            .collect::<Vec<_>>(),
+        "the same domain and server id"
+    );
+    let (restored, out) = restore_until(&repo, &key, &second_backup, &["--until", "latest"]);
+    assert_eq!(rows(&restored), rows(&second), "{out}");
+    assert_eq!(
+        restored.query("SELECT @@gtid_binlog_pos").unwrap()[0][0],
+        second_head
+    );
+    let (restored, out) = restore_until(&repo, &key, &first_backup, &["--until", "latest"]);
+    assert_eq!(rows(&restored), rows(&first), "{out}");
+    assert_eq!(
+        restored.query("SELECT @@gtid_binlog_pos").unwrap()[0][0],
+        first_head
+    );
+
+    // The second cluster's server on the first cluster's archive: its history lacks the
+    // archive's head, and the archiver stops, saying so.
+    let refused = Archiver::start_with(
+        &repo,
+        &second,
+        &key,
+        work.path(),
+        "refused",
+        &["--archive", "quay-1111aaaa"],
+    );
+    let (status, log) = refused.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("lacks archived transactions"), "{log}");
 }
