@@ -261,11 +261,12 @@ fn an_encrypted_repository_replays_only_what_its_key_signed() {
         log.contains("written before manifests were authenticated"),
         "{log}"
     );
-    // A repository from before authentication (no key check): the same-key run signs what it
-    // holds, and the restore works again.
+    // Nor once the key check is deleted: the other manifests name the repository, so one
+    // without a MAC was edited (or planted), not written before authentication.
     std::fs::remove_file(Path::new(&repo).join("repository.json")).unwrap();
-    let signed = ok(sign());
-    assert!(signed.contains("\"signed\""), "{signed}");
+    let refused = stdout_of_failure(sign(), "left as they are");
+    assert!(refused.contains("manifests name it already"), "{refused}");
+    std::fs::write(&manifest_path, &original).unwrap();
     ok(verify_archive(&repo, Some(k)));
     let (restored, out) = restore_until(&repo, &key, &id, &["--until", "latest"]);
     assert_eq!(rows(&restored), rows(&source), "{out}");
@@ -347,6 +348,16 @@ fn reason_for(entries: &serde_json::Value, id: &str) -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// A stored manifest as the release before authentication wrote it: no MAC, no repository.
+fn as_before_authentication(path: &Path) {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let map = value.as_object_mut().unwrap();
+    map.remove("repository");
+    map.remove("mac");
+    std::fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
 }
 
 /// Re-signs a stored manifest (or key check) as the release before repository ids wrote it:
@@ -528,4 +539,36 @@ fn a_manifest_copied_from_another_repository_under_the_same_key_is_refused() {
     );
     let rerun = stdout_of_failure(sign(&repo_c), "left as they are");
     assert!(rerun.contains("names no repository"), "{rerun}");
+
+    // A repository from before authentication (no MAC, no key check): refused under the key
+    // until the same-key rewrap signs each manifest, naming the repository.
+    let repo_d = repo_at("d");
+    let in_d = backup_id(&repo_d);
+    std::fs::remove_file(Path::new(&repo_d).join("repository.json")).unwrap();
+    let d_manifest = Path::new(&repo_d)
+        .join("backups")
+        .join(&in_d)
+        .join("manifest.json");
+    as_before_authentication(&d_manifest);
+    let listing = list(&repo_d, &keyed);
+    assert!(
+        reason_for(&listing["incomplete"], &in_d).contains("carries no MAC"),
+        "{listing}"
+    );
+    let signed = ok(sign(&repo_d));
+    assert!(signed.contains("\"signed\""), "{signed}");
+    let listing = list(&repo_d, &keyed);
+    assert_eq!(complete_ids(&listing), vec![in_d.clone()], "{listing}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&d_manifest).unwrap()).unwrap();
+    assert_eq!(manifest["repository"], listing["repository"], "{listing}");
+    // A lost key check and a manifest planted without a MAC: rewrap never signs it.
+    std::fs::remove_file(Path::new(&repo_d).join("repository.json")).unwrap();
+    let planted = Path::new(&repo_d).join("backups").join(&in_a);
+    copy_dir(&Path::new(&repo_a).join("backups").join(&in_a), &planted);
+    as_before_authentication(&planted.join("manifest.json"));
+    let refused = stdout_of_failure(sign(&repo_d), "left as they are");
+    assert!(refused.contains("manifests name it already"), "{refused}");
+    let listing = list(&repo_d, &keyed);
+    assert_eq!(complete_ids(&listing), vec![in_d], "{listing}");
 }

@@ -121,7 +121,7 @@ pub enum ManifestRefusal {
     Unsigned,
     #[error("its MAC does not match under key {0}: edited, or signed with another key")]
     Mismatch(String),
-    #[error("it was written for repository {found}, not this one ({expected}): copied from another repository")]
+    #[error("it was written for repository {found}, not this one ({expected}): copied from another repository (or the key check {KEY_CHECK_NAME} was replaced by another repository's)")]
     OtherRepository { found: String, expected: String },
     /// Written before manifests named their repository, in a repository whose older manifests
     /// were all re-signed naming it (or that never had any).
@@ -197,33 +197,40 @@ pub fn named_repository(raw: &[u8], key: &MasterKey) -> Option<Option<String>> {
     )
 }
 
-/// The binding the authentic manifests among `manifests` imply for their repository when its
-/// key check is missing or names no repository: the one id they name, or, when none names one
-/// (all predate repository ids), a new id accepting manifests that name none. Once one names
-/// the repository, one naming none is taken for planted (a rewrap interrupted with its key
-/// check lost is run again to name it). `None` when none is authentic under any of `keys`;
-/// refused when they name different repositories (one was copied in).
+/// The binding the manifests `(id, stored bytes)` imply for their repository when its key check
+/// is missing or names no repository: the one id the authentic ones (under any of `keys`)
+/// name, or, when none names one, a new id that still accepts manifests naming none (they all
+/// predate repository ids, or authentication when they carry no MAC). Once one names the
+/// repository, one naming none is taken for planted. `None` when there is no manifest to go
+/// by; refused when they name different repositories (some were copied in).
 pub fn binding_named_by<'a>(
-    manifests: impl IntoIterator<Item = &'a [u8]>,
+    manifests: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     keys: &[&MasterKey],
 ) -> Result<Option<Binding>, KeyCheckError> {
-    let mut named = std::collections::BTreeSet::new();
-    let mut authentic = false;
-    for raw in manifests {
-        let Some(id) = keys.iter().find_map(|k| named_repository(raw, k)) else {
-            continue;
-        };
-        authentic = true;
-        named.extend(id);
+    let mut named: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    let mut any = false;
+    for (id, raw) in manifests {
+        match keys.iter().find_map(|k| named_repository(raw, k)) {
+            Some(Some(repository)) => named.entry(repository).or_default().push(id),
+            Some(None) => {}
+            // Not authentic: evidence only when it carries no MAC at all (from before
+            // authentication); an edited or foreign one says nothing.
+            None if serde_json::from_slice::<Value>(raw)
+                .is_ok_and(|v| v.is_object() && v.get(MAC_FIELD).is_none()) => {}
+            None => continue,
+        }
+        any = true;
     }
     if named.len() > 1 {
-        return Err(KeyCheckError::ConflictingIds(
-            named.into_iter().collect::<Vec<_>>().join(", "),
-        ));
+        let by_id: Vec<String> = named
+            .iter()
+            .map(|(repository, ids)| format!("{repository} by {}", ids.join(", ")))
+            .collect();
+        return Err(KeyCheckError::ConflictingIds(by_id.join("; ")));
     }
     let accepts_unbound = named.is_empty();
-    Ok(authentic.then(|| Binding {
-        repository: named.into_iter().next().unwrap_or_else(new_repository_id),
+    Ok(any.then(|| Binding {
+        repository: named.into_keys().next().unwrap_or_else(new_repository_id),
         accepts_unbound,
     }))
 }
@@ -236,7 +243,11 @@ pub fn binding_named_by<'a>(
 pub async fn signing_key(store: &Arc<dyn Store>, key: &MasterKey) -> MasterKey {
     match read_key_check(store, Some(key)).await {
         Ok(Some(check)) => check.bind(key),
-        _ => key.clone(),
+        Ok(None) => key.clone(),
+        Err(e) => {
+            tracing::warn!(key = %key.id(), error = %crate::chain::chain(&e), "the repository's key check could not be read before a manifest was written; signed for the repository as it was when this writer started");
+            key.clone()
+        }
     }
 }
 
@@ -406,7 +417,7 @@ pub enum KeyCheckError {
     OtherKey { expected: String, given: String },
     #[error("the repository's key check ({KEY_CHECK_NAME}) is damaged or forged: {0}")]
     Damaged(String),
-    #[error("the repository's key check ({KEY_CHECK_NAME}) names no repository, and its authentic manifests name several ({0}): some were copied in from another repository under the same key; remove those, then run rewrap with the same key old and new")]
+    #[error("the repository's key check ({KEY_CHECK_NAME}) names no repository, and its authentic manifests name several (repository {0}): some were copied in from another repository under the same key; remove those, then run rewrap with the same key old and new")]
     ConflictingIds(String),
 }
 
@@ -605,28 +616,42 @@ mod tests {
         let manifest = serde_json::json!({"id": "x", "encryption": {"key_id": key(7).id()}});
         let named = |id: &str| manifest_bytes(&manifest, Some(&bound(7, id, false)));
         let unnamed = manifest_bytes(&manifest, Some(&key(7)));
+        let unsigned = manifest_bytes(&manifest, None);
         let foreign = manifest_bytes(&manifest, Some(&bound(8, "cccc", false)));
-        let binding = |raws: &[&Vec<u8>]| {
-            binding_named_by(raws.iter().map(|r| &r[..]), &[&key(7)])
+        let binding = |raws: &[(&str, &Vec<u8>)]| {
+            binding_named_by(raws.iter().map(|(id, r)| (*id, &r[..])), &[&key(7)])
                 .map(|b| b.map(|b| (b.repository, b.accepts_unbound)))
                 .map_err(|e| e.to_string())
         };
         let (a, b) = (named("aaaa"), named("bbbb"));
         assert_eq!(binding(&[]), Ok(None), "nothing to go by");
-        assert_eq!(binding(&[&foreign]), Ok(None), "not authentic: ignored");
         assert_eq!(
-            binding(&[&a, &a, &foreign]),
+            binding(&[("f", &foreign)]),
+            Ok(None),
+            "not authentic: ignored"
+        );
+        assert_eq!(
+            binding(&[("a1", &a), ("a2", &a), ("f", &foreign)]),
             Ok(Some(("aaaa".into(), false)))
         );
-        assert_eq!(
-            binding(&[&a, &unnamed]),
-            Ok(Some(("aaaa".into(), false))),
-            "once one names it, one naming none is planted"
+        for planted in [&unnamed, &unsigned] {
+            assert_eq!(
+                binding(&[("a1", &a), ("p", planted)]),
+                Ok(Some(("aaaa".into(), false))),
+                "once one names it, one naming none is planted"
+            );
+            let fresh = binding(&[("p", planted)]).unwrap().unwrap();
+            assert_eq!(
+                (fresh.0.len(), fresh.1),
+                (32, true),
+                "all from before ids: a new id, accepting them"
+            );
+        }
+        let err = binding(&[("a1", &a), ("b1", &b), ("a2", &a)]).unwrap_err();
+        assert!(
+            err.contains("name several (repository aaaa by a1, a2; bbbb by b1)"),
+            "{err}"
         );
-        let fresh = binding(&[&unnamed]).unwrap().unwrap();
-        assert_eq!((fresh.0.len(), fresh.1), (32, true), "a new id");
-        let err = binding(&[&a, &b]).unwrap_err();
-        assert!(err.contains("name several (aaaa, bbbb)"), "{err}");
     }
 
     async fn fs_store() -> (tempfile::TempDir, Arc<dyn Store>) {

@@ -139,7 +139,7 @@ impl Repository {
                     }
                     .into());
                 }
-                self.binding_from_backups(key).await?
+                self.binding_from_manifests(&[key]).await?
             }
             Err(Error::NoBackups) => None,
             Err(e) => return Err(e),
@@ -148,30 +148,48 @@ impl Repository {
         Ok(check.bind(key))
     }
 
-    /// What the backups' manifests authentic under `key` imply for the repository's binding
-    /// while it has no key check ([`authenticate::binding_named_by`]): the id of a key check
-    /// since lost, and whether manifests that predate repository ids are still accepted.
-    async fn binding_from_backups(&self, key: &MasterKey) -> Result<Option<Binding>> {
-        let ids = self.manifest_ids().await?;
-        let raws: Vec<(String, Bytes)> = futures::stream::iter(ids)
-            .map(|id| async move {
-                let object = format::object_key(&id, format::MANIFEST_NAME);
-                (id, self.store.get(&object).await)
+    /// What the repository's manifests (backups', and the archived segments') imply for its
+    /// binding while its key check is missing or names no repository
+    /// ([`authenticate::binding_named_by`], authentic under one of `keys`): the id of a key
+    /// check since lost, and whether manifests from before repository ids are still accepted.
+    pub async fn binding_from_manifests(&self, keys: &[&MasterKey]) -> Result<Option<Binding>> {
+        let suffix = format!("/{}", format::MANIFEST_NAME);
+        let segments = self
+            .store
+            .list(format::BINLOGS_PREFIX)
+            .await
+            .map_err(Error::ListRepository)?;
+        let objects: Vec<String> = self
+            .manifest_ids()
+            .await?
+            .iter()
+            .map(|id| format::object_key(id, format::MANIFEST_NAME))
+            .chain(
+                segments
+                    .into_iter()
+                    .map(|o| o.key)
+                    .filter(|k| k.ends_with(&suffix)),
+            )
+            .collect();
+        let raws: Vec<(String, Bytes)> = futures::stream::iter(objects)
+            .map(|object| async move {
+                let got = self.store.get(&object).await;
+                (object, got)
             })
             .buffered(8)
-            .filter_map(|(id, got)| async move {
+            .filter_map(|(object, got)| async move {
                 match got {
-                    Ok(raw) => Some(Ok((id, raw))),
+                    Ok(raw) => Some(Ok((object, raw))),
                     Err(StoreError::NotFound { .. }) => None,
-                    Err(source) => Some(Err(Error::ReadManifest { id, source })),
+                    Err(source) => Some(Err(Error::ReadManifest { id: object, source })),
                 }
             })
             .try_collect()
             .await?;
-        Ok(authenticate::binding_named_by(
-            raws.iter().map(|(_, raw)| &raw[..]),
-            &[key],
-        )?)
+        let named = raws
+            .iter()
+            .map(|(object, raw)| (object.trim_end_matches(&suffix), &raw[..]));
+        Ok(authenticate::binding_named_by(named, keys)?)
     }
 
     /// Checks the repository's key check against the key manifests are read under: a wrong key
@@ -189,7 +207,7 @@ impl Repository {
             // copied in from another repository, or planted to predate repository ids where
             // none does, is still refused.
             (None, Some(key)) => {
-                let binding = self.binding_from_backups(key).await?;
+                let binding = self.binding_from_manifests(&[key]).await?;
                 self.key = Some(key.clone().bound(binding));
             }
             _ => {}

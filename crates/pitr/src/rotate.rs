@@ -77,36 +77,6 @@ fn stamp_of(id: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.and_utc())
 }
 
-/// What the manifests `ids` authentic under one of `keys` imply for the repository's binding
-/// ([`authenticate::binding_named_by`]).
-async fn binding_of_manifests(
-    store: &Arc<dyn Store>,
-    ids: &[String],
-    keys: &[&MasterKey],
-) -> Result<Option<Binding>> {
-    let mut raws = Vec::new();
-    for id in ids {
-        match store
-            .get(&format::object_key(id, format::MANIFEST_NAME))
-            .await
-        {
-            Ok(raw) => raws.push(raw),
-            Err(StoreError::NotFound { .. }) => {}
-            Err(source) => {
-                return Err(EngineError::ReadManifest {
-                    id: id.clone(),
-                    source,
-                }
-                .into())
-            }
-        }
-    }
-    Ok(
-        authenticate::binding_named_by(raws.iter().map(|r| &r[..]), keys)
-            .map_err(EngineError::from)?,
-    )
-}
-
 /// Whether a manifest names the repository `key` is bound to.
 fn names_repository(manifest: &serde_json::Value, key: &MasterKey) -> bool {
     let named = manifest
@@ -180,6 +150,12 @@ async fn rewrap_one(
                     .into(),
             );
         }
+        // Where manifests name their repository already, one without a MAC was planted.
+        if new.binding().is_some_and(|b| !b.accepts_unbound) {
+            return RewrapOutcome::NotAuthentic(
+                "it carries no MAC, and this repository's manifests name it already".into(),
+            );
+        }
     }
     // A data key that does not unwrap under its key is not this repository's.
     if under.unwrap(id, &e).is_err() {
@@ -239,15 +215,14 @@ pub async fn rewrap_all(
         Some(binding) => binding,
         // No key check, or one from before repository ids (or put back from before them):
         // the id is the one the authentic manifests name, so that none is stranded.
-        None => {
-            let derived = binding_of_manifests(store, &ids, &[old, new]).await?;
-            Binding {
-                repository: derived
-                    .map(|b| b.repository)
-                    .unwrap_or_else(authenticate::new_repository_id),
+        // Manifests naming none are signed only where none names one yet.
+        None => repo
+            .binding_from_manifests(&[old, new])
+            .await?
+            .unwrap_or_else(|| Binding {
+                repository: authenticate::new_repository_id(),
                 accepts_unbound: true,
-            }
-        }
+            }),
     };
     // A key check from before repository ids records the id before the first manifest names
     // it, so that readers take both kinds meanwhile. Without a key check none is written

@@ -258,6 +258,7 @@ impl Store for S3Store {
         // `If-None-Match: *`: AWS S3 and most S3-compatible servers refuse the upload with 412
         // when the object exists.
         let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+        let data_again = data.clone();
         match self
             .store
             .put_opts(&self.location(key), PutPayload::from_bytes(data), opts)
@@ -265,6 +266,13 @@ impl Store for S3Store {
         {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            // Conditional puts turned off (`AWS_CONDITIONAL_PUT=disabled`): a plain put, so two
+            // writers starting together may each create it; each manifest is signed for the
+            // key check as it is when it is written, which keeps what either commits readable.
+            Err(object_store::Error::NotImplemented) => {
+                tracing::warn!(key, "the S3 store does not create objects only if absent; writing the key check unconditionally");
+                self.put(key, data_again).await.map(|()| true)
+            }
             Err(e) => Err(classify("create", key, e)),
         }
     }

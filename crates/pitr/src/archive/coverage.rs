@@ -79,7 +79,12 @@ pub async fn write(
     key: Option<&MasterKey>,
     coverage: &Coverage,
 ) -> Result<()> {
-    let body = bulwark_engine::authenticate::manifest_bytes(coverage, key);
+    // Signed for the repository as its key check binds it now, like segments.
+    let key = match key {
+        Some(key) => Some(bulwark_engine::authenticate::signing_key(store, key).await),
+        None => None,
+    };
+    let body = bulwark_engine::authenticate::manifest_bytes(coverage, key.as_ref());
     store
         .put(&object_key(&coverage.archive), Bytes::from(body))
         .await
