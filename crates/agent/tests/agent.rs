@@ -388,6 +388,32 @@ fn a_pending_logical_restore_is_loaded_into_the_new_primary() {
     wait_status(&agent, &[], "/readyz", 200, "primary: writable");
     assert!(!pending.exists(), "the pending file is removed once loaded");
     assert_same(&before, &snapshot(&target).unwrap());
+    // Through the binary log, the partial-load mark before the dump's first statement and its
+    // removal after its last: a copy of a replica taken at any point mid-load holds the mark.
+    let binlog: Vec<String> = target
+        .query("SHOW BINARY LOGS")
+        .unwrap()
+        .iter()
+        .flat_map(|log| {
+            target
+                .query(&format!("SHOW BINLOG EVENTS IN '{}'", log[0]))
+                .unwrap()
+        })
+        .map(|event| event[5].clone())
+        .collect();
+    let at = |what: &str| binlog.iter().position(|info| info.contains(what));
+    let mark = at("CREATE TABLE IF NOT EXISTS bulwark_bootstrap.partial_load");
+    let first_dump = at("DROP TABLE IF EXISTS");
+    let unmark = binlog
+        .iter()
+        .rposition(|info| info.contains("DROP DATABASE IF EXISTS bulwark_bootstrap"));
+    let last_dump = binlog
+        .iter()
+        .rposition(|info| info.contains("INSERT INTO") || info.contains("CREATE TABLE `"));
+    assert!(
+        mark.is_some() && first_dump.is_some() && mark < first_dump && last_dump < unmark,
+        "mark {mark:?}, dump {first_dump:?}..{last_dump:?}, unmark {unmark:?}: {binlog:#?}"
+    );
     // The dump replaced the privilege tables; the agent put its accounts back.
     wait_for("the accounts after the load", &[&agent], || {
         sql_tcp(&target, "bulwark_backup", "b4ckup-secret", "SELECT 1").ok()

@@ -128,4 +128,39 @@ fn a_primary_holding_part_of_a_load_loads_the_backup_again() {
         &[("MYSQL_BACKUP_REPO", repo.as_str())],
     );
     wait_status(&agent, &[], "/readyz", 503, "its mark names no load");
+    drop(agent);
+
+    // A copy taken between the mark's two statements: its schema alone, nothing loaded yet.
+    let started = MariaDb::start().unwrap();
+    started.sql("CREATE DATABASE bulwark_bootstrap").unwrap();
+    let w3 = w.join("third");
+    std::fs::create_dir_all(w3.join("volume")).unwrap();
+    let creds = credentials(&w3, "");
+    let mut labels = Labels::new(w3.join("podinfo"));
+    labels.set(Some("primary"));
+    let agent = Agent::start(
+        "started",
+        &w3,
+        &started,
+        &[
+            "--labels-file",
+            labels.file().to_str().unwrap(),
+            "--credentials-dir",
+            creds.to_str().unwrap(),
+            "--primary-host",
+            "quay-primary",
+            "--pending-logical-restore",
+            w3.join("volume/pending").to_str().unwrap(),
+            "--encryption-key-file",
+            key,
+        ],
+        &[("MYSQL_BACKUP_REPO", repo.as_str())],
+    );
+    wait_status(
+        &agent,
+        &[],
+        "/readyz",
+        503,
+        "holds the start of a bootstrap load",
+    );
 }

@@ -1,6 +1,7 @@
 //! Faults on a filesystem repository: tampered chunk, wrong key, missing segment, truncated and
-//! missing manifests, the source tool dying or lying, and a full disk. Each ends non-zero with a
-//! clear message, and nothing incomplete is ever listed as complete.
+//! missing manifests, the source tool dying or lying, a full disk, and a source holding part of
+//! a bootstrap load. Each ends non-zero with a clear message, and nothing incomplete is ever
+//! listed as complete.
 
 mod common;
 
@@ -448,4 +449,21 @@ fn sigterm_during_a_backup_stops_the_tool_and_deletes_partial_data() {
         "{listing}"
     );
     assert!(tree(&backups).is_empty(), "{:?}", tree(&backups));
+}
+
+/// A server holding a logical bootstrap's partial-load mark holds part of a load: a backup of
+/// it would be taken for the data, so none is taken.
+#[test]
+fn a_source_holding_part_of_a_bootstrap_load_is_not_backed_up() {
+    let s = Scenario::new(10);
+    s.source.sql("CREATE DATABASE bulwark_bootstrap").unwrap();
+    let mut c = cli(&["backup", "--repo", &s.repo, "--method", "logical"]);
+    c.args(s.source.cli_args());
+    fails(
+        c,
+        &["holds part of a bootstrap load", "once the load is over"],
+    );
+    assert!(complete_ids(&list(&s.repo, &[])).is_empty());
+    s.source.sql("DROP DATABASE bulwark_bootstrap").unwrap();
+    s.backup(&["--method", "logical"]);
 }

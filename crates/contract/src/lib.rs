@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod archive;
+pub mod bootstrap;
 pub mod clone;
 pub mod command;
 pub mod drill;

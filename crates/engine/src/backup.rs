@@ -68,6 +68,11 @@ pub async fn run(
         }
     };
     let server = source::probe(&req.connection).await?;
+    if server.partial_load {
+        return Err(Error::PartialLoad {
+            host: server.hostname,
+        });
+    }
     tracing::info!(engine = %server.engine, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
     // A physical stream copies the datadir's files; when they are visible here their sizes are
     // a far better estimate than the tables' data sizes.

@@ -56,6 +56,8 @@ pub enum Error {
     BackupIdTaken(String),
     #[error("refused to run the physical tool: {0}")]
     ToolSeries(String),
+    #[error("refused to back up {host}: it holds part of a bootstrap load (schema bulwark_bootstrap), which a backup would take for the data; back it up once the load is over")]
+    PartialLoad { host: String },
     #[error("failed to start {tool}")]
     StartTool {
         tool: String,

@@ -41,6 +41,15 @@ pub struct Observed {
     pub replication: Option<ReplicaStatus>,
 }
 
+/// Whether a pass looks for a partial-load mark (part of a bootstrap load, copied from a member
+/// mid-load): only on a primary with nothing to load, once any promotion is over (everything
+/// received applied, replication removed). A replica promoted while it still applied a load
+/// that finished on the old primary has the mark's removal in its relay log, and must never
+/// load again over what followed.
+pub fn looks_for_partial_load(role: &Result<Role, String>, o: &Observed, load: &LoadState) -> bool {
+    matches!(role, Ok(Role::Primary)) && o.replication.is_none() && *load == LoadState::Nothing
+}
+
 /// Where the load of a pending logical backup into a primary stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadState {

@@ -106,12 +106,12 @@ pub(super) async fn observe(server: &mut Server) -> Result<Observed, AgentError>
     })
 }
 
-/// The partial-load mark's text, when the server holds one (part of a bootstrap load that
-/// never finished on it).
+/// The partial-load mark, when the server holds one (part of a bootstrap load that never
+/// finished on it): its text, or `None` for a mark schema without its table.
 pub(super) async fn partial_load_mark(
     conn: &mut mysql_async::Conn,
-) -> Result<Option<String>, AgentError> {
-    timed(conn.query_first(sql::PARTIAL_LOAD_QUERY))
+) -> Result<Option<Option<String>>, AgentError> {
+    timed(conn.query_first(sql::partial_load_query()))
         .await
         .map_err(observe_err("the partial-load mark"))
 }

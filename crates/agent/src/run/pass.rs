@@ -19,7 +19,7 @@ use crate::decide::caught_up::{Holding, SourceLag, SourceSamples};
 use crate::decide::labels::{self, Role};
 use crate::decide::lease::LeaseState;
 use crate::decide::sql::{IoState, Source};
-use crate::decide::topology::{self, Decision, LoadState, Observed, Situation};
+use crate::decide::topology::{self, Decision, Observed, Situation};
 
 /// Pause before replication is started again after it stopped.
 const START_RETRY: Duration = Duration::from_secs(10);
@@ -212,13 +212,7 @@ impl Agent {
             self.config.pending.as_ref(),
             &mut self.converged.accounts_after_load,
         );
-        // Only once a promotion is over (everything received applied, replication removed):
-        // a replica promoted while it still applied a finished load has its mark's removal in
-        // its relay log, and must never load again over what followed.
-        if load == LoadState::Nothing
-            && matches!(role, Ok(Role::Primary))
-            && observed.replication.is_none()
-        {
+        if topology::looks_for_partial_load(&role, &observed, &load) {
             load = self
                 .restore
                 .partial_load(

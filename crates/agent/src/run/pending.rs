@@ -255,7 +255,7 @@ async fn mark_partial_load(
 /// Ends the mark: the load is whole.
 async fn unmark_partial_load(conn: &Connection) -> Result<(), bulwark_engine::Error> {
     let mut c = connect(conn).await?;
-    c.query_drop(sql::UNMARK_PARTIAL_LOAD)
+    c.query_drop(sql::unmark_partial_load())
         .await
         .map_err(query_failed)?;
     let _ = c.disconnect().await;

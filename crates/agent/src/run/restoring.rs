@@ -171,19 +171,28 @@ impl RestoreState {
             self.no_partial_load = true;
             return Ok(LoadState::Nothing);
         };
-        let Some(staged) = pending::from_mark(&text) else {
+        // Never served as it is; a human who wants it served anyway drops the mark.
+        let give_up = "DROP DATABASE bulwark_bootstrap serves it as it is";
+        let Some(staged) = text.as_deref().and_then(pending::from_mark) else {
             return Ok(LoadState::Failed {
                 id: "?".into(),
                 error: format!(
-                    "this server holds part of a bootstrap load, but its mark names no load ({:?})",
-                    text.chars().take(64).collect::<String>()
+                    "this server holds the start of a bootstrap load, but its mark names no load \
+                     ({:?}): copy another member into its volume, or {give_up}",
+                    text.unwrap_or_default()
+                        .chars()
+                        .take(64)
+                        .collect::<String>()
                 ),
             });
         };
         let Some(cfg) = pending else {
             return Ok(LoadState::Failed {
                 id: staged.backup_id,
-                error: "this server holds part of a bootstrap load, but no repository is given to load it again".into(),
+                error: format!(
+                    "this server holds part of a bootstrap load, but the agent has no \
+                     --pending-logical-restore to load it again with; {give_up}"
+                ),
             });
         };
         tracing::warn!(backup_id = %staged.backup_id, "this server holds part of a bootstrap load (copied from a member while it loaded): loading the backup again");

@@ -2,6 +2,8 @@
 //! every one the server does not own), and the mark that replicates with the load, so that a
 //! member holding part of it (a copy of a replica taken mid-load) is known for one.
 
+use bulwark_contract::bootstrap::{PARTIAL_LOAD_SCHEMA, PARTIAL_LOAD_TABLE};
+
 /// Lists the server's databases.
 pub const DATABASES_QUERY: &str = "SHOW DATABASES";
 
@@ -21,33 +23,38 @@ pub fn drop_user_databases(schemas: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The database holding the partial-load mark; it exists only while a load runs, and a start
-/// over leaves it (the mark goes first, the data it covers after).
-const PARTIAL_LOAD_SCHEMA: &str = "bulwark_bootstrap";
+/// What the mark says: one row per mark schema, with the table's comment (the pending restore
+/// being loaded, as JSON) or NULL when the schema holds no mark table (a copy taken between
+/// the mark's two statements, before anything was loaded); no row when there is no mark.
+pub fn partial_load_query() -> String {
+    format!(
+        "SELECT t.TABLE_COMMENT FROM information_schema.SCHEMATA s \
+         LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME \
+         AND t.TABLE_NAME = '{PARTIAL_LOAD_TABLE}' WHERE s.SCHEMA_NAME = '{PARTIAL_LOAD_SCHEMA}'"
+    )
+}
 
-/// What the mark says (the pending restore being loaded, as JSON, in the table's comment): one
-/// row when there is a mark, none when not (never an error).
-pub const PARTIAL_LOAD_QUERY: &str = "SELECT TABLE_COMMENT FROM information_schema.TABLES \
-     WHERE TABLE_SCHEMA = 'bulwark_bootstrap' AND TABLE_NAME = 'partial_load'";
-
-/// Statements that mark a load as begun, naming `pending` (the pending restore's JSON). The
-/// mark is one table created with its comment in one statement, plain DDL that every engine
-/// version replicates alike: a member has the whole mark or none, and no row of the load
-/// replicates before it. A mark already there (a load begun before) is left as it is: it names
+/// Statements that mark a load as begun, naming `pending` (the pending restore's JSON): the
+/// schema, then a table created with its comment in one statement, plain DDL that every engine
+/// version replicates alike; no row of the load replicates before them. A copy taken between
+/// the two holds the schema alone, and nothing loaded: a mark naming no load, which keeps that
+/// member from serving. A mark already there (a load begun before) is left as it is: it names
 /// the same load.
 pub fn mark_partial_load(pending: &str) -> [String; 2] {
     [
-        "CREATE DATABASE IF NOT EXISTS bulwark_bootstrap".to_owned(),
+        format!("CREATE DATABASE IF NOT EXISTS {PARTIAL_LOAD_SCHEMA}"),
         format!(
-            "CREATE TABLE IF NOT EXISTS bulwark_bootstrap.partial_load (id INT PRIMARY KEY) \
-             ENGINE=InnoDB COMMENT={}",
+            "CREATE TABLE IF NOT EXISTS {PARTIAL_LOAD_SCHEMA}.{PARTIAL_LOAD_TABLE} \
+             (id INT PRIMARY KEY) ENGINE=InnoDB COMMENT={}",
             super::quote(pending)
         ),
     ]
 }
 
 /// Ends the mark once the load (and its replay) is whole.
-pub const UNMARK_PARTIAL_LOAD: &str = "DROP DATABASE IF EXISTS bulwark_bootstrap";
+pub fn unmark_partial_load() -> String {
+    format!("DROP DATABASE IF EXISTS {PARTIAL_LOAD_SCHEMA}")
+}
 
 #[cfg(test)]
 mod tests {
