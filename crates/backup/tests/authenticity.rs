@@ -571,4 +571,45 @@ fn a_manifest_copied_from_another_repository_under_the_same_key_is_refused() {
     assert!(refused.contains("manifests name it already"), "{refused}");
     let listing = list(&repo_d, &keyed);
     assert_eq!(complete_ids(&listing), vec![in_d], "{listing}");
+
+    // An archive before any backup, its key check lost: the archiver started again keeps the
+    // id its segments name; one with another key claims nothing.
+    let repo_e = repo_at("e");
+    // Without a backup the archiver starts at the server's position when it starts: rows are
+    // written until one is archived.
+    let archive_once = |name: &str, key: &Path| {
+        let a = Archiver::start(&repo_e, &source, key, work.path(), name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let before = list(&repo_e, &keyed)["archives"]["default"]["through"].clone();
+        loop {
+            write_row(&source);
+            std::thread::sleep(Duration::from_millis(500));
+            let through = list(&repo_e, &keyed)["archives"]["default"]["through"].clone();
+            if through.is_string() && through != before {
+                break;
+            }
+            assert!(Instant::now() < deadline, "nothing archived: {}", a.log());
+        }
+        a.stop();
+    };
+    archive_once("e1", &key);
+    let id_e = list(&repo_e, &keyed)["repository"].clone();
+    assert!(id_e.is_string(), "{id_e}");
+    std::fs::remove_file(Path::new(&repo_e).join("repository.json")).unwrap();
+    let other_key = key_file(work.path(), "other-e");
+    let refused = Archiver::start(&repo_e, &source, &other_key, work.path(), "e-other");
+    let (status, log) = refused.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("its manifests are encrypted with key"),
+        "{log}"
+    );
+    archive_once("e2", &key);
+    let listing = list(&repo_e, &keyed);
+    assert_eq!(listing["repository"], id_e, "{listing}");
+    assert_eq!(
+        listing["archives"]["default"]["incomplete"],
+        serde_json::json!([]),
+        "{listing}"
+    );
 }

@@ -121,7 +121,7 @@ pub enum ManifestRefusal {
     Unsigned,
     #[error("its MAC does not match under key {0}: edited, or signed with another key")]
     Mismatch(String),
-    #[error("it was written for repository {found}, not this one ({expected}): copied from another repository (or the key check {KEY_CHECK_NAME} was replaced by another repository's)")]
+    #[error("it was written for repository {found}, not this one ({expected}): copied from another repository (or the key check {KEY_CHECK_NAME} was replaced by another repository's: then delete it and run rewrap with the same key old and new)")]
     OtherRepository { found: String, expected: String },
     /// Written before manifests named their repository, in a repository whose older manifests
     /// were all re-signed naming it (or that never had any).
@@ -213,10 +213,10 @@ pub fn binding_named_by<'a>(
         match keys.iter().find_map(|k| named_repository(raw, k)) {
             Some(Some(repository)) => named.entry(repository).or_default().push(id),
             Some(None) => {}
-            // Not authentic: evidence only when it carries no MAC at all (from before
-            // authentication); an edited or foreign one says nothing.
-            None if serde_json::from_slice::<Value>(raw)
-                .is_ok_and(|v| v.is_object() && v.get(MAC_FIELD).is_none()) => {}
+            // Not authentic: evidence only when it carries no MAC at all and says it is
+            // encrypted under one of `keys` (from before authentication); an edited, foreign or
+            // unencrypted one says nothing.
+            None if unsigned_under(raw, keys) => {}
             None => continue,
         }
         any = true;
@@ -233,6 +233,32 @@ pub fn binding_named_by<'a>(
         repository: named.into_keys().next().unwrap_or_else(new_repository_id),
         accepts_unbound,
     }))
+}
+
+/// Whether a stored manifest carries no MAC and says its data is encrypted under one of `keys`.
+fn unsigned_under(raw: &[u8], keys: &[&MasterKey]) -> bool {
+    serde_json::from_slice::<Value>(raw).is_ok_and(|v| {
+        v.get(MAC_FIELD).is_none()
+            && keys
+                .iter()
+                .any(|k| v["encryption"]["key_id"].as_str() == Some(k.id()))
+    })
+}
+
+/// The key ids, other than those of `keys`, that stored manifests say their data is encrypted
+/// under (whatever they are worth: a repository holding any is not `keys`' to claim).
+pub fn other_key_ids<'a>(
+    manifests: impl IntoIterator<Item = &'a [u8]>,
+    keys: &[&MasterKey],
+) -> std::collections::BTreeSet<String> {
+    manifests
+        .into_iter()
+        .filter_map(|raw| {
+            let v = serde_json::from_slice::<Value>(raw).ok()?;
+            let id = v["encryption"]["key_id"].as_str()?.to_owned();
+            (!keys.iter().any(|k| k.id() == id)).then_some(id)
+        })
+        .collect()
 }
 
 /// `key` bound as the repository's key check says now: what a manifest is signed with just
@@ -415,6 +441,8 @@ pub enum KeyCheckError {
     Write(#[source] StoreError),
     #[error("the repository's key check names key {expected}, but the key given is {given}")]
     OtherKey { expected: String, given: String },
+    #[error("the repository has no key check ({KEY_CHECK_NAME}), and its manifests are encrypted with key {expected}, but the key given is {given}")]
+    ManifestsUnderOtherKey { expected: String, given: String },
     #[error("the repository's key check ({KEY_CHECK_NAME}) is damaged or forged: {0}")]
     Damaged(String),
     #[error("the repository's key check ({KEY_CHECK_NAME}) names no repository, and its authentic manifests name several (repository {0}): some were copied in from another repository under the same key; remove those, then run rewrap with the same key old and new")]
@@ -647,6 +675,16 @@ mod tests {
                 "all from before ids: a new id, accepting them"
             );
         }
+        let plain = manifest_bytes(&serde_json::json!({"id": "x", "encryption": null}), None);
+        let other = manifest_bytes(
+            &serde_json::json!({"id": "x", "encryption": {"key_id": key(8).id()}}),
+            None,
+        );
+        assert_eq!(
+            binding(&[("p", &plain), ("o", &other)]),
+            Ok(None),
+            "unencrypted, or under another key: no evidence"
+        );
         let err = binding(&[("a1", &a), ("b1", &b), ("a2", &a)]).unwrap_err();
         assert!(
             err.contains("name several (repository aaaa by a1, a2; bbbb by b1)"),

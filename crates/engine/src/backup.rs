@@ -68,9 +68,10 @@ pub async fn run(
         }
     };
     let server = source::probe(&req.connection).await?;
-    if server.partial_load {
+    if source::holds_partial_load(&req.connection).await? {
         return Err(Error::PartialLoad {
             host: server.hostname,
+            when: "it holds",
         });
     }
     tracing::info!(engine = %server.engine, version = %server.version, host = %server.hostname, method = %req.method, "server probed");
@@ -242,6 +243,13 @@ pub async fn run(
             stored_bytes: written.stored_bytes,
             segments: written.segments,
         };
+        // A load that began while the dump ran: what was dumped may be part of it.
+        if source::holds_partial_load(&req.connection).await? {
+            return Err(Error::PartialLoad {
+                host: server.hostname.clone(),
+                when: "while it was backed up, it began to hold",
+            });
+        }
         let manifest_sha256 = repo.commit(&manifest, key.as_ref()).await?;
         Ok(BackupOutcome {
             manifest,

@@ -13,6 +13,12 @@ pub enum Error {
     OpenRepository(#[source] StoreError),
     #[error("failed to list repository")]
     ListRepository(#[source] StoreError),
+    #[error("failed to read {key}")]
+    ReadObject {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
     #[error("failed to read the manifest of backup {id}")]
     ReadManifest {
         id: String,
@@ -56,8 +62,8 @@ pub enum Error {
     BackupIdTaken(String),
     #[error("refused to run the physical tool: {0}")]
     ToolSeries(String),
-    #[error("refused to back up {host}: it holds part of a bootstrap load (schema bulwark_bootstrap), which a backup would take for the data; back it up once the load is over")]
-    PartialLoad { host: String },
+    #[error("refused to back up {host}: {when} part of a bootstrap load (schema bulwark_bootstrap), which a backup would take for the data; back it up once the load is over")]
+    PartialLoad { host: String, when: &'static str },
     #[error("failed to start {tool}")]
     StartTool {
         tool: String,

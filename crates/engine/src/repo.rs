@@ -117,33 +117,31 @@ impl Repository {
     }
 
     /// Makes sure the repository's key check names `key`, writing one if the repository has
-    /// none yet; a repository whose newest backup is encrypted with another key is refused
-    /// first, so one run with a wrong key file cannot claim it. Returns `key` bound to the
-    /// repository: what a writer signs manifests with.
+    /// none yet; a repository holding a manifest (a backup's or an archived segment's)
+    /// encrypted with another key is refused first, so one run with a wrong key file cannot
+    /// claim it, and a key check written again after it was lost binds as the manifests say
+    /// ([`Repository::binding_from_manifests`]). Returns `key` bound to the repository: what a
+    /// writer signs manifests with.
     pub async fn ensure_key_check(&self, key: &MasterKey) -> Result<MasterKey> {
         if let Some(check) = authenticate::read_key_check(&self.store, Some(key)).await? {
             return Ok(check.bind(key));
         }
-        let unchecked = Repository::new(self.store.clone());
-        let existing = match unchecked.resolve("latest").await {
-            Ok(newest) => {
-                if let Some(e) = newest
-                    .manifest
-                    .encryption
-                    .as_ref()
-                    .filter(|e| e.key_id != key.id())
-                {
-                    return Err(authenticate::KeyCheckError::OtherKey {
-                        expected: e.key_id.clone(),
-                        given: key.id().to_owned(),
-                    }
-                    .into());
-                }
-                self.binding_from_manifests(&[key]).await?
+        let manifests = self.stored_manifests().await?;
+        if let Some(other) =
+            authenticate::other_key_ids(manifests.iter().map(|(_, raw)| &raw[..]), &[key])
+                .into_iter()
+                .next()
+        {
+            return Err(authenticate::KeyCheckError::ManifestsUnderOtherKey {
+                expected: other,
+                given: key.id().to_owned(),
             }
-            Err(Error::NoBackups) => None,
-            Err(e) => return Err(e),
-        };
+            .into());
+        }
+        let existing = authenticate::binding_named_by(
+            manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])),
+            &[key],
+        )?;
         let check = authenticate::ensure_key_check(&self.store, key, existing).await?;
         Ok(check.bind(key))
     }
@@ -153,6 +151,16 @@ impl Repository {
     /// ([`authenticate::binding_named_by`], authentic under one of `keys`): the id of a key
     /// check since lost, and whether manifests from before repository ids are still accepted.
     pub async fn binding_from_manifests(&self, keys: &[&MasterKey]) -> Result<Option<Binding>> {
+        let manifests = self.stored_manifests().await?;
+        Ok(authenticate::binding_named_by(
+            manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])),
+            keys,
+        )?)
+    }
+
+    /// Every stored manifest, backups' and archived segments', as `(where, bytes)`: `where` is
+    /// the manifest's directory in the repository (`backups/<id>`, `binlogs/<archive>/<id>`).
+    async fn stored_manifests(&self) -> Result<Vec<(String, Bytes)>> {
         let suffix = format!("/{}", format::MANIFEST_NAME);
         let segments = self
             .store
@@ -171,25 +179,27 @@ impl Repository {
                     .filter(|k| k.ends_with(&suffix)),
             )
             .collect();
-        let raws: Vec<(String, Bytes)> = futures::stream::iter(objects)
+        futures::stream::iter(objects)
             .map(|object| async move {
                 let got = self.store.get(&object).await;
                 (object, got)
             })
             .buffered(8)
-            .filter_map(|(object, got)| async move {
-                match got {
-                    Ok(raw) => Some(Ok((object, raw))),
-                    Err(StoreError::NotFound { .. }) => None,
-                    Err(source) => Some(Err(Error::ReadManifest { id: object, source })),
+            .filter_map(|(object, got)| {
+                let at = object.trim_end_matches(&suffix).to_owned();
+                async move {
+                    match got {
+                        Ok(raw) => Some(Ok((at, raw))),
+                        Err(StoreError::NotFound { .. }) => None,
+                        Err(source) => Some(Err(Error::ReadObject {
+                            key: object,
+                            source,
+                        })),
+                    }
                 }
             })
             .try_collect()
-            .await?;
-        let named = raws
-            .iter()
-            .map(|(object, raw)| (object.trim_end_matches(&suffix), &raw[..]));
-        Ok(authenticate::binding_named_by(named, keys)?)
+            .await
     }
 
     /// Checks the repository's key check against the key manifests are read under: a wrong key

@@ -103,9 +103,27 @@ pub struct ServerInfo {
     pub log_bin: bool,
     /// Sum of table data and index sizes, an estimate of the stream size.
     pub data_bytes: u64,
-    /// The server holds a logical bootstrap's partial-load mark: part of a load, which a
-    /// backup must not take for the data.
-    pub partial_load: bool,
+}
+
+/// Whether the server holds a logical bootstrap's partial-load mark: part of a load, which a
+/// backup must not take for the data. The account must see the mark's schema (`SHOW
+/// DATABASES`, as the operator's backup account has, or any privilege on it).
+pub async fn holds_partial_load(conn: &Connection) -> Result<bool> {
+    let mut c = mysql_async::Conn::new(conn.opts())
+        .await
+        .map_err(|source| Error::ConnectServer {
+            target: conn.describe(),
+            source: Box::new(source),
+        })?;
+    let marks: Option<u64> = c
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+            (bulwark_contract::bootstrap::PARTIAL_LOAD_SCHEMA,),
+        )
+        .await
+        .map_err(|e| Error::QueryServer(Box::new(e)))?;
+    let _ = c.disconnect().await;
+    Ok(marks.unwrap_or(0) > 0)
 }
 
 /// Family of a server from its version string.
@@ -147,13 +165,6 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
         .query_first("SELECT CAST(SUM(data_length + index_length) AS UNSIGNED) FROM information_schema.tables WHERE table_type = 'BASE TABLE'")
         .await
         .map_err(|e| Error::QueryServer(Box::new(e)))?;
-    let marks: Option<u64> = c
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
-            (bulwark_contract::bootstrap::PARTIAL_LOAD_SCHEMA,),
-        )
-        .await
-        .map_err(|e| Error::QueryServer(Box::new(e)))?;
     let _ = c.disconnect().await;
     Ok(ServerInfo {
         engine: engine_of(&version, &comment),
@@ -162,7 +173,6 @@ pub async fn probe(conn: &Connection) -> Result<ServerInfo> {
         datadir,
         log_bin: log_bin != 0,
         data_bytes: data_bytes.flatten().unwrap_or(0),
-        partial_load: marks.unwrap_or(0) > 0,
     })
 }
 

@@ -211,28 +211,33 @@ pub async fn rewrap_all(
     let mut ids = manifest_ids(repo).await?;
     // Manifests that name no repository are read (and then named) only where the key check
     // still accepts them: never in a repository all of whose manifests were named already.
-    let binding = match check.as_ref().and_then(|c| c.binding.clone()) {
-        Some(binding) => binding,
-        // No key check, or one from before repository ids (or put back from before them):
-        // the id is the one the authentic manifests name, so that none is stranded.
-        // Manifests naming none are signed only where none names one yet.
-        None => repo
-            .binding_from_manifests(&[old, new])
-            .await?
-            .unwrap_or_else(|| Binding {
-                repository: authenticate::new_repository_id(),
-                accepts_unbound: true,
-            }),
+    // No key check, or one from before repository ids (or put back from before them): the id
+    // is the one the authentic manifests name, so that none is stranded, and manifests naming
+    // none are signed only where none names one yet. `derived` says whether any manifest
+    // under the keys was there to go by.
+    let (binding, derived) = match check.as_ref().and_then(|c| c.binding.clone()) {
+        Some(binding) => (binding, false),
+        None => match repo.binding_from_manifests(&[old, new]).await? {
+            Some(binding) => (binding, true),
+            None => (
+                Binding {
+                    repository: authenticate::new_repository_id(),
+                    accepts_unbound: true,
+                },
+                false,
+            ),
+        },
     };
-    // A key check from before repository ids records the id before the first manifest names
-    // it, so that readers take both kinds meanwhile. Without a key check none is written
-    // until something is encrypted under a key: an interrupted run's successor finds the id
-    // in the manifests named so far.
+    // The id is recorded before the first manifest names it: readers take both kinds
+    // meanwhile, and an interrupted run's successor binds the same way (with no key check, it
+    // would find the id named by some manifests and take the others for planted). Without a
+    // key check and nothing under the keys to go by, none is written: the repository is not
+    // encrypted under them.
     let named_key = |check: &Option<authenticate::KeyCheck>| match check {
         Some(c) if c.key_id == new.id() => new,
         _ => old,
     };
-    if check.as_ref().is_some_and(|c| c.binding.is_none()) {
+    if check.as_ref().map_or(derived, |c| c.binding.is_none()) {
         authenticate::write_key_check(
             store,
             named_key(&check),

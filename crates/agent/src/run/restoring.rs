@@ -178,7 +178,8 @@ impl RestoreState {
                 id: "?".into(),
                 error: format!(
                     "this server holds the start of a bootstrap load, but its mark names no load \
-                     ({:?}): copy another member into its volume, or {give_up}",
+                     ({:?}): the loading primary was lost before it named one; delete the \
+                     cluster's volumes to bootstrap it again, or {give_up}",
                     text.unwrap_or_default()
                         .chars()
                         .take(64)
