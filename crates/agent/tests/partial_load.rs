@@ -127,7 +127,13 @@ fn a_primary_holding_part_of_a_load_loads_the_backup_again() {
         ],
         &[("MYSQL_BACKUP_REPO", repo.as_str())],
     );
-    wait_status(&agent, &[], "/readyz", 503, "its mark names no load");
+    wait_status(
+        &agent,
+        &[],
+        "/readyz",
+        503,
+        "whose mark this agent cannot read",
+    );
     drop(agent);
 
     // A copy taken between the mark's two statements: its schema alone, nothing loaded yet.

@@ -245,20 +245,23 @@ fn unsigned_under(raw: &[u8], keys: &[&MasterKey]) -> bool {
     })
 }
 
-/// The key ids, other than those of `keys`, that stored manifests say their data is encrypted
-/// under (whatever they are worth: a repository holding any is not `keys`' to claim).
-pub fn other_key_ids<'a>(
-    manifests: impl IntoIterator<Item = &'a [u8]>,
-    keys: &[&MasterKey],
-) -> std::collections::BTreeSet<String> {
+/// The key the newest encrypted manifest among `manifests` `(where, stored bytes)` says its
+/// data is encrypted under, with where it is: newest by the stamp its id starts with
+/// (`YYYYMMDDTHHMMSSZ`, backups' and segments' alike). A rotation may leave older manifests on
+/// an older key; the newest says whose the repository is now.
+pub fn newest_key_id<'a>(
+    manifests: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Option<(String, String)> {
     manifests
         .into_iter()
-        .filter_map(|raw| {
+        .filter_map(|(at, raw)| {
             let v = serde_json::from_slice::<Value>(raw).ok()?;
-            let id = v["encryption"]["key_id"].as_str()?.to_owned();
-            (!keys.iter().any(|k| k.id() == id)).then_some(id)
+            let key_id = v["encryption"]["key_id"].as_str()?.to_owned();
+            let stamp = at.rsplit('/').next()?.get(..16)?.to_owned();
+            Some((stamp, at.to_owned(), key_id))
         })
-        .collect()
+        .max()
+        .map(|(_, at, key_id)| (key_id, at))
 }
 
 /// `key` bound as the repository's key check says now: what a manifest is signed with just
@@ -441,8 +444,12 @@ pub enum KeyCheckError {
     Write(#[source] StoreError),
     #[error("the repository's key check names key {expected}, but the key given is {given}")]
     OtherKey { expected: String, given: String },
-    #[error("the repository has no key check ({KEY_CHECK_NAME}), and its manifests are encrypted with key {expected}, but the key given is {given}")]
-    ManifestsUnderOtherKey { expected: String, given: String },
+    #[error("the repository has no key check ({KEY_CHECK_NAME}), and its newest manifest ({at}) is encrypted with key {expected}, but the key given is {given} (if {given} is the repository's key now, run rewrap with it as old and new key to write the key check again)")]
+    ManifestsUnderOtherKey {
+        expected: String,
+        given: String,
+        at: String,
+    },
     #[error("the repository's key check ({KEY_CHECK_NAME}) is damaged or forged: {0}")]
     Damaged(String),
     #[error("the repository's key check ({KEY_CHECK_NAME}) names no repository, and its authentic manifests name several (repository {0}): some were copied in from another repository under the same key; remove those, then run rewrap with the same key old and new")]
@@ -690,6 +697,40 @@ mod tests {
             err.contains("name several (repository aaaa by a1, a2; bbbb by b1)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_newest_manifest_says_whose_the_repository_is() {
+        let under = |k: u8| {
+            serde_json::to_vec(&serde_json::json!({"encryption": {"key_id": key(k).id()}})).unwrap()
+        };
+        let plain = serde_json::to_vec(&serde_json::json!({"encryption": null})).unwrap();
+        let (old, new) = (under(7), under(8));
+        let newest =
+            |m: &[(&str, &Vec<u8>)]| newest_key_id(m.iter().map(|(at, raw)| (*at, &raw[..])));
+        // A rotation left an old segment on the old key; the newest backup is on the new one.
+        let rotated = [
+            ("binlogs/default/20261120T000000Z-aaaaaa", &old),
+            ("backups/20261126T000000Z-bbbbbb", &new),
+            ("backups/20261127T000000Z-cccccc", &plain),
+        ];
+        assert_eq!(
+            newest(&rotated),
+            Some((
+                key(8).id().to_owned(),
+                "backups/20261126T000000Z-bbbbbb".into()
+            ))
+        );
+        // Segments count: an archive newer than every backup.
+        let archived = [
+            ("backups/20261126T000000Z-bbbbbb", &new),
+            ("binlogs/quay-1/20261127T000000Z-dddddd", &old),
+        ];
+        assert_eq!(
+            newest(&archived).map(|(k, _)| k),
+            Some(key(7).id().to_owned())
+        );
+        assert_eq!(newest(&[("backups/20261127T000000Z-cccccc", &plain)]), None);
     }
 
     async fn fs_store() -> (tempfile::TempDir, Arc<dyn Store>) {

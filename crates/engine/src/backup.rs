@@ -243,11 +243,25 @@ pub async fn run(
             stored_bytes: written.stored_bytes,
             segments: written.segments,
         };
-        // A load that began while the dump ran: what was dumped may be part of it.
-        if source::holds_partial_load(&req.connection).await? {
+        // A load that began while the copy ran, and holds the server at its end: what was
+        // copied may be part of it. Asked again a few times before a finished copy is given up
+        // for want of an answer.
+        let mut asked = 0;
+        let marked = loop {
+            asked += 1;
+            match source::holds_partial_load(&req.connection).await {
+                Ok(marked) => break marked,
+                Err(e) if asked < 3 => {
+                    tracing::warn!(backup_id = %id, error = %crate::chain::chain(&e), "failed to ask the server whether a bootstrap load began during the backup; asking again");
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+                Err(e) => return Err(Error::CheckPartialLoad(Box::new(e))),
+            }
+        };
+        if marked {
             return Err(Error::PartialLoad {
                 host: server.hostname.clone(),
-                when: "while it was backed up, it began to hold",
+                when: "when the backup ended, it held",
             });
         }
         let manifest_sha256 = repo.commit(&manifest, key.as_ref()).await?;

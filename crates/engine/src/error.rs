@@ -62,8 +62,10 @@ pub enum Error {
     BackupIdTaken(String),
     #[error("refused to run the physical tool: {0}")]
     ToolSeries(String),
-    #[error("refused to back up {host}: {when} part of a bootstrap load (schema bulwark_bootstrap), which a backup would take for the data; back it up once the load is over")]
+    #[error("refused to back up {host}: {when} part of a bootstrap load (schema bulwark_bootstrap), which a backup would take for the data; back it up once the load is over (or, if that schema is not a bootstrap mark, rename it)")]
     PartialLoad { host: String, when: &'static str },
+    #[error("the copy was complete, but whether a bootstrap load began on the server meanwhile could not be checked, so it is not kept")]
+    CheckPartialLoad(#[source] Box<Error>),
     #[error("failed to start {tool}")]
     StartTool {
         tool: String,

@@ -117,7 +117,7 @@ impl Repository {
     }
 
     /// Makes sure the repository's key check names `key`, writing one if the repository has
-    /// none yet; a repository holding a manifest (a backup's or an archived segment's)
+    /// none yet; a repository whose newest manifest (a backup's or an archived segment's) is
     /// encrypted with another key is refused first, so one run with a wrong key file cannot
     /// claim it, and a key check written again after it was lost binds as the manifests say
     /// ([`Repository::binding_from_manifests`]). Returns `key` bound to the repository: what a
@@ -127,14 +127,14 @@ impl Repository {
             return Ok(check.bind(key));
         }
         let manifests = self.stored_manifests().await?;
-        if let Some(other) =
-            authenticate::other_key_ids(manifests.iter().map(|(_, raw)| &raw[..]), &[key])
-                .into_iter()
-                .next()
+        if let Some((other, at)) =
+            authenticate::newest_key_id(manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])))
+                .filter(|(newest, _)| newest != key.id())
         {
             return Err(authenticate::KeyCheckError::ManifestsUnderOtherKey {
                 expected: other,
                 given: key.id().to_owned(),
+                at,
             }
             .into());
         }
@@ -156,6 +156,16 @@ impl Repository {
             manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])),
             keys,
         )?)
+    }
+
+    /// The key the newest encrypted manifest (a backup's or a segment's) is under, when the
+    /// repository has any ([`authenticate::newest_key_id`]).
+    pub async fn newest_manifest_key(&self) -> Result<Option<String>> {
+        let manifests = self.stored_manifests().await?;
+        Ok(
+            authenticate::newest_key_id(manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])))
+                .map(|(key_id, _)| key_id),
+        )
     }
 
     /// Every stored manifest, backups' and archived segments', as `(where, bytes)`: `where` is

@@ -109,8 +109,17 @@ pub struct ServerInfo {
 /// backup must not take for the data. The account must see the mark's schema (`SHOW
 /// DATABASES`, as the operator's backup account has, or any privilege on it).
 pub async fn holds_partial_load(conn: &Connection) -> Result<bool> {
-    let mut c = mysql_async::Conn::new(conn.opts())
+    let connect = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        mysql_async::Conn::new(conn.opts()),
+    );
+    let mut c = connect
         .await
+        .unwrap_or_else(|_| {
+            Err(mysql_async::Error::Other(
+                "connection timed out after 30s".into(),
+            ))
+        })
         .map_err(|source| Error::ConnectServer {
             target: conn.describe(),
             source: Box::new(source),

@@ -233,8 +233,13 @@ pub async fn rewrap_all(
     // would find the id named by some manifests and take the others for planted). Without a
     // key check and nothing under the keys to go by, none is written: the repository is not
     // encrypted under them.
+    // Without a key check, the key of the newest manifest: an interrupted rotation's rerun
+    // names the key its writers already use.
+    let newest_on_new =
+        check.is_none() && repo.newest_manifest_key().await?.as_deref() == Some(new.id());
     let named_key = |check: &Option<authenticate::KeyCheck>| match check {
         Some(c) if c.key_id == new.id() => new,
+        None if newest_on_new => new,
         _ => old,
     };
     if check.as_ref().map_or(derived, |c| c.binding.is_none()) {

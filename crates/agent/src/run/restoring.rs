@@ -174,17 +174,22 @@ impl RestoreState {
         // Never served as it is; a human who wants it served anyway drops the mark.
         let give_up = "DROP DATABASE bulwark_bootstrap serves it as it is";
         let Some(staged) = text.as_deref().and_then(pending::from_mark) else {
+            let error = match text {
+                None => format!(
+                    "this server holds the start of a bootstrap load, but no mark naming it: \
+                     the loading primary was lost before it named the load; copy a member that \
+                     holds the whole mark, delete the cluster's volumes to bootstrap it again, \
+                     or {give_up}"
+                ),
+                Some(text) => format!(
+                    "this server holds part of a bootstrap load whose mark this agent cannot \
+                     read ({:?}); copy a member whose mark it reads, or {give_up}",
+                    text.chars().take(64).collect::<String>()
+                ),
+            };
             return Ok(LoadState::Failed {
                 id: "?".into(),
-                error: format!(
-                    "this server holds the start of a bootstrap load, but its mark names no load \
-                     ({:?}): the loading primary was lost before it named one; delete the \
-                     cluster's volumes to bootstrap it again, or {give_up}",
-                    text.unwrap_or_default()
-                        .chars()
-                        .take(64)
-                        .collect::<String>()
-                ),
+                error,
             });
         };
         let Some(cfg) = pending else {
