@@ -596,6 +596,10 @@ fn a_manifest_copied_from_another_repository_under_the_same_key_is_refused() {
     let id_e = list(&repo_e, &keyed)["repository"].clone();
     assert!(id_e.is_string(), "{id_e}");
     std::fs::remove_file(Path::new(&repo_e).join("repository.json")).unwrap();
+    // Without the key check, the newest segment keeps keyless runs out.
+    let mut c = cli(&["archive", "--repo", &repo_e]);
+    c.args(source.cli_args());
+    fails(c, &["its newest archived segment", "no key was given"]);
     let other_key = key_file(work.path(), "other-e");
     let refused = Archiver::start(&repo_e, &source, &other_key, work.path(), "e-other");
     let (status, log) = refused.wait_exit(Duration::from_secs(30));

@@ -158,6 +158,39 @@ impl Repository {
         )?)
     }
 
+    /// The key the newest archived segment's manifest says its data is encrypted under, with
+    /// where it is; `None` when there is no segment or the newest is not encrypted.
+    async fn newest_segment_key(&self) -> Result<Option<(String, String)>> {
+        let suffix = format!("/{}", format::MANIFEST_NAME);
+        let listed = self
+            .store
+            .list(format::BINLOGS_PREFIX)
+            .await
+            .map_err(Error::ListRepository)?;
+        let newest = listed
+            .into_iter()
+            .filter_map(|o| {
+                let at = o.key.strip_suffix(&suffix)?.to_owned();
+                let stamp = at.rsplit('/').next()?.get(..16)?.to_owned();
+                Some((stamp, o.key, at))
+            })
+            .max();
+        let Some((_, object, at)) = newest else {
+            return Ok(None);
+        };
+        let raw = match self.store.get(&object).await {
+            Ok(raw) => raw,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(source) => {
+                return Err(Error::ReadObject {
+                    key: object,
+                    source,
+                })
+            }
+        };
+        Ok(authenticate::newest_key_id([(at.as_str(), &raw[..])]))
+    }
+
     /// The key the newest encrypted manifest (a backup's or a segment's) is under, when the
     /// repository has any ([`authenticate::newest_key_id`]).
     pub async fn newest_manifest_key(&self) -> Result<Option<String>> {
@@ -251,7 +284,19 @@ impl Repository {
                     }),
                     None => Ok(()),
                 },
-                Err(Error::NoBackups) => Ok(()),
+                // No backup: the newest archived segment says it, for an archive can come
+                // first (one listing and one manifest read, only in this case).
+                Err(Error::NoBackups) => match self.newest_segment_key().await? {
+                    Some((key_id, at)) => Err(Error::KeyRequiredByRepository {
+                        evidence: format!(
+                            "its newest archived segment {at} is encrypted with key {key_id}, \
+                             though its key check {} is missing",
+                            authenticate::KEY_CHECK_NAME
+                        ),
+                        key_id,
+                    }),
+                    None => Ok(()),
+                },
                 Err(e) => Err(e),
             },
             _ => Ok(()),
