@@ -48,6 +48,17 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp-{:08x}", rand::random::<u32>()))
 }
 
+/// Creates `path` (which must not exist) holding `contents`, synced; `mode` less the umask.
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(contents)?;
+    f.sync_all()
+}
+
 /// Replaces `path` with `contents` durably: written to a temporary file that is synced, renamed
 /// over `path`, and the directory synced; the temporary file is removed on failure. `mode` (less
 /// the umask) applies to the new file.
@@ -57,13 +68,7 @@ pub fn replace_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Resu
     }
     let tmp = temp_path(path);
     let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
+        write_new(&tmp, contents, mode)?;
         std::fs::rename(&tmp, path)
     })();
     if let Err(e) = written {
@@ -83,13 +88,7 @@ pub fn create_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Resul
     }
     let tmp = temp_path(path);
     let linked = (|| -> std::io::Result<Option<bool>> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
+        write_new(&tmp, contents, mode)?;
         match std::fs::hard_link(&tmp, path) {
             Ok(()) => Ok(Some(true)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Some(false)),
@@ -102,17 +101,8 @@ pub fn create_durably(path: &Path, contents: &[u8], mode: u32) -> std::io::Resul
         Some(created) => created,
         // Created exclusively in place: still one creator, but a reader may see the file
         // while it is being written (a key check then reads as damaged for that moment).
-        None => match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(path)
-        {
-            Ok(mut f) => {
-                f.write_all(contents)?;
-                f.sync_all()?;
-                true
-            }
+        None => match write_new(path, contents, mode) {
+            Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(e),
         },

@@ -85,6 +85,18 @@ pub struct Catalog {
     pub objects: BTreeMap<String, Vec<ObjectInfo>>,
 }
 
+/// What a repository's stored manifests say while its key check is missing or names no
+/// repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestsSay {
+    /// The binding they imply ([`authenticate::binding_named_by`]): the id of a key check since
+    /// lost, and whether manifests from before repository ids are still accepted.
+    pub binding: Option<Binding>,
+    /// The key the newest encrypted one is under, with where it is
+    /// ([`authenticate::newest_key_id`]).
+    pub newest_key: Option<(String, String)>,
+}
+
 /// A repository of backups on some store.
 #[derive(Clone)]
 pub struct Repository {
@@ -120,17 +132,14 @@ impl Repository {
     /// none yet; a repository whose newest manifest (a backup's or an archived segment's) is
     /// encrypted with another key is refused first, so one run with a wrong key file cannot
     /// claim it, and a key check written again after it was lost binds as the manifests say
-    /// ([`Repository::binding_from_manifests`]). Returns `key` bound to the repository: what a
+    /// ([`Repository::manifests_say`]). Returns `key` bound to the repository: what a
     /// writer signs manifests with.
     pub async fn ensure_key_check(&self, key: &MasterKey) -> Result<MasterKey> {
         if let Some(check) = authenticate::read_key_check(&self.store, Some(key)).await? {
             return Ok(check.bind(key));
         }
-        let manifests = self.stored_manifests().await?;
-        if let Some((other, at)) =
-            authenticate::newest_key_id(manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])))
-                .filter(|(newest, _)| newest != key.id())
-        {
+        let said = self.manifests_say(&[key]).await?;
+        if let Some((other, at)) = said.newest_key.filter(|(newest, _)| newest != key.id()) {
             return Err(authenticate::KeyCheckError::ManifestsUnderOtherKey {
                 expected: other,
                 given: key.id().to_owned(),
@@ -138,24 +147,19 @@ impl Repository {
             }
             .into());
         }
-        let existing = authenticate::binding_named_by(
-            manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])),
-            &[key],
-        )?;
-        let check = authenticate::ensure_key_check(&self.store, key, existing).await?;
+        let check = authenticate::ensure_key_check(&self.store, key, said.binding).await?;
         Ok(check.bind(key))
     }
 
-    /// What the repository's manifests (backups', and the archived segments') imply for its
-    /// binding while its key check is missing or names no repository
-    /// ([`authenticate::binding_named_by`], authentic under one of `keys`): the id of a key
-    /// check since lost, and whether manifests from before repository ids are still accepted.
-    pub async fn binding_from_manifests(&self, keys: &[&MasterKey]) -> Result<Option<Binding>> {
+    /// What the repository's manifests (backups', and the archived segments'), read once, say
+    /// while its key check is missing or names no repository.
+    pub async fn manifests_say(&self, keys: &[&MasterKey]) -> Result<ManifestsSay> {
         let manifests = self.stored_manifests().await?;
-        Ok(authenticate::binding_named_by(
-            manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])),
-            keys,
-        )?)
+        let stored = || manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..]));
+        Ok(ManifestsSay {
+            binding: authenticate::binding_named_by(stored(), keys)?,
+            newest_key: authenticate::newest_key_id(stored()),
+        })
     }
 
     /// The key the newest archived segment's manifest says its data is encrypted under, with
@@ -189,16 +193,6 @@ impl Repository {
             }
         };
         Ok(authenticate::newest_key_id([(at.as_str(), &raw[..])]))
-    }
-
-    /// The key the newest encrypted manifest (a backup's or a segment's) is under, when the
-    /// repository has any ([`authenticate::newest_key_id`]).
-    pub async fn newest_manifest_key(&self) -> Result<Option<String>> {
-        let manifests = self.stored_manifests().await?;
-        Ok(
-            authenticate::newest_key_id(manifests.iter().map(|(at, raw)| (at.as_str(), &raw[..])))
-                .map(|(key_id, _)| key_id),
-        )
     }
 
     /// Every stored manifest, backups' and archived segments', as `(where, bytes)`: `where` is
@@ -260,7 +254,7 @@ impl Repository {
             // copied in from another repository, or planted to predate repository ids where
             // none does, is still refused.
             (None, Some(key)) => {
-                let binding = self.binding_from_manifests(&[key]).await?;
+                let binding = self.manifests_say(&[key]).await?.binding;
                 self.key = Some(key.clone().bound(binding));
             }
             _ => {}

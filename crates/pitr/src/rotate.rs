@@ -215,9 +215,13 @@ pub async fn rewrap_all(
     // is the one the authentic manifests name, so that none is stranded, and manifests naming
     // none are signed only where none names one yet. `derived` says whether any manifest
     // under the keys was there to go by.
+    let said = match &check {
+        Some(c) if c.binding.is_some() => None,
+        _ => Some(repo.manifests_say(&[old, new]).await?),
+    };
     let (binding, derived) = match check.as_ref().and_then(|c| c.binding.clone()) {
         Some(binding) => (binding, false),
-        None => match repo.binding_from_manifests(&[old, new]).await? {
+        None => match said.as_ref().and_then(|s| s.binding.clone()) {
             Some(binding) => (binding, true),
             None => (
                 Binding {
@@ -235,8 +239,11 @@ pub async fn rewrap_all(
     // encrypted under them.
     // Without a key check, the key of the newest manifest: an interrupted rotation's rerun
     // names the key its writers already use.
-    let newest_on_new =
-        check.is_none() && repo.newest_manifest_key().await?.as_deref() == Some(new.id());
+    let newest_on_new = check.is_none()
+        && said
+            .as_ref()
+            .and_then(|s| s.newest_key.as_ref())
+            .is_some_and(|(key_id, _)| key_id == new.id());
     let named_key = |check: &Option<authenticate::KeyCheck>| match check {
         Some(c) if c.key_id == new.id() => new,
         None if newest_on_new => new,
