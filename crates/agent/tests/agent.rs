@@ -356,27 +356,7 @@ fn a_pending_logical_restore_is_loaded_into_the_new_primary() {
     // once the pod is primary. A bogus id first: not ready, and says why.
     let target = MariaDb::start().unwrap();
     std::fs::write(&pending, "20200101T000000Z-000000\n").unwrap();
-    let creds = credentials(w, "");
-    let mut labels = Labels::new(w.join("podinfo"));
-    labels.set(Some("primary"));
-    let agent = Agent::start(
-        "primary",
-        w,
-        &target,
-        &[
-            "--labels-file",
-            labels.file().to_str().unwrap(),
-            "--credentials-dir",
-            creds.to_str().unwrap(),
-            "--primary-host",
-            "quay-primary",
-            "--pending-logical-restore",
-            pending.to_str().unwrap(),
-            "--encryption-key-file",
-            key,
-        ],
-        &[("MYSQL_BACKUP_REPO", repo.as_str())],
-    );
+    let agent = loading_primary("primary", w, &target, &pending, &repo, key);
     wait_status(
         &agent,
         &[],

@@ -43,27 +43,7 @@ fn a_primary_holding_part_of_a_load_loads_the_backup_again() {
     hold_part_of_a_load(&target, &format!("{{\"backupId\":\"{id}\"}}"));
     let pending = w.join("volume/bulwark-pending-logical-restore");
     std::fs::create_dir_all(pending.parent().unwrap()).unwrap();
-    let creds = credentials(w, "");
-    let mut labels = Labels::new(w.join("podinfo"));
-    labels.set(Some("primary"));
-    let agent = Agent::start(
-        "primary",
-        w,
-        &target,
-        &[
-            "--labels-file",
-            labels.file().to_str().unwrap(),
-            "--credentials-dir",
-            creds.to_str().unwrap(),
-            "--primary-host",
-            "quay-primary",
-            "--pending-logical-restore",
-            pending.to_str().unwrap(),
-            "--encryption-key-file",
-            key,
-        ],
-        &[("MYSQL_BACKUP_REPO", repo.as_str())],
-    );
+    let agent = loading_primary("primary", w, &target, &pending, &repo, key);
     wait_status(&agent, &[], "/readyz", 200, "primary: writable");
     assert!(
         agent.logs().contains("holds part of a bootstrap load"),
@@ -106,26 +86,13 @@ fn a_primary_holding_part_of_a_load_loads_the_backup_again() {
     hold_part_of_a_load(&broken, "not a load");
     let w2 = w.join("second");
     std::fs::create_dir_all(w2.join("volume")).unwrap();
-    let creds = credentials(&w2, "");
-    let mut labels = Labels::new(w2.join("podinfo"));
-    labels.set(Some("primary"));
-    let agent = Agent::start(
+    let agent = loading_primary(
         "broken",
         &w2,
         &broken,
-        &[
-            "--labels-file",
-            labels.file().to_str().unwrap(),
-            "--credentials-dir",
-            creds.to_str().unwrap(),
-            "--primary-host",
-            "quay-primary",
-            "--pending-logical-restore",
-            w2.join("volume/pending").to_str().unwrap(),
-            "--encryption-key-file",
-            key,
-        ],
-        &[("MYSQL_BACKUP_REPO", repo.as_str())],
+        &w2.join("volume/pending"),
+        &repo,
+        key,
     );
     wait_status(
         &agent,
@@ -141,26 +108,13 @@ fn a_primary_holding_part_of_a_load_loads_the_backup_again() {
     started.sql("CREATE DATABASE bulwark_bootstrap").unwrap();
     let w3 = w.join("third");
     std::fs::create_dir_all(w3.join("volume")).unwrap();
-    let creds = credentials(&w3, "");
-    let mut labels = Labels::new(w3.join("podinfo"));
-    labels.set(Some("primary"));
-    let agent = Agent::start(
+    let agent = loading_primary(
         "started",
         &w3,
         &started,
-        &[
-            "--labels-file",
-            labels.file().to_str().unwrap(),
-            "--credentials-dir",
-            creds.to_str().unwrap(),
-            "--primary-host",
-            "quay-primary",
-            "--pending-logical-restore",
-            w3.join("volume/pending").to_str().unwrap(),
-            "--encryption-key-file",
-            key,
-        ],
-        &[("MYSQL_BACKUP_REPO", repo.as_str())],
+        &w3.join("volume/pending"),
+        &repo,
+        key,
     );
     wait_status(
         &agent,

@@ -36,6 +36,32 @@ fn finish(mut child: Child, what: &str) -> String {
     err
 }
 
+/// A restore of backup `id` into `target` (with `extra` arguments) whose server is paused, so
+/// that it waits mid-way holding the backup: the restore, the paused server's pid, and the
+/// backup's hold directory, which holds the restore's hold once this returns.
+fn paused_restore(
+    repo: &str,
+    id: &str,
+    target: &MariaDb,
+    extra: &[&str],
+) -> (Child, u32, std::path::PathBuf) {
+    let mut args = vec!["restore", "--repo", repo];
+    args.extend_from_slice(extra);
+    args.push(id);
+    let conn = target.cli_args();
+    args.extend(conn.iter().map(String::as_str));
+    let mut restore = cli(&args);
+    restore.stdout(Stdio::null()).stderr(Stdio::piped());
+    let pid = server_pid(target);
+    signal(pid, "-STOP");
+    let restore = restore.spawn().unwrap();
+    let held = Path::new(repo).join("holds").join(id);
+    wait_for("the restore's hold", || {
+        std::fs::read_dir(&held).is_ok_and(|mut d| d.next().is_some())
+    });
+    (restore, pid, held)
+}
+
 fn prune_keeping_one(repo: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["prune", "--repo", repo, "--keep-last", "1", "--json"];
     args.extend_from_slice(extra);
@@ -49,18 +75,7 @@ fn a_backup_being_restored_is_kept_by_prune_and_delete_until_the_restore_ends() 
     s.backup(&["--method", "logical", "--chunk-size", "64KiB"]);
     // The restore's server is paused, so the restore waits mid-way holding the backup.
     let mut target = MariaDb::start().unwrap();
-    let mut args = vec!["restore", "--repo", &s.repo, first.as_str()];
-    let conn = target.cli_args();
-    args.extend(conn.iter().map(String::as_str));
-    let mut restore = cli(&args);
-    restore.stdout(Stdio::null()).stderr(Stdio::piped());
-    let server_pid = server_pid(&target);
-    signal(server_pid, "-STOP");
-    let restore = restore.spawn().unwrap();
-    let held = Path::new(&s.repo).join("holds").join(&first);
-    wait_for("the restore's hold", || {
-        std::fs::read_dir(&held).is_ok_and(|mut d| d.next().is_some())
-    });
+    let (restore, server_pid, held) = paused_restore(&s.repo, &first, &target, &[]);
 
     let pruned = prune_keeping_one(&s.repo, &[]);
     let decision = pruned["decisions"]
@@ -110,25 +125,8 @@ fn a_rewrap_during_a_restore_changes_only_the_manifest_under_it() {
         old,
     ]);
     let mut target = MariaDb::start().unwrap();
-    let mut args = vec![
-        "restore",
-        "--repo",
-        &s.repo,
-        "--encryption-key-file",
-        old,
-        id.as_str(),
-    ];
-    let conn = target.cli_args();
-    args.extend(conn.iter().map(String::as_str));
-    let mut restore = cli(&args);
-    restore.stdout(Stdio::null()).stderr(Stdio::piped());
-    let server_pid = server_pid(&target);
-    signal(server_pid, "-STOP");
-    let restore = restore.spawn().unwrap();
-    let held = Path::new(&s.repo).join("holds").join(&id);
-    wait_for("the restore's hold", || {
-        std::fs::read_dir(&held).is_ok_and(|mut d| d.next().is_some())
-    });
+    let (restore, server_pid, _) =
+        paused_restore(&s.repo, &id, &target, &["--encryption-key-file", old]);
     let rotated = ok(cli(&[
         "rewrap",
         "--repo",

@@ -480,3 +480,36 @@ impl BootstrappedPair {
         }
     }
 }
+
+/// An agent labelled primary over `db`, in `work`, that loads a pending logical restore
+/// (`pending`) from repository `repo` under `key`: a bootstrapped cluster's first member.
+pub fn loading_primary(
+    name: &str,
+    work: &Path,
+    db: &MariaDb,
+    pending: &Path,
+    repo: &str,
+    key: &str,
+) -> Agent {
+    let creds = credentials(work, "");
+    let mut labels = Labels::new(work.join("podinfo"));
+    labels.set(Some("primary"));
+    Agent::start(
+        name,
+        work,
+        db,
+        &[
+            "--labels-file",
+            labels.file().to_str().unwrap(),
+            "--credentials-dir",
+            creds.to_str().unwrap(),
+            "--primary-host",
+            "quay-primary",
+            "--pending-logical-restore",
+            pending.to_str().unwrap(),
+            "--encryption-key-file",
+            key,
+        ],
+        &[("MYSQL_BACKUP_REPO", repo)],
+    )
+}
