@@ -5,7 +5,8 @@
 # touch only its own pods, so two run side by side honestly: the node's two cores are otherwise
 # idle much of the time while clusters start and failovers count. failover.rs cordons a node,
 # and the chaos cases stop whole nodes, cut traffic between nodes and drain a node, which every
-# pod on those nodes would feel: they run with nothing beside them.
+# pod on those nodes would feel, and kill the operator every cluster shares: they run with
+# nothing beside them.
 #
 #   scripts/e2e.sh
 #

@@ -331,7 +331,7 @@ pub fn dump(namespace: &str) {
             "get",
             "-n",
             namespace,
-            "mysqlclusters,mysqlbackups,statefulsets,jobs,pods,pvc,services,endpointslices",
+            "mysqlclusters,mysqlbackups,statefulsets,jobs,pods,pvc,services,endpointslices,pdb",
             "-o",
             "wide",
         ],

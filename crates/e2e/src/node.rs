@@ -310,6 +310,12 @@ impl Drop for NodeS3 {
 /// share the host's PID namespace; a pod's cgroup path names its uid). A zombie (killed, not yet
 /// reaped: its parent shim was killed with it) runs no more and is left out.
 pub fn servers_of(uid: &str) -> Vec<i32> {
+    processes_of(uid, "mariadbd")
+}
+
+/// Host PIDs of the running processes named `comm` (as `/proc/PID/comm` shows it, at most 15
+/// bytes) of the pod with `uid`, as [`servers_of`] finds them.
+pub fn processes_of(uid: &str, comm: &str) -> Vec<i32> {
     let underscored = uid.replace('-', "_");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -317,13 +323,13 @@ pub fn servers_of(uid: &str) -> Vec<i32> {
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let zombie = stat
                 .rsplit_once(") ")
                 .is_some_and(|(_, rest)| rest.starts_with('Z'));
-            comm.trim() == "mariadbd"
+            name.trim() == comm
                 && !zombie
                 && (cgroup.contains(uid) || cgroup.contains(&underscored))
         })

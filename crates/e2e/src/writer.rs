@@ -84,9 +84,10 @@ fn start_client(
         namespace,
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {CLIENT_POD}}}\nspec:\n{placement}  \
+             terminationGracePeriodSeconds: 5\n  \
              securityContext: {{runAsNonRoot: true, runAsUser: 999, seccompProfile: {{type: RuntimeDefault}}}}\n  \
              containers:\n  - name: client\n    image: {image}\n    imagePullPolicy: Never\n    \
-             command: [sleep, infinity]\n    \
+             command: [sh, -c, 'trap \"exit 0\" TERM; sleep infinity & wait']\n    \
              securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}\n",
             image = crate::node::MARIADB_IMAGE,
         ),
@@ -284,6 +285,33 @@ impl Outcome {
             }
         }
         (longest.max(to - last), refused)
+    }
+
+    /// The longest pause of writes from `from` to the last acknowledgement (the writer's end
+    /// is no pause).
+    pub fn paused_after(&self, from: f64) -> f64 {
+        let last = self
+            .lines
+            .lines()
+            .filter_map(
+                |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                    ["ack", _, at] => at.parse::<f64>().ok(),
+                    _ => None,
+                },
+            )
+            .fold(from, f64::max);
+        self.within(from, last).0
+    }
+
+    /// When the first acknowledgement at or after `from` came (seconds, as [`now`] counts).
+    pub fn first_ack_after(&self, from: f64) -> Option<f64> {
+        self.lines.lines().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let ["ack", _, at] = f.as_slice() else {
+                return None;
+            };
+            at.parse::<f64>().ok().filter(|at| *at >= from)
+        })
     }
 
     /// Writes resumed after the refusals (or none were refused).
