@@ -2,11 +2,12 @@
 //! operator on node 1 (beside the control plane), a writer recording every acknowledged row,
 //! and faults made for real: a whole node lost (its link down, every process of it killed,
 //! `tests/node/node.sh node stop`) or drained, the network split between nodes or pods
-//! (`node.sh cut`), or the operator's process killed in the middle of a switchover or a
-//! failover (the operator is shared: nothing else may run beside these cases). Each
-//! case ends with every acknowledged row on the final primary and never two writable members at
-//! a sampled moment, or with the documented refusal, and prints its write unavailability, time
-//! to promotion and rows. The cases run one after the other (they share the nodes).
+//! (`node.sh cut`), or the operator's process killed in the middle of a switchover, a
+//! failover, a rolling restart or a backup (the operator is shared: nothing else may run
+//! beside these cases). Each case ends with every acknowledged row on the final primary and
+//! never two writable members at a sampled moment, or with the documented refusal, and prints
+//! its write unavailability, time to promotion and rows. The cases run one after the other
+//! (they share the nodes).
 
 // The crate root's modules are looked for beside it (`tests/`), where every file is a test
 // binary of its own: these live in `tests/chaos/`.
@@ -18,3 +19,5 @@ mod cuts;
 mod nodes;
 #[path = "chaos/operator.rs"]
 mod operator;
+#[path = "chaos/operator_work.rs"]
+mod operator_work;

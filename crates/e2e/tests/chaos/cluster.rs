@@ -121,6 +121,16 @@ pub(crate) fn three_members_on_three_nodes(n: &str, password: &str) -> String {
 /// three nodes (required anti-affinity: the default only prefers it), its primary off node 1;
 /// the root password and the primary.
 pub(crate) fn three_member_cluster(prefix: &str) -> (CaseNamespace, String, String) {
+    three_member_cluster_with(prefix, "", "")
+}
+
+/// [`three_member_cluster`], with `objects` (YAML documents, each ending in `---`) applied
+/// before it and `spec_extra` (`, field: value` in flow style) added to its spec.
+pub(crate) fn three_member_cluster_with(
+    prefix: &str,
+    objects: &str,
+    spec_extra: &str,
+) -> (CaseNamespace, String, String) {
     operator();
     // Guarded from the start: a case that fails while its cluster starts is cleaned up too.
     let ns = CaseNamespace(Namespace::create(prefix));
@@ -128,12 +138,12 @@ pub(crate) fn three_member_cluster(prefix: &str) -> (CaseNamespace, String, Stri
     apply(
         n,
         &format!(
-            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {CLUSTER}}}\n\
+            "{objects}apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLCluster\nmetadata: {{name: {CLUSTER}}}\n\
              spec: {{engine: mariadb, version: \"10.11\", replicas: 3, storage: {{size: 1Gi}}, \
              replication: {{failoverAfterSeconds: 10}}, affinity: {{podAntiAffinity: \
              {{requiredDuringSchedulingIgnoredDuringExecution: [{{topologyKey: kubernetes.io/hostname, \
              labelSelector: {{matchLabels: {{app.kubernetes.io/instance: {CLUSTER}, \
-             app.kubernetes.io/component: database}}}}}}]}}}}}}\n"
+             app.kubernetes.io/component: database}}}}}}]}}}}{spec_extra}}}\n"
         ),
     );
     wait_ready(n, CLUSTER, 3, "the cluster to become Ready");

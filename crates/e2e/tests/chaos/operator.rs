@@ -1,6 +1,7 @@
 //! The operator killed in the middle of what it does: its process is killed (`SIGKILL`, as a
 //! crash or an OOM kill ends it) and its container restarted by the kubelet, while a
-//! switchover it took on runs, or as its failover decision has just been recorded.
+//! switchover it took on runs, or as its failover decision has just been recorded; the watch
+//! and the kill the cases share.
 
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{Child, ChildStdout, Stdio};
@@ -12,26 +13,27 @@ use bulwark_e2e::{kubectl_ok, wait_ready, writer};
 use super::cluster::*;
 
 /// What a line of the cluster's watched status means for the kill.
-enum Watched {
+pub(crate) enum Watched {
     Wait,
     Kill,
     TooLate(String),
 }
 
-/// `kubectl get --watch` of the cluster, one line of `jsonpath` per change of the object (the
-/// first for the object as it is), stopped and reaped when dropped, whatever ends the case.
-struct StatusWatch {
+/// `kubectl get --watch` of `object` (the cluster, its StatefulSet), one line of `jsonpath` per
+/// change of it (the first for it as it is), stopped and reaped when dropped, whatever ends the
+/// case.
+pub(crate) struct StatusWatch {
     child: Child,
-    lines: Option<Lines<BufReader<ChildStdout>>>,
+    pub(crate) lines: Option<Lines<BufReader<ChildStdout>>>,
 }
 
 impl StatusWatch {
-    fn start(n: &str, jsonpath: &str) -> StatusWatch {
+    pub(crate) fn start(n: &str, object: &str, jsonpath: &str) -> StatusWatch {
         let mut child = bulwark_e2e::kubectl(&[
             "get",
             "-n",
             n,
-            &format!("mysqlcluster/{CLUSTER}"),
+            object,
             "--watch",
             "--output-watch-events=false",
             "-o",
@@ -59,7 +61,7 @@ impl Drop for StatusWatch {
 /// Reads `lines` until one says to kill, then kills the operator's process (its container's
 /// processes, found on the host): within moments of the status write the line shows. The
 /// line that said so.
-fn kill_operator_when(
+pub(crate) fn kill_operator_when(
     lines: Lines<BufReader<ChildStdout>>,
     uid: &str,
     on: impl Fn(&str) -> Watched,
@@ -94,7 +96,7 @@ fn kill_operator_when(
 }
 
 /// The operator container's restart count and whether it runs.
-fn operator_container() -> (u64, bool) {
+pub(crate) fn operator_container() -> (u64, bool) {
     let count = bulwark_e2e::operator_pod("{.status.containerStatuses[0].restartCount}");
     let started =
         bulwark_e2e::operator_pod("{.status.containerStatuses[0].state.running.startedAt}");
@@ -104,7 +106,7 @@ fn operator_container() -> (u64, bool) {
 /// Notes when the operator runs again after a kill: `restarts` counted before it, `back` set
 /// to the seconds since `began` at the first sample that sees it (the kubelet restarts a
 /// killed container at once the first time, then after a back-off of 10 s, 20 s, ...).
-fn note_operator_back(restarts: u64, back: &mut Option<f64>, began: Instant) {
+pub(crate) fn note_operator_back(restarts: u64, back: &mut Option<f64>, began: Instant) {
     if back.is_none() {
         let (count, running) = operator_container();
         if count > restarts && running {
@@ -135,7 +137,7 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
     let mut back = None;
     let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
     let jsonpath = "{.status.lastSwitchover.request}|{.status.lastSwitchover.result}";
-    let mut watch = StatusWatch::start(n, jsonpath);
+    let mut watch = StatusWatch::start(n, &format!("mysqlcluster/{CLUSTER}"), jsonpath);
     let began = Instant::now();
     kubectl_ok(&[
         "annotate",
@@ -230,7 +232,11 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     let mut back = None;
     let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
     let stopped: StoppedNode;
-    let mut watch = StatusWatch::start(n, "{.status.lastFailover.to}");
+    let mut watch = StatusWatch::start(
+        n,
+        &format!("mysqlcluster/{CLUSTER}"),
+        "{.status.lastFailover.to}",
+    );
     let lines = watch.lines.take().expect("the watch's lines");
     let began = Instant::now();
     stopped = StoppedNode::stop(&node_of(n, &old));

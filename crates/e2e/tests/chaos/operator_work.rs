@@ -1,0 +1,240 @@
+//! The operator killed while its longer work runs: a rolling restart that replaced its first
+//! pod, and a backup whose Job runs. The restarted operator goes on from what it finds.
+
+use std::time::{Duration, Instant};
+
+use bulwark_e2e::node::node_name;
+use bulwark_e2e::{apply, get_json, kubectl_ok, sql, wait_for, writer};
+
+use super::cluster::*;
+use super::operator::*;
+
+#[test]
+fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
+    three_nodes();
+    let _one_at_a_time = serial();
+    let (ns, password, old) = three_member_cluster("e2e-chaos-oproll");
+    let n = ns.name();
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &old, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (300, 5), &node_name(1));
+    std::thread::sleep(Duration::from_secs(5));
+
+    // A configuration change rolls the pods one at a time, replicas first, then a switchover,
+    // then the old primary; the operator is killed once the first pod was replaced.
+    let restarts = operator_container().0;
+    let mut back = None;
+    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let revision = get_json(n, &format!("statefulset/{CLUSTER}")).expect("the StatefulSet")
+        ["status"]["updateRevision"]
+        .as_str()
+        .expect("its revision")
+        .to_owned();
+    let mut watch = StatusWatch::start(
+        n,
+        &format!("statefulset/{CLUSTER}"),
+        "{.status.updateRevision}|{.status.updatedReplicas}",
+    );
+    let began = Instant::now();
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        n,
+        &format!("mysqlcluster/{CLUSTER}"),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"mysqldConfig":{"max_connections":"123"}}}"#,
+    ]);
+    let lines = watch.lines.take().expect("the watch's lines");
+    let killed = kill_operator_when(lines, &uid, |line| match line.split_once('|') {
+        Some((r, _)) if r == revision => Watched::Wait,
+        Some((_, "1")) => Watched::Kill,
+        Some((_, updated @ ("2" | "3"))) => {
+            Watched::TooLate(format!("{updated} pods already replaced"))
+        }
+        _ => Watched::Wait,
+    });
+    let killed_at = began.elapsed().as_secs_f64();
+    drop(watch);
+    if let Err(e) = killed {
+        bulwark_e2e::dump(n);
+        panic!("{e}");
+    }
+
+    // The restarted operator goes on from the pods as they are: every pod replaced, the
+    // primary handed over by a switchover before its own pod restarts, no failover, never two
+    // writable members.
+    let mut before: Vec<String> = Vec::new();
+    loop {
+        let writable = writable_members(n, &password, None);
+        let both: Vec<&String> = writable.iter().filter(|p| before.contains(p)).collect();
+        if both.len() > 1 {
+            bulwark_e2e::dump(n);
+            panic!(
+                "two members writable in two samples running, at {:.1}s: {both:?}",
+                began.elapsed().as_secs_f64()
+            );
+        }
+        before = writable.clone();
+        note_operator_back(restarts, &mut back, began);
+        let configured = (0..3)
+            .map(|i| format!("{CLUSTER}-{i}"))
+            .filter(|pod| {
+                sql(n, pod, &password, "localhost", "SELECT @@max_connections")
+                    .is_ok_and(|v| v.trim() == "123")
+            })
+            .count();
+        let status = cluster_status(n).unwrap_or_default();
+        if configured == 3
+            && bulwark_e2e::condition(&status, "Ready")["status"] == "True"
+            && writable.as_slice() == [status["currentPrimary"].as_str().unwrap_or_default()]
+        {
+            break;
+        }
+        if began.elapsed() > Duration::from_secs(240) {
+            bulwark_e2e::dump(n);
+            panic!("the rollout did not finish within 240s ({configured} of 3 pods configured)");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let finished = began.elapsed().as_secs_f64();
+    let status = cluster_status(n).expect("the cluster");
+    let record = &status["lastSwitchover"];
+    assert_eq!(
+        (record["from"].as_str(), record["result"].as_str()),
+        (Some(old.as_str()), Some("Completed")),
+        "the old primary was not handed over by a completed switchover: {record}"
+    );
+    assert!(
+        status["lastFailover"].is_null(),
+        "a failover happened during the rollout: {}",
+        status["lastFailover"]
+    );
+    let new = status["currentPrimary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &new, &password, &service);
+    bulwark_e2e::figure!(
+        "chaos, operator killed mid-rollout: killed {killed_at:.1}s after the change, once the \
+         first pod was replaced, running again at {:.1}s, every pod configured and Ready at \
+         {finished:.1}s ({old} -> {new} by a switchover); writes paused {:.1}s at most, {} \
+         acknowledged, none lost, {} refused",
+        back.unwrap_or(f64::NAN),
+        outcome.longest_gap,
+        outcome.acked.len(),
+        outcome.refused
+    );
+}
+
+/// The base64 master key of the backups (32 bytes).
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+#[test]
+fn the_operator_killed_mid_backup_records_it_after_its_restart() {
+    three_nodes();
+    let _one_at_a_time = serial();
+    let (ns, password, primary) = three_member_cluster_with(
+        "e2e-chaos-opback",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: atoll-key}}\nstringData: {{master: {KEY}}}\n---\n\
+             apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: dumps}}\n\
+             spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n---\n"
+        ),
+        ", backup: {encryption: {keySecretRef: {name: atoll-key, key: master}}, \
+         storages: [{name: shelf, pvc: {claimName: dumps, subPath: atoll}}]}",
+    );
+    let n = ns.name();
+    let service = format!("{CLUSTER}-primary");
+    writer::create_table(n, &primary, &password, &service);
+    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
+    std::thread::sleep(Duration::from_secs(3));
+
+    // The operator is killed once the backup runs (its Job created); the restarted operator
+    // must follow that Job, not start a second writer into the repository, and record it.
+    let restarts = operator_container().0;
+    let mut back = None;
+    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let name = "under-fire";
+    let began = Instant::now();
+    apply(
+        n,
+        &format!(
+            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {{name: {name}}}\n\
+             spec: {{clusterRef: {{name: {CLUSTER}}}, storage: shelf, method: physical}}\n"
+        ),
+    );
+    // Watched once it exists (a watch of a missing object ends at once); its first line shows
+    // it as it is.
+    let mut watch = StatusWatch::start(n, &format!("mysqlbackup/{name}"), "{.status.phase}");
+    let lines = watch.lines.take().expect("the watch's lines");
+    let killed = kill_operator_when(lines, &uid, |phase| match phase {
+        "Running" => Watched::Kill,
+        "Succeeded" | "Failed" => Watched::TooLate(format!("the backup ended {phase}")),
+        _ => Watched::Wait,
+    });
+    let killed_at = began.elapsed().as_secs_f64();
+    drop(watch);
+    if let Err(e) = killed {
+        bulwark_e2e::dump(n);
+        panic!("{e}");
+    }
+    let status = wait_for(
+        n,
+        &format!("backup {name} to end after the operator's restart"),
+        Duration::from_secs(240),
+        || {
+            note_operator_back(restarts, &mut back, began);
+            let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup")?;
+            match b["status"]["phase"].as_str() {
+                Some("Succeeded" | "Failed") => Ok(b["status"].clone()),
+                _ => Err(b["status"].to_string()),
+            }
+        },
+    );
+    let ended = began.elapsed().as_secs_f64();
+    if status["phase"] != "Succeeded" {
+        bulwark_e2e::dump(n);
+        panic!("backup {name} failed after the operator's restart: {status}");
+    }
+    // One Job wrote it: the restarted operator adopted the running one.
+    let jobs = kubectl_ok(&["get", "jobs", "-n", n, "-o", "name"]);
+    let jobs: Vec<&str> = jobs.lines().filter(|j| j.contains(name)).collect();
+    assert_eq!(jobs.len(), 1, "jobs for {name}: {jobs:?}");
+    // And it is complete and verifiable, read from outside the cluster.
+    let id = status["backupId"].as_str().expect("backupId").to_owned();
+    let key_dir = std::env::temp_dir().join(format!("bulwark-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&key_dir).expect("a key directory");
+    let key_file = key_dir.join("atoll.key");
+    std::fs::write(&key_file, KEY).expect("the key file");
+    let repo = bulwark_e2e::claim_dir(n, "dumps").join("atoll");
+    let out = std::process::Command::new(bulwark_e2e::binaries_dir().join("mysql-backup"))
+        .args(["verify", "--json", "--repo"])
+        .arg(&repo)
+        .arg("--encryption-key-file")
+        .arg(&key_file)
+        .arg(&id)
+        .env("MYSQL_BACKUP_PROGRESS", "none")
+        .output()
+        .expect("mysql-backup verify");
+    let _ = std::fs::remove_dir_all(&key_dir);
+    assert!(
+        out.status.success(),
+        "verify {id} in {}: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcome = writer::stop(n, child);
+    assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
+    outcome.assert_none_lost(n, &primary, &password, &service);
+    bulwark_e2e::figure!(
+        "chaos, operator killed mid-backup: killed {killed_at:.1}s after the request, as its Job \
+         ran, running again at {:.1}s, the backup Succeeded at {ended:.1}s (one Job, verified in \
+         full from outside); writes paused {:.1}s at most, {} acknowledged, none lost",
+        back.unwrap_or(f64::NAN),
+        outcome.longest_gap,
+        outcome.acked.len()
+    );
+}
