@@ -316,6 +316,12 @@ pub fn servers_of(uid: &str) -> Vec<i32> {
 /// Host PIDs of the running processes named `comm` (as `/proc/PID/comm` shows it, at most 15
 /// bytes) of the pod with `uid`, as [`servers_of`] finds them.
 pub fn processes_of(uid: &str, comm: &str) -> Vec<i32> {
+    processes_in(uid, Some(comm))
+}
+
+/// Host PIDs of the running processes of the pod with `uid` named `comm`, or of any name (the
+/// sandbox's `pause` included: none is left once the pod is torn down).
+pub fn processes_in(uid: &str, comm: Option<&str>) -> Vec<i32> {
     let underscored = uid.replace('-', "_");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -329,7 +335,7 @@ pub fn processes_of(uid: &str, comm: &str) -> Vec<i32> {
             let zombie = stat
                 .rsplit_once(") ")
                 .is_some_and(|(_, rest)| rest.starts_with('Z'));
-            name.trim() == comm
+            comm.is_none_or(|c| name.trim() == c)
                 && !zombie
                 && (cgroup.contains(uid) || cgroup.contains(&underscored))
         })

@@ -1,13 +1,15 @@
 //! The operator killed in the middle of what it does: its process is killed (`SIGKILL`, as a
-//! crash or an OOM kill ends it) and its container restarted by the kubelet, while a
+//! crash or an OOM kill ends it) and its pod replaced by a new one, while a
 //! switchover it took on runs, or as its failover decision has just been recorded; the watch
 //! and the kill the cases share.
 
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{Child, ChildStdout, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulwark_e2e::node::{node_name, processes_of, StoppedNode};
+use bulwark_e2e::node::{node_name, processes_in, processes_of, StoppedNode};
 use bulwark_e2e::{kubectl_ok, wait_ready, writer};
 
 use super::cluster::*;
@@ -19,12 +21,20 @@ pub(crate) enum Watched {
     TooLate(String),
 }
 
-/// `kubectl get --watch` of `object` (the cluster, its StatefulSet), one line of `jsonpath` per
-/// change of it (the first for it as it is), stopped and reaped when dropped, whatever ends the
-/// case.
+/// `kubectl get --watch` of `object` (the cluster, its StatefulSet, a backup), one line of
+/// `jsonpath` per change of it (the first for it as it is), for at most 3 minutes; stopped and
+/// reaped when dropped, whatever ends the case, and marked ended first, so that a kill not yet
+/// made is not made after the case.
 pub(crate) struct StatusWatch {
     child: Child,
-    pub(crate) lines: Option<Lines<BufReader<ChildStdout>>>,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
+    ended: Arc<AtomicBool>,
+}
+
+/// A watch's lines, and whether its case has ended.
+pub(crate) struct WatchLines {
+    lines: Lines<BufReader<ChildStdout>>,
+    ended: Arc<AtomicBool>,
 }
 
 impl StatusWatch {
@@ -35,6 +45,7 @@ impl StatusWatch {
             n,
             object,
             "--watch",
+            "--request-timeout=180s",
             "--output-watch-events=false",
             "-o",
             &format!("jsonpath={jsonpath}{{\"\\n\"}}"),
@@ -47,27 +58,82 @@ impl StatusWatch {
         StatusWatch {
             child,
             lines: Some(lines),
+            ended: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub(crate) fn lines(&mut self) -> WatchLines {
+        WatchLines {
+            lines: self.lines.take().expect("the watch's lines, taken once"),
+            ended: self.ended.clone(),
         }
     }
 }
 
 impl Drop for StatusWatch {
     fn drop(&mut self) {
+        self.ended.store(true, Ordering::SeqCst);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// Reads `lines` until one says to kill, then kills the operator's process (its container's
-/// processes, found on the host): within moments of the status write the line shows. The
-/// line that said so.
+/// The operator's pod, as it was before a kill.
+#[derive(Clone)]
+pub(crate) struct OperatorPod {
+    uid: String,
+    name: String,
+}
+
+impl OperatorPod {
+    pub(crate) fn current() -> OperatorPod {
+        OperatorPod {
+            uid: bulwark_e2e::operator_pod("{.metadata.uid}"),
+            name: bulwark_e2e::operator_pod("{.metadata.name}"),
+        }
+    }
+
+    /// Notes when another operator pod runs, `back` set to the seconds since `began` at the
+    /// first sample that sees it (none may show for a moment after the kill: not yet).
+    pub(crate) fn note_replaced(&self, back: &mut Option<f64>, began: Instant) {
+        if back.is_some() {
+            return;
+        }
+        let pods = bulwark_e2e::try_kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "bulwark-system",
+            "-l",
+            "app.kubernetes.io/name=mysql-operator",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.uid}|{.status.containerStatuses[0].state.running.startedAt}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_default();
+        let replaced = pods.lines().any(|pod| {
+            pod.split_once('|')
+                .is_some_and(|(uid, started)| uid != self.uid && !started.is_empty())
+        });
+        if replaced {
+            *back = Some(began.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// Reads the watch's lines until one says to kill, then kills the operator's process (its
+/// container's processes, found on the host: within moments of the status write the line
+/// shows) and deletes its pod at once, so that a new one starts without the kubelet's restart
+/// back-off (10 s, 20 s, 40 s, ... after each further kill of one container), which would
+/// make the cases' timing depend on their order. Until the old pod is torn down (no process of
+/// it left, its sandbox's included), an operator the kubelet restarted in it meanwhile is
+/// killed again: never two operators at once. The line that said so.
 pub(crate) fn kill_operator_when(
-    lines: Lines<BufReader<ChildStdout>>,
-    uid: &str,
+    watch: WatchLines,
+    pod: &OperatorPod,
     on: impl Fn(&str) -> Watched,
 ) -> Result<String, String> {
     let mut said = None;
-    for line in lines {
+    for line in watch.lines {
         let line = line.map_err(|e| format!("reading the watch: {e}"))?;
         match on(&line) {
             Watched::Wait => {}
@@ -78,41 +144,44 @@ pub(crate) fn kill_operator_when(
             Watched::TooLate(why) => return Err(format!("too late to kill the operator: {why}")),
         }
     }
-    let said = said.ok_or("the watch ended before the moment to kill the operator")?;
-    let pids = processes_of(uid, "mysql-operator");
-    if pids.is_empty() {
+    let said = said.ok_or("the watch ended (3 minutes, or the case) before the moment to kill")?;
+    if watch.ended.load(Ordering::SeqCst) {
+        return Err("the case ended before the kill".to_owned());
+    }
+    let kill_all = || {
+        for pid in processes_of(&pod.uid, "mysql-operator") {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    };
+    if processes_of(&pod.uid, "mysql-operator").is_empty() {
         return Err("no mysql-operator process in the operator's pod".to_owned());
     }
-    for pid in pids {
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !killed {
-            return Err(format!("kill -KILL {pid} failed"));
+    kill_all();
+    bulwark_e2e::try_kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        "bulwark-system",
+        &pod.name,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ])
+    .map_err(|e| format!("deleting the killed operator's pod: {e}"))?;
+    let since = Instant::now();
+    while !processes_in(&pod.uid, None).is_empty() {
+        if since.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "the killed operator's pod {} still runs after 60s",
+                pod.name
+            ));
         }
+        kill_all();
+        std::thread::sleep(Duration::from_millis(100));
     }
     Ok(said)
-}
-
-/// The operator container's restart count and whether it runs.
-pub(crate) fn operator_container() -> (u64, bool) {
-    let count = bulwark_e2e::operator_pod("{.status.containerStatuses[0].restartCount}");
-    let started =
-        bulwark_e2e::operator_pod("{.status.containerStatuses[0].state.running.startedAt}");
-    (count.parse().unwrap_or(0), !started.is_empty())
-}
-
-/// Notes when the operator runs again after a kill: `restarts` counted before it, `back` set
-/// to the seconds since `began` at the first sample that sees it (the kubelet restarts a
-/// killed container at once the first time, then after a back-off of 10 s, 20 s, ...).
-pub(crate) fn note_operator_back(restarts: u64, back: &mut Option<f64>, began: Instant) {
-    if back.is_none() {
-        let (count, running) = operator_container();
-        if count > restarts && running {
-            *back = Some(began.elapsed().as_secs_f64());
-        }
-    }
 }
 
 #[test]
@@ -133,9 +202,8 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
         .find(|p| *p != old && node_of(n, p) != node_name(1))
         .expect("a replica off node 1");
     let request = format!("{to}@operator-killed");
-    let restarts = operator_container().0;
     let mut back = None;
-    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let operator = OperatorPod::current();
     let jsonpath = "{.status.lastSwitchover.request}|{.status.lastSwitchover.result}";
     let mut watch = StatusWatch::start(n, &format!("mysqlcluster/{CLUSTER}"), jsonpath);
     let began = Instant::now();
@@ -146,8 +214,8 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
         &format!("mysqlcluster/{CLUSTER}"),
         &format!("mysql.bulwark.dev/switchover={request}"),
     ]);
-    let lines = watch.lines.take().expect("the watch's lines");
-    let killed = kill_operator_when(lines, &uid, |line| match line.split_once('|') {
+    let lines = watch.lines();
+    let killed = kill_operator_when(lines, &operator, |line| match line.split_once('|') {
         Some((r, "")) if r == request => Watched::Kill,
         Some((r, result)) if r == request => Watched::TooLate(format!("it ended {result}")),
         _ => Watched::Wait,
@@ -173,7 +241,7 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
             );
         }
         before = writable.clone();
-        note_operator_back(restarts, &mut back, began);
+        operator.note_replaced(&mut back, began);
         let status = cluster_status(n).unwrap_or_default();
         let record = &status["lastSwitchover"];
         if record["request"].as_str() == Some(request.as_str())
@@ -204,7 +272,7 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
     outcome.assert_none_lost(n, &to, &password, &service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-switchover: killed {killed_at:.1}s after the request, \
-         running again at {:.1}s, the switchover {old} -> {to} completed at {completed:.1}s; \
+         a new one running at {:.1}s, the switchover {old} -> {to} completed at {completed:.1}s; \
          writes paused {:.1}s at most, {} acknowledged, none lost, {} refused",
         back.unwrap_or(f64::NAN),
         outcome.longest_gap,
@@ -228,22 +296,21 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     // the status, before the orders that carry it out have gone (or been acted on). The watch
     // starts first and stops first (declared after the node's guard), so that a failing case
     // never kills the operator during its teardown.
-    let restarts = operator_container().0;
     let mut back = None;
-    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let operator = OperatorPod::current();
     let stopped: StoppedNode;
     let mut watch = StatusWatch::start(
         n,
         &format!("mysqlcluster/{CLUSTER}"),
         "{.status.lastFailover.to}",
     );
-    let lines = watch.lines.take().expect("the watch's lines");
+    let lines = watch.lines();
     let began = Instant::now();
     stopped = StoppedNode::stop(&node_of(n, &old));
     let mut killer = Some(std::thread::spawn({
-        let (n, password) = (n.to_owned(), password.clone());
+        let (n, password, operator) = (n.to_owned(), password.clone(), operator.clone());
         move || {
-            let killed = kill_operator_when(lines, &uid, |to| {
+            let killed = kill_operator_when(lines, &operator, |to| {
                 if to.is_empty() {
                     Watched::Wait
                 } else {
@@ -285,7 +352,7 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
             decided = Some((to, at.duration_since(began).as_secs_f64()));
         }
         if let Some((to, _)) = &decided {
-            note_operator_back(restarts, &mut back, began);
+            operator.note_replaced(&mut back, began);
             if writable.as_slice() == [to.clone()] && current_primary(n).as_deref() == Some(to) {
                 break to.clone();
             }
@@ -304,7 +371,7 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     outcome.assert_none_lost(n, &new, &password, &service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-failover: killed {killed_at:.1}s after {old}'s node stopped, \
-         as its failover to {new} was decided, running again at {:.1}s; {new} alone writable \
+         as its failover to {new} was decided, a new one running at {:.1}s; {new} alone writable \
          at {writable_again:.1}s; writes paused {:.1}s at most, {} acknowledged, none lost, {} \
          refused",
         back.unwrap_or(f64::NAN),

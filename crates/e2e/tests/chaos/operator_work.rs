@@ -21,10 +21,10 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
     std::thread::sleep(Duration::from_secs(5));
 
     // A configuration change rolls the pods one at a time, replicas first, then a switchover,
-    // then the old primary; the operator is killed once the first pod was replaced.
-    let restarts = operator_container().0;
+    // then the old primary; the operator is killed once the first new pod was made (counted
+    // as updated from its creation, before it runs).
     let mut back = None;
-    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let operator = OperatorPod::current();
     let revision = get_json(n, &format!("statefulset/{CLUSTER}")).expect("the StatefulSet")
         ["status"]["updateRevision"]
         .as_str()
@@ -45,8 +45,8 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         "-p",
         r#"{"spec":{"mysqldConfig":{"max_connections":"123"}}}"#,
     ]);
-    let lines = watch.lines.take().expect("the watch's lines");
-    let killed = kill_operator_when(lines, &uid, |line| match line.split_once('|') {
+    let lines = watch.lines();
+    let killed = kill_operator_when(lines, &operator, |line| match line.split_once('|') {
         Some((r, _)) if r == revision => Watched::Wait,
         Some((_, "1")) => Watched::Kill,
         Some((_, updated @ ("2" | "3"))) => {
@@ -76,7 +76,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
             );
         }
         before = writable.clone();
-        note_operator_back(restarts, &mut back, began);
+        operator.note_replaced(&mut back, began);
         let configured = (0..3)
             .map(|i| format!("{CLUSTER}-{i}"))
             .filter(|pod| {
@@ -110,6 +110,30 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         "a failover happened during the rollout: {}",
         status["lastFailover"]
     );
+    // The primary last: its pod was made again only after the switchover that handed its role
+    // over had completed, the replicas' before it ended.
+    let finished_at = record["finished"].as_str().unwrap_or_default();
+    let created = |pod: &str| {
+        get_json(n, &format!("pod/{pod}")).unwrap_or_default()["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for pod in (0..3).map(|i| format!("{CLUSTER}-{i}")) {
+        let at = created(&pod);
+        if pod == old {
+            assert!(
+                at.as_str() >= finished_at,
+                "{pod} (the old primary) made again at {at}, before the switchover ended at \
+                 {finished_at}"
+            );
+        } else {
+            assert!(
+                at.as_str() <= finished_at,
+                "{pod} made again at {at}, after the switchover ended at {finished_at}"
+            );
+        }
+    }
     let new = status["currentPrimary"]
         .as_str()
         .unwrap_or_default()
@@ -119,7 +143,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
     outcome.assert_none_lost(n, &new, &password, &service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-rollout: killed {killed_at:.1}s after the change, once the \
-         first pod was replaced, running again at {:.1}s, every pod configured and Ready at \
+         first new pod was made, a new one running at {:.1}s, every pod configured and Ready at \
          {finished:.1}s ({old} -> {new} by a switchover); writes paused {:.1}s at most, {} \
          acknowledged, none lost, {} refused",
         back.unwrap_or(f64::NAN),
@@ -127,6 +151,35 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         outcome.acked.len(),
         outcome.refused
     );
+}
+
+/// A directory of this process' own for the key file, removed when dropped.
+struct KeyDir(std::path::PathBuf);
+
+impl Drop for KeyDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Jobs of the backup `name` (the operator names them after it): uid, and the pods that
+/// succeeded and failed (`succeeded|failed`).
+fn backup_jobs(n: &str, name: &str) -> Vec<(String, String)> {
+    kubectl_ok(&[
+        "get",
+        "jobs",
+        "-n",
+        n,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}|{.metadata.uid}|{.status.succeeded}|{.status.failed}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter_map(|line| {
+        let (job, rest) = line.split_once('|')?;
+        let (uid, counts) = rest.split_once('|')?;
+        job.starts_with(name).then(|| (uid.to_owned(), counts.to_owned()))
+    })
+    .collect()
 }
 
 /// The base64 master key of the backups (32 bytes).
@@ -154,9 +207,8 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
 
     // The operator is killed once the backup runs (its Job created); the restarted operator
     // must follow that Job, not start a second writer into the repository, and record it.
-    let restarts = operator_container().0;
     let mut back = None;
-    let uid = bulwark_e2e::operator_pod("{.metadata.uid}");
+    let operator = OperatorPod::current();
     let name = "under-fire";
     let began = Instant::now();
     apply(
@@ -169,8 +221,8 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
     // Watched once it exists (a watch of a missing object ends at once); its first line shows
     // it as it is.
     let mut watch = StatusWatch::start(n, &format!("mysqlbackup/{name}"), "{.status.phase}");
-    let lines = watch.lines.take().expect("the watch's lines");
-    let killed = kill_operator_when(lines, &uid, |phase| match phase {
+    let lines = watch.lines();
+    let killed = kill_operator_when(lines, &operator, |phase| match phase {
         "Running" => Watched::Kill,
         "Succeeded" | "Failed" => Watched::TooLate(format!("the backup ended {phase}")),
         _ => Watched::Wait,
@@ -181,12 +233,14 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
         bulwark_e2e::dump(n);
         panic!("{e}");
     }
+    let running = backup_jobs(n, name);
+    assert_eq!(running.len(), 1, "the backup's Jobs as it ran: {running:?}");
     let status = wait_for(
         n,
         &format!("backup {name} to end after the operator's restart"),
         Duration::from_secs(240),
         || {
-            note_operator_back(restarts, &mut back, began);
+            operator.note_replaced(&mut back, began);
             let b = get_json(n, &format!("mysqlbackup/{name}")).ok_or("no backup")?;
             match b["status"]["phase"].as_str() {
                 Some("Succeeded" | "Failed") => Ok(b["status"].clone()),
@@ -199,15 +253,24 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
         bulwark_e2e::dump(n);
         panic!("backup {name} failed after the operator's restart: {status}");
     }
-    // One Job wrote it: the restarted operator adopted the running one.
-    let jobs = kubectl_ok(&["get", "jobs", "-n", n, "-o", "name"]);
-    let jobs: Vec<&str> = jobs.lines().filter(|j| j.contains(name)).collect();
-    assert_eq!(jobs.len(), 1, "jobs for {name}: {jobs:?}");
+    // One Job wrote it, the one running at the kill, once: the restarted operator followed it
+    // (not a second writer into the repository, nor the same Job made again).
+    let ended_jobs = backup_jobs(n, name);
+    assert_eq!(
+        ended_jobs.iter().map(|(uid, _)| uid).collect::<Vec<_>>(),
+        running.iter().map(|(uid, _)| uid).collect::<Vec<_>>(),
+        "the backup's Jobs at the end: {ended_jobs:?}"
+    );
+    assert_eq!(
+        ended_jobs[0].1, "1|",
+        "the Job's succeeded|failed pods: {ended_jobs:?}"
+    );
     // And it is complete and verifiable, read from outside the cluster.
     let id = status["backupId"].as_str().expect("backupId").to_owned();
-    let key_dir = std::env::temp_dir().join(format!("bulwark-chaos-{}", std::process::id()));
-    std::fs::create_dir_all(&key_dir).expect("a key directory");
-    let key_file = key_dir.join("atoll.key");
+    let key_dir =
+        KeyDir(std::env::temp_dir().join(format!("bulwark-chaos-{}", std::process::id())));
+    std::fs::create_dir_all(&key_dir.0).expect("a key directory");
+    let key_file = key_dir.0.join("atoll.key");
     std::fs::write(&key_file, KEY).expect("the key file");
     let repo = bulwark_e2e::claim_dir(n, "dumps").join("atoll");
     let out = std::process::Command::new(bulwark_e2e::binaries_dir().join("mysql-backup"))
@@ -219,7 +282,7 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
         .env("MYSQL_BACKUP_PROGRESS", "none")
         .output()
         .expect("mysql-backup verify");
-    let _ = std::fs::remove_dir_all(&key_dir);
+    drop(key_dir);
     assert!(
         out.status.success(),
         "verify {id} in {}: {}",
@@ -231,7 +294,7 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
     outcome.assert_none_lost(n, &primary, &password, &service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-backup: killed {killed_at:.1}s after the request, as its Job \
-         ran, running again at {:.1}s, the backup Succeeded at {ended:.1}s (one Job, verified in \
+         ran, a new one running at {:.1}s, the backup Succeeded at {ended:.1}s (one Job, verified in \
          full from outside); writes paused {:.1}s at most, {} acknowledged, none lost",
         back.unwrap_or(f64::NAN),
         outcome.longest_gap,
