@@ -97,6 +97,13 @@ pub struct ManifestsSay {
     pub newest_key: Option<(String, String)>,
 }
 
+/// The directory of the manifest stored at `object` (`backups/<id>`, `binlogs/<archive>/<id>`).
+fn manifest_dir(object: &str) -> &str {
+    object
+        .strip_suffix(format::MANIFEST_NAME)
+        .map_or(object, |dir| dir.trim_end_matches('/'))
+}
+
 /// A repository of backups on some store.
 #[derive(Clone)]
 pub struct Repository {
@@ -165,18 +172,14 @@ impl Repository {
     /// The key the newest archived segment's manifest says its data is encrypted under, with
     /// where it is; `None` when there is no segment or the newest is not encrypted.
     async fn newest_segment_key(&self) -> Result<Option<(String, String)>> {
-        let suffix = format!("/{}", format::MANIFEST_NAME);
-        let listed = self
-            .store
-            .list(format::BINLOGS_PREFIX)
-            .await
-            .map_err(Error::ListRepository)?;
-        let newest = listed
+        let newest = self
+            .segment_manifests()
+            .await?
             .into_iter()
-            .filter_map(|o| {
-                let at = o.key.strip_suffix(&suffix)?.to_owned();
+            .filter_map(|object| {
+                let at = manifest_dir(&object).to_owned();
                 let stamp = at.rsplit('/').next()?.get(..16)?.to_owned();
-                Some((stamp, o.key, at))
+                Some((stamp, object, at))
             })
             .max();
         let Some((_, object, at)) = newest else {
@@ -195,26 +198,29 @@ impl Repository {
         Ok(authenticate::newest_key_id([(at.as_str(), &raw[..])]))
     }
 
-    /// Every stored manifest, backups' and archived segments', as `(where, bytes)`: `where` is
-    /// the manifest's directory in the repository (`backups/<id>`, `binlogs/<archive>/<id>`).
-    async fn stored_manifests(&self) -> Result<Vec<(String, Bytes)>> {
-        let suffix = format!("/{}", format::MANIFEST_NAME);
-        let segments = self
+    /// The object keys of every archived segment's manifest.
+    async fn segment_manifests(&self) -> Result<Vec<String>> {
+        let listed = self
             .store
             .list(format::BINLOGS_PREFIX)
             .await
             .map_err(Error::ListRepository)?;
+        Ok(listed
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| k.ends_with(&format!("/{}", format::MANIFEST_NAME)))
+            .collect())
+    }
+
+    /// Every stored manifest, backups' and archived segments', as `(where, bytes)`: `where` is
+    /// the manifest's directory in the repository (`backups/<id>`, `binlogs/<archive>/<id>`).
+    async fn stored_manifests(&self) -> Result<Vec<(String, Bytes)>> {
         let objects: Vec<String> = self
             .manifest_ids()
             .await?
             .iter()
             .map(|id| format::object_key(id, format::MANIFEST_NAME))
-            .chain(
-                segments
-                    .into_iter()
-                    .map(|o| o.key)
-                    .filter(|k| k.ends_with(&suffix)),
-            )
+            .chain(self.segment_manifests().await?)
             .collect();
         futures::stream::iter(objects)
             .map(|object| async move {
@@ -223,7 +229,7 @@ impl Repository {
             })
             .buffered(8)
             .filter_map(|(object, got)| {
-                let at = object.trim_end_matches(&suffix).to_owned();
+                let at = manifest_dir(&object).to_owned();
                 async move {
                     match got {
                         Ok(raw) => Some(Ok((at, raw))),
