@@ -287,7 +287,16 @@ pub fn take_backup(
 /// `{.status.podIP}`.
 pub fn operator_pod(jsonpath: &str) -> String {
     let field = jsonpath.trim_start_matches('{').trim_end_matches('}');
-    kubectl_ok(&[
+    operator_pods(&format!("{{.items[0]{field}}}"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .trim()
+        .to_owned()
+}
+
+/// The operator's pods (none for a moment while one is replaced) through a JSONPath template
+/// over their list, e.g. `{range .items[*]}{.metadata.uid}{"\n"}{end}`.
+pub fn operator_pods(template: &str) -> Result<String, String> {
+    try_kubectl(&[
         "get",
         "pods",
         "-n",
@@ -295,10 +304,52 @@ pub fn operator_pod(jsonpath: &str) -> String {
         "-l",
         "app.kubernetes.io/name=mysql-operator",
         "-o",
-        &format!("jsonpath={{.items[0]{field}}}"),
+        &format!("jsonpath={template}"),
     ])
-    .trim()
-    .to_owned()
+}
+
+/// `mysql-backup verify --json` of backup `id` in the repository at `repo` (a claim's
+/// directory on the node's disk), run from outside the cluster with the base64 master `key`:
+/// fails the test unless the backup verifies in full.
+pub fn verify_from_outside(repo: &Path, key: &str, id: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "bulwark-e2e-key-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).expect("a key directory");
+    let key_file = dir.join("master.key");
+    std::fs::write(&key_file, key).expect("the key file");
+    let out = Command::new(binaries_dir().join("mysql-backup"))
+        .args(["verify", "--json", "--repo"])
+        .arg(repo)
+        .arg("--encryption-key-file")
+        .arg(&key_file)
+        .arg(id)
+        .env("MYSQL_BACKUP_PROGRESS", "none")
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("mysql-backup verify");
+    assert!(
+        out.status.success(),
+        "verify {id} in {}: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("verify's JSON report");
+    assert_eq!(
+        (report["ok"].as_bool(), report["depth"].as_str()),
+        (Some(true), Some("full")),
+        "{report}"
+    );
+}
+
+/// A suffix that keeps two calls of one process apart.
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// Waits until MySQLBackup `name` has finished and returns its status; a failed backup dumps

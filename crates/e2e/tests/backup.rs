@@ -3,12 +3,9 @@
 //! with sizes and GTID in their status, and pass `mysql-backup verify` run from outside the
 //! cluster against the same repository (the claim's directory on the node's disk).
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use bulwark_e2e::take_backup;
 use bulwark_e2e::{
-    apply, binaries_dir, claim_dir, dump, operator, secret_value, sql, wait_ready, Namespace,
+    apply, claim_dir, dump, operator, secret_value, sql, verify_from_outside, wait_ready, Namespace,
 };
 
 /// The base64 master key of the test cluster (32 bytes).
@@ -47,41 +44,11 @@ fn physical_and_logical_backups_to_a_claim_succeed_and_verify_from_outside() {
         panic!("write through vault-primary: {e}");
     }
 
-    let key_file = tempfile_path("vault.key");
-    std::fs::write(&key_file, KEY).unwrap();
     for method in ["physical", "logical"] {
         let name = format!("{method}-now");
         let status = take_backup(n, "vault", &name, "shelf", method);
         let id = status["backupId"].as_str().expect("backupId").to_owned();
         // From outside the cluster: the same repository, read where the claim keeps it.
-        let repo = claim_dir(n, "dumps").join("vault");
-        let out = Command::new(binaries_dir().join("mysql-backup"))
-            .args(["verify", "--json", "--repo"])
-            .arg(&repo)
-            .arg("--encryption-key-file")
-            .arg(&key_file)
-            .arg(&id)
-            .env("MYSQL_BACKUP_PROGRESS", "none")
-            .output()
-            .expect("mysql-backup verify");
-        assert!(
-            out.status.success(),
-            "verify {id} in {}: {}",
-            repo.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(
-            (report["ok"].as_bool(), report["depth"].as_str()),
-            (Some(true), Some("full")),
-            "{report}"
-        );
+        verify_from_outside(&claim_dir(n, "dumps").join("vault"), KEY, &id);
     }
-    let _ = std::fs::remove_dir_all(key_file.parent().unwrap());
-}
-
-fn tempfile_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bulwark-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
 }

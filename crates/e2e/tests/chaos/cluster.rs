@@ -1,13 +1,15 @@
-//! What the chaos cases share: the three-member cluster on three nodes, its members' state as
-//! sampled on each pod, and the one-case-at-a-time lock.
+//! What the chaos cases share: a case's turn on the nodes with its three-member cluster on
+//! three nodes and its writer, and its members' state as sampled on each pod.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{node_count, node_name};
+use std::process::Child;
+
 use bulwark_e2e::{
     apply, get_json, kubectl_ok, operator, secret_value, sql, wait_for, wait_ready,
-    wait_takes_writes, Namespace,
+    wait_takes_writes, writer, Namespace,
 };
 
 pub(crate) const CLUSTER: &str = "atoll";
@@ -117,16 +119,94 @@ pub(crate) fn three_members_on_three_nodes(n: &str, password: &str) -> String {
     to
 }
 
-/// A namespace with the operator and a Ready 3-member cluster (`failoverAfterSeconds: 10`) on
-/// three nodes (required anti-affinity: the default only prefers it), its primary off node 1;
-/// the root password and the primary.
-pub(crate) fn three_member_cluster(prefix: &str) -> (CaseNamespace, String, String) {
-    three_member_cluster_with(prefix, "", "")
+/// A case: its turn on the nodes (taken first, given back last), its cluster and the table its
+/// writer fills. Fields drop in order: the namespace's pods are gone before the turn ends.
+pub(crate) struct Case {
+    ns: CaseNamespace,
+    password: String,
+    primary: String,
+    service: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
-/// [`three_member_cluster`], with `objects` (YAML documents, each ending in `---`) applied
-/// before it and `spec_extra` (`, field: value` in flow style) added to its spec.
-pub(crate) fn three_member_cluster_with(
+impl Case {
+    /// [`three_member_cluster_with`] with nothing more, in the case's turn.
+    pub(crate) fn start(prefix: &str) -> Case {
+        Case::start_with(prefix, "", "")
+    }
+
+    /// [`three_member_cluster_with`], in the case's turn.
+    pub(crate) fn start_with(prefix: &str, objects: &str, spec_extra: &str) -> Case {
+        three_nodes();
+        let turn = serial();
+        let (ns, password, primary) = three_member_cluster_with(prefix, objects, spec_extra);
+        let service = format!("{CLUSTER}-primary");
+        writer::create_table(ns.name(), &primary, &password, &service);
+        Case {
+            ns,
+            password,
+            primary,
+            service,
+            _turn: turn,
+        }
+    }
+
+    /// The namespace, the root password, the primary at the start and its Service.
+    pub(crate) fn parts(&self) -> (&str, &str, &str, &str) {
+        (self.ns.name(), &self.password, &self.primary, &self.service)
+    }
+
+    /// The writer, in a client pod on `node`, through the primary Service, given 5 s of writes
+    /// before the fault.
+    pub(crate) fn writer_on(&self, node: &str) -> Child {
+        let child = writer::start_in_client_on(
+            self.ns.name(),
+            &self.password,
+            &self.service,
+            (300, 5),
+            node,
+        );
+        std::thread::sleep(Duration::from_secs(5));
+        child
+    }
+}
+
+/// Which members are writable, sampled one after another: a sample can show the old primary
+/// writable before its demotion and the new one after its promotion, but two members writable
+/// in two samples running were writable at once (each answered between the other's two
+/// answers, and a demoted primary is not made writable again within a sample), which fails
+/// the case.
+#[derive(Default)]
+pub(crate) struct WritableSamples {
+    before: Vec<String>,
+}
+
+impl WritableSamples {
+    /// One sample (every member asked); `began` dates a failure.
+    pub(crate) fn take(&mut self, n: &str, password: &str, began: Instant) -> Vec<String> {
+        let writable = writable_members(n, password, None);
+        let both: Vec<&String> = writable
+            .iter()
+            .filter(|p| self.before.contains(p))
+            .collect();
+        if both.len() > 1 {
+            let at = began.elapsed().as_secs_f64();
+            bulwark_e2e::dump(n);
+            panic!(
+                "two members writable in two samples running, at {at:.1}s: {both:?}; status: {}",
+                cluster_status(n).unwrap_or_default()
+            );
+        }
+        self.before = writable.clone();
+        writable
+    }
+}
+
+/// A namespace with the operator and a Ready 3-member cluster (`failoverAfterSeconds: 10`) on
+/// three nodes (required anti-affinity: the default only prefers it), its primary off node 1,
+/// with `objects` (YAML documents, each ending in `---`) applied before it and `spec_extra`
+/// (`, field: value` in flow style) added to its spec; the root password and the primary.
+fn three_member_cluster_with(
     prefix: &str,
     objects: &str,
     spec_extra: &str,
@@ -209,7 +289,7 @@ pub(crate) fn pod_ip(n: &str, pod: &str) -> String {
         .to_owned()
 }
 /// Fails unless the test cluster has exactly three nodes (one member on each).
-pub(crate) fn three_nodes() {
+fn three_nodes() {
     assert_eq!(
         node_count(),
         3,
@@ -218,24 +298,27 @@ pub(crate) fn three_nodes() {
     );
 }
 
-/// Samples the cluster until `seconds` after `began`: never two writable members, and `primary`
-/// stays the primary (a promotion fails the test, naming `why` none may happen); each status
-/// read goes to `seen` with its time. Returns when `primary` was first seen read-only (fenced).
-pub(crate) fn no_promotion_for(
+/// Samples the cluster until `seconds` after `began`: never two writable members, `primary`
+/// stays the primary and stays writable (a promotion or a fence fails the case, saying that
+/// neither may happen while `why`); each status read goes to `seen` with its time.
+pub(crate) fn keeps_the_primary_for(
     n: &str,
     password: &str,
     primary: &str,
     (began, seconds): (Instant, u64),
     why: &str,
     mut seen: impl FnMut(&serde_json::Value, f64),
-) -> Option<f64> {
-    let mut fenced = None;
+) {
     while began.elapsed() < Duration::from_secs(seconds) {
         let states = member_states(n, password, None);
         let writable: Vec<_> = states.iter().filter(|(_, ro)| *ro == Some(false)).collect();
         assert!(writable.len() <= 1, "two writable members: {writable:?}");
-        if fenced.is_none() && states.contains(&(primary.to_owned(), Some(true))) {
-            fenced = Some(began.elapsed().as_secs_f64());
+        if states.contains(&(primary.to_owned(), Some(true))) {
+            bulwark_e2e::dump(n);
+            panic!(
+                "{primary} turned read-only {:.1}s into the fault while {why}",
+                began.elapsed().as_secs_f64()
+            );
         }
         // A status that could not be read is a sample to skip, not a verdict.
         if let Some(status) = cluster_status(n) {
@@ -248,11 +331,10 @@ pub(crate) fn no_promotion_for(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    fenced
 }
 
 /// The cases share the nodes: one runs at a time.
-pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,20 +1,18 @@
 //! The network split between nodes or pods: {primary, replica} | {operator, replica}, its
 //! mirror {operator, primary} | {replicas}, and the operator alone cut from the primary.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bulwark_e2e::node::{node_name, Cut};
-use bulwark_e2e::{get_json, wait_ready, writer};
+use bulwark_e2e::{wait_ready, writer};
 
 use super::cluster::*;
 
 #[test]
 fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, primary) = three_member_cluster("e2e-chaos-split");
-    let n = ns.name();
-    let primary_node = node_of(n, &primary);
+    let case = Case::start("e2e-chaos-split");
+    let (n, password, primary, service) = case.parts();
+    let primary_node = node_of(n, primary);
     // {primary, its replica A} on two nodes, {operator, replica B} on node 1; the writer beside
     // A, so that it still reaches the primary and A still acknowledges its commits.
     let b = member_on(n, &node_name(1));
@@ -23,10 +21,7 @@ fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
         .find(|p| *p != primary && *p != b)
         .expect("replica A");
     let a_node = node_of(n, &a);
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &primary, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &a_node);
-    std::thread::sleep(Duration::from_secs(5));
+    let child = case.writer_on(&a_node);
 
     let cuts = (
         Cut::between(&primary_node, &node_name(1)),
@@ -38,8 +33,8 @@ fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
     // acknowledged may be on A alone, so nobody is promoted; the primary, cut off from the
     // operator, keeps its lease on A's renewals and its writes go on (A acknowledges them).
     let mut waiting_said = None;
-    let why = format!("a commit may be on {a} alone");
-    let fenced = no_promotion_for(n, &password, &primary, (began, 45), &why, |status, at| {
+    let why = format!("a commit may be on {a} alone, which renews its lease");
+    keeps_the_primary_for(n, password, primary, (began, 45), &why, |status, at| {
         let ready = bulwark_e2e::condition(status, "Ready");
         let refusal = "no replica is promoted until 2 report";
         if waiting_said.is_none()
@@ -54,16 +49,12 @@ fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
         bulwark_e2e::dump(n);
         panic!("Ready never said that no replica is promoted until 2 report")
     });
-    if let Some(fenced) = fenced {
-        bulwark_e2e::dump(n);
-        panic!("{primary} turned read-only {fenced:.1}s after the cut while {a} renewed its lease");
-    }
     let healed_at = writer::now();
     drop(cuts);
     wait_ready(n, CLUSTER, 3, "the cluster Ready after the heal");
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &primary, &password, &service);
+    outcome.assert_none_lost(n, primary, password, service);
     let (paused, refused) = outcome.within(cut_at, healed_at);
     let after = outcome.paused_after(healed_at);
     bulwark_e2e::figure!(
@@ -85,24 +76,19 @@ fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
 
 #[test]
 fn a_primary_cut_off_from_its_replicas_alone_holds_its_writes_and_is_not_replaced() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, primary) = three_member_cluster("e2e-chaos-mirror");
-    let n = ns.name();
+    let case = Case::start("e2e-chaos-mirror");
+    let (n, password, primary, service) = case.parts();
     let replicas: Vec<String> = (0..3)
         .map(|i| format!("{CLUSTER}-{i}"))
         .filter(|p| *p != primary)
         .collect();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &primary, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_of(n, &primary));
-    std::thread::sleep(Duration::from_secs(5));
+    let child = case.writer_on(&node_of(n, primary));
 
     // {operator, primary} | {both replicas}: by pod address, since one replica shares node 1
     // with the operator.
     let (operator_ip, primary_ip) = (
         bulwark_e2e::operator_pod("{.status.podIP}"),
-        pod_ip(n, &primary),
+        pod_ip(n, primary),
     );
     let cuts: Vec<Cut> = replicas
         .iter()
@@ -120,18 +106,14 @@ fn a_primary_cut_off_from_its_replicas_alone_holds_its_writes_and_is_not_replace
     // promoted, and it stays writable. No replica acknowledges its commits, so they wait
     // (semi-sync without a timeout) until one returns: held, never answered without a copy.
     let why = format!("the operator still reaches {primary}");
-    let fenced = no_promotion_for(n, &password, &primary, (began, 40), &why, |_, _| {});
-    if let Some(fenced) = fenced {
-        bulwark_e2e::dump(n);
-        panic!("{primary} turned read-only {fenced:.1}s after its replicas were cut off from it");
-    }
+    keeps_the_primary_for(n, password, primary, (began, 40), &why, |_, _| {});
     let healed_at = writer::now();
     drop(cuts);
     wait_ready(n, CLUSTER, 3, "the cluster Ready after the heal");
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &primary, &password, &service);
-    assert_eq!(current_primary(n).as_deref(), Some(primary.as_str()));
+    outcome.assert_none_lost(n, primary, password, service);
+    assert_eq!(current_primary(n).as_deref(), Some(primary));
     // No commit may be answered while no replica could hold a copy (the writer's own 5 s bound
     // lets the last one before the cut finish a moment into it).
     if let Some(at) = outcome
@@ -157,38 +139,24 @@ fn a_primary_cut_off_from_its_replicas_alone_holds_its_writes_and_is_not_replace
 
 #[test]
 fn a_primary_cut_off_from_the_operator_alone_keeps_its_writes_and_is_not_replaced() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, primary) = three_member_cluster("e2e-chaos-operator");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &primary, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-operator");
+    let (n, password, primary, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     let operator_ip = bulwark_e2e::operator_pod("{.status.podIP}");
-    let primary_ip = get_json(n, &format!("pod/{primary}")).expect("the primary's pod")["status"]
-        ["podIP"]
-        .as_str()
-        .expect("its address")
-        .to_owned();
-    let cut = Cut::between(&operator_ip, &primary_ip);
+    let cut = Cut::between(&operator_ip, &pod_ip(n, primary));
     let began = Instant::now();
     let cut_at = writer::now();
     // The replicas still receive from it, so it is not lost and nobody is promoted; without
     // the operator's heartbeats its replicas' renewals keep its lease, and its writes go on.
     let why = format!("the replicas still receive from {primary}");
-    let fenced = no_promotion_for(n, &password, &primary, (began, 40), &why, |_, _| {});
-    if let Some(fenced) = fenced {
-        bulwark_e2e::dump(n);
-        panic!("{primary} turned read-only {fenced:.1}s after the operator was cut off from it");
-    }
+    keeps_the_primary_for(n, password, primary, (began, 40), &why, |_, _| {});
     let healed_at = writer::now();
     drop(cut);
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &primary, &password, &service);
-    assert_eq!(current_primary(n).as_deref(), Some(primary.as_str()));
+    outcome.assert_none_lost(n, primary, password, service);
+    assert_eq!(current_primary(n).as_deref(), Some(primary));
     let (paused, refused) = outcome.within(cut_at, healed_at);
     bulwark_e2e::figure!(
         "chaos, operator cut from the primary: {primary} kept taking writes on its replicas' \

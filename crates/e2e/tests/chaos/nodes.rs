@@ -10,16 +10,11 @@ use super::cluster::*;
 
 #[test]
 fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, old) = three_member_cluster("e2e-chaos-node");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &old, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-node");
+    let (n, password, old, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
-    let lost_node = node_of(n, &old);
+    let lost_node = node_of(n, old);
     let uid = get_json(n, &format!("pod/{old}")).expect("the primary's pod")["metadata"]["uid"]
         .as_str()
         .expect("its uid")
@@ -40,7 +35,7 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     let mut promoted_at = None;
     let mut counted_lost = None;
     let new = loop {
-        let writable = writable_members(n, &password, Some(&old));
+        let writable = writable_members(n, password, Some(old));
         assert!(
             writable.len() <= 1,
             "two writable members at {:.1}s: {writable:?}",
@@ -67,7 +62,7 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
         std::thread::sleep(Duration::from_millis(300));
     };
     let promoted = promoted_at.map(|(_, t)| t).unwrap_or(f64::NAN);
-    wait_takes_writes(n, &new, &password, &service);
+    wait_takes_writes(n, &new, password, service);
     let writable_again = began.elapsed().as_secs_f64();
     bulwark_e2e::figure!(
         "chaos, primary's node stopped: counted lost {:.1}s after {lost_node} stopped, {new} \
@@ -85,9 +80,9 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
         &format!("{old} back as a read-only replica"),
         Duration::from_secs(180),
         || {
-            let writable = writable_members(n, &password, None);
+            let writable = writable_members(n, password, None);
             assert!(writable.len() <= 1, "two writable members: {writable:?}");
-            match sql(n, &old, &password, "localhost", "SELECT @@read_only") {
+            match sql(n, old, password, "localhost", "SELECT @@read_only") {
                 Ok(out) if out.trim() == "1" => Ok(()),
                 other => Err(format!("{other:?}")),
             }
@@ -99,13 +94,13 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
 
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &new, &password, &service);
+    outcome.assert_none_lost(n, &new, password, service);
     // The returned member holds exactly the new primary's rows once it has caught up.
     let rows = |pod: &str| {
         sql(
             n,
             pod,
-            &password,
+            password,
             "localhost",
             "SELECT COUNT(*) FROM ledger.acks",
         )
@@ -115,10 +110,10 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     // (seen once: read-only, counted ready, and not applying).
     let since = Instant::now();
     loop {
-        match rows(&old) {
+        match rows(old) {
             Ok(have) if have == want => break,
             other if since.elapsed() > Duration::from_secs(60) => {
-                let replication = sql(n, &old, &password, "localhost", "SHOW ALL SLAVES STATUS\\G");
+                let replication = sql(n, old, password, "localhost", "SHOW ALL SLAVES STATUS\\G");
                 bulwark_e2e::dump(n);
                 panic!(
                     "{old} holds {other:?} rows, the primary {} after 60s; its replication: \
@@ -149,19 +144,14 @@ impl Drop for Drained {
 
 #[test]
 fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, old) = three_member_cluster("e2e-chaos-drain");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &old, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-drain");
+    let (n, password, old, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     // `kubectl drain` evicts the primary's pod (through the PodDisruptionBudget): its agent
     // holds it in its preStop hooks until the primary is handed over, and its pod cannot come
     // back while the node is cordoned (its claim is bound there).
-    let node = node_of(n, &old);
+    let node = node_of(n, old);
     let drained = Drained(node.clone());
     let began = Instant::now();
     // The cluster's pods only: the others on the node (the volume provisioner's helper pods,
@@ -181,23 +171,9 @@ fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
             ])
         }
     }));
-    // Members are asked one after another, so one sample can show the old primary writable
-    // before its demotion and the new one after its promotion. Two members writable in two
-    // samples running are writable at once: each answered between the other's two answers,
-    // and a demoted primary is not made writable again within a sample.
-    let mut before: Vec<String> = Vec::new();
+    let mut samples = WritableSamples::default();
     let new = loop {
-        let writable = writable_members(n, &password, None);
-        let both: Vec<&String> = writable.iter().filter(|p| before.contains(p)).collect();
-        if both.len() > 1 {
-            let at = began.elapsed().as_secs_f64();
-            bulwark_e2e::dump(n);
-            panic!(
-                "two members writable in two samples running, at {at:.1}s: {both:?}; status: {}",
-                cluster_status(n).unwrap_or_default()
-            );
-        }
-        before = writable.clone();
+        let writable = samples.take(n, password, began);
         if let Some(p) = current_primary(n).filter(|p| *p != old) {
             if writable.as_slice() == [p.clone()] {
                 break p;
@@ -235,7 +211,7 @@ fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
             record["to"].as_str(),
             record["result"].as_str()
         ),
-        (Some(old.as_str()), Some(new.as_str()), Some("Completed")),
+        (Some(old), Some(new.as_str()), Some("Completed")),
         "the drain was not a completed switchover: {record}"
     );
     assert!(
@@ -249,8 +225,8 @@ fn draining_the_primarys_node_hands_the_primary_over_without_losing_a_row() {
     wait_ready(n, CLUSTER, 3, "the cluster Ready after the uncordon");
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &new, &password, &service);
-    assert_eq!(read_only(n, &old, &password), Some(true));
+    outcome.assert_none_lost(n, &new, password, service);
+    assert_eq!(read_only(n, old, password), Some(true));
     bulwark_e2e::figure!(
         "chaos, primary's node drained: {new} took writes {handed_over:.1}s after the drain \
          began (a switchover, no failover); writes paused {:.1}s at most, {} acknowledged, none \

@@ -99,16 +99,9 @@ impl OperatorPod {
         if back.is_some() {
             return;
         }
-        let pods = bulwark_e2e::try_kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            "bulwark-system",
-            "-l",
-            "app.kubernetes.io/name=mysql-operator",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.uid}|{.status.containerStatuses[0].state.running.startedAt}{\"\\n\"}{end}",
-        ])
+        let pods = bulwark_e2e::operator_pods(
+            "{range .items[*]}{.metadata.uid}|{.status.containerStatuses[0].state.running.startedAt}{\"\\n\"}{end}",
+        )
         .unwrap_or_default();
         let replaced = pods.lines().any(|pod| {
             pod.split_once('|')
@@ -184,16 +177,27 @@ pub(crate) fn kill_operator_when(
     Ok(said)
 }
 
+/// [`kill_operator_when`] on `watch`, which ends with it; a failure to kill (too late, the
+/// watch ended, no process) fails the case.
+pub(crate) fn kill_operator_or_fail(
+    n: &str,
+    mut watch: StatusWatch,
+    pod: &OperatorPod,
+    on: impl Fn(&str) -> Watched,
+) {
+    let killed = kill_operator_when(watch.lines(), pod, on);
+    drop(watch);
+    if let Err(e) = killed {
+        bulwark_e2e::dump(n);
+        panic!("{e}");
+    }
+}
+
 #[test]
 fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, old) = three_member_cluster("e2e-chaos-opkill");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &old, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-opkill");
+    let (n, password, old, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     // The replica off node 1, so that the switchover keeps the primary off the control
     // plane's node.
@@ -205,7 +209,7 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
     let mut back = None;
     let operator = OperatorPod::current();
     let jsonpath = "{.status.lastSwitchover.request}|{.status.lastSwitchover.result}";
-    let mut watch = StatusWatch::start(n, &format!("mysqlcluster/{CLUSTER}"), jsonpath);
+    let watch = StatusWatch::start(n, &format!("mysqlcluster/{CLUSTER}"), jsonpath);
     let began = Instant::now();
     kubectl_ok(&[
         "annotate",
@@ -214,33 +218,18 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
         &format!("mysqlcluster/{CLUSTER}"),
         &format!("mysql.bulwark.dev/switchover={request}"),
     ]);
-    let lines = watch.lines();
-    let killed = kill_operator_when(lines, &operator, |line| match line.split_once('|') {
+    kill_operator_or_fail(n, watch, &operator, |line| match line.split_once('|') {
         Some((r, "")) if r == request => Watched::Kill,
         Some((r, result)) if r == request => Watched::TooLate(format!("it ended {result}")),
         _ => Watched::Wait,
     });
     let killed_at = began.elapsed().as_secs_f64();
-    drop(watch);
-    if let Err(e) = killed {
-        bulwark_e2e::dump(n);
-        panic!("{e}");
-    }
 
     // The restarted operator finds the switchover in the status and carries it through:
     // never two writable members, and in the end `to` alone takes writes.
-    let mut before: Vec<String> = Vec::new();
+    let mut samples = WritableSamples::default();
     loop {
-        let writable = writable_members(n, &password, None);
-        let both: Vec<&String> = writable.iter().filter(|p| before.contains(p)).collect();
-        if both.len() > 1 {
-            bulwark_e2e::dump(n);
-            panic!(
-                "two members writable in two samples running, at {:.1}s: {both:?}",
-                began.elapsed().as_secs_f64()
-            );
-        }
-        before = writable.clone();
+        let writable = samples.take(n, password, began);
         operator.note_replaced(&mut back, began);
         let status = cluster_status(n).unwrap_or_default();
         let record = &status["lastSwitchover"];
@@ -269,7 +258,7 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
     wait_ready(n, CLUSTER, 3, "the cluster Ready after the switchover");
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &to, &password, &service);
+    outcome.assert_none_lost(n, &to, password, service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-switchover: killed {killed_at:.1}s after the request, \
          a new one running at {:.1}s, the switchover {old} -> {to} completed at {completed:.1}s; \
@@ -283,14 +272,9 @@ fn the_operator_killed_mid_switchover_completes_it_after_its_restart() {
 
 #[test]
 fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, old) = three_member_cluster("e2e-chaos-opfail");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &old, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-opfail");
+    let (n, password, old, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     // The primary's node stops; the operator is killed the moment its failover decision is in
     // the status, before the orders that carry it out have gone (or been acted on). The watch
@@ -306,9 +290,9 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     );
     let lines = watch.lines();
     let began = Instant::now();
-    stopped = StoppedNode::stop(&node_of(n, &old));
+    stopped = StoppedNode::stop(&node_of(n, old));
     let mut killer = Some(std::thread::spawn({
-        let (n, password, operator) = (n.to_owned(), password.clone(), operator.clone());
+        let (n, password, operator) = (n.to_owned(), password.to_owned(), operator.clone());
         move || {
             let killed = kill_operator_when(lines, &operator, |to| {
                 if to.is_empty() {
@@ -329,7 +313,7 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     }));
     let mut decided: Option<(String, f64)> = None;
     let new = loop {
-        let writable = writable_members(n, &password, Some(&old));
+        let writable = writable_members(n, password, Some(old));
         assert!(
             writable.len() <= 1,
             "two writable members at {:.1}s: {writable:?}",
@@ -368,7 +352,7 @@ fn the_operator_killed_mid_failover_completes_it_after_its_restart() {
     let writable_again = began.elapsed().as_secs_f64();
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &new, &password, &service);
+    outcome.assert_none_lost(n, &new, password, service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-failover: killed {killed_at:.1}s after {old}'s node stopped, \
          as its failover to {new} was decided, a new one running at {:.1}s; {new} alone writable \

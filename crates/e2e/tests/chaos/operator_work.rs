@@ -11,14 +11,9 @@ use super::operator::*;
 
 #[test]
 fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, old) = three_member_cluster("e2e-chaos-oproll");
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &old, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (300, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(5));
+    let case = Case::start("e2e-chaos-oproll");
+    let (n, password, old, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     // A configuration change rolls the pods one at a time, replicas first, then a switchover,
     // then the old primary; the operator is killed once the first new pod was made (counted
@@ -30,7 +25,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         .as_str()
         .expect("its revision")
         .to_owned();
-    let mut watch = StatusWatch::start(
+    let watch = StatusWatch::start(
         n,
         &format!("statefulset/{CLUSTER}"),
         "{.status.updateRevision}|{.status.updatedReplicas}",
@@ -45,8 +40,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         "-p",
         r#"{"spec":{"mysqldConfig":{"max_connections":"123"}}}"#,
     ]);
-    let lines = watch.lines();
-    let killed = kill_operator_when(lines, &operator, |line| match line.split_once('|') {
+    kill_operator_or_fail(n, watch, &operator, |line| match line.split_once('|') {
         Some((r, _)) if r == revision => Watched::Wait,
         Some((_, "1")) => Watched::Kill,
         Some((_, updated @ ("2" | "3"))) => {
@@ -55,32 +49,18 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         _ => Watched::Wait,
     });
     let killed_at = began.elapsed().as_secs_f64();
-    drop(watch);
-    if let Err(e) = killed {
-        bulwark_e2e::dump(n);
-        panic!("{e}");
-    }
 
     // The restarted operator goes on from the pods as they are: every pod replaced, the
     // primary handed over by a switchover before its own pod restarts, no failover, never two
     // writable members.
-    let mut before: Vec<String> = Vec::new();
+    let mut samples = WritableSamples::default();
     loop {
-        let writable = writable_members(n, &password, None);
-        let both: Vec<&String> = writable.iter().filter(|p| before.contains(p)).collect();
-        if both.len() > 1 {
-            bulwark_e2e::dump(n);
-            panic!(
-                "two members writable in two samples running, at {:.1}s: {both:?}",
-                began.elapsed().as_secs_f64()
-            );
-        }
-        before = writable.clone();
+        let writable = samples.take(n, password, began);
         operator.note_replaced(&mut back, began);
         let configured = (0..3)
             .map(|i| format!("{CLUSTER}-{i}"))
             .filter(|pod| {
-                sql(n, pod, &password, "localhost", "SELECT @@max_connections")
+                sql(n, pod, password, "localhost", "SELECT @@max_connections")
                     .is_ok_and(|v| v.trim() == "123")
             })
             .count();
@@ -102,7 +82,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
     let record = &status["lastSwitchover"];
     assert_eq!(
         (record["from"].as_str(), record["result"].as_str()),
-        (Some(old.as_str()), Some("Completed")),
+        (Some(old), Some("Completed")),
         "the old primary was not handed over by a completed switchover: {record}"
     );
     assert!(
@@ -140,7 +120,7 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         .to_owned();
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &new, &password, &service);
+    outcome.assert_none_lost(n, &new, password, service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-rollout: killed {killed_at:.1}s after the change, once the \
          first new pod was made, a new one running at {:.1}s, every pod configured and Ready at \
@@ -151,15 +131,6 @@ fn the_operator_killed_mid_rollout_finishes_it_after_its_restart() {
         outcome.acked.len(),
         outcome.refused
     );
-}
-
-/// A directory of this process' own for the key file, removed when dropped.
-struct KeyDir(std::path::PathBuf);
-
-impl Drop for KeyDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The Jobs of the backup `name` (the operator names them after it): uid, and the pods that
@@ -187,9 +158,7 @@ const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 
 #[test]
 fn the_operator_killed_mid_backup_records_it_after_its_restart() {
-    three_nodes();
-    let _one_at_a_time = serial();
-    let (ns, password, primary) = three_member_cluster_with(
+    let case = Case::start_with(
         "e2e-chaos-opback",
         &format!(
             "apiVersion: v1\nkind: Secret\nmetadata: {{name: atoll-key}}\nstringData: {{master: {KEY}}}\n---\n\
@@ -199,11 +168,8 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
         ", backup: {encryption: {keySecretRef: {name: atoll-key, key: master}}, \
          storages: [{name: shelf, pvc: {claimName: dumps, subPath: atoll}}]}",
     );
-    let n = ns.name();
-    let service = format!("{CLUSTER}-primary");
-    writer::create_table(n, &primary, &password, &service);
-    let child = writer::start_in_client_on(n, &password, &service, (240, 5), &node_name(1));
-    std::thread::sleep(Duration::from_secs(3));
+    let (n, password, primary, service) = case.parts();
+    let child = case.writer_on(&node_name(1));
 
     // The operator is killed once the backup runs (its Job created); the restarted operator
     // must follow that Job, not start a second writer into the repository, and record it.
@@ -220,19 +186,13 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
     );
     // Watched once it exists (a watch of a missing object ends at once); its first line shows
     // it as it is.
-    let mut watch = StatusWatch::start(n, &format!("mysqlbackup/{name}"), "{.status.phase}");
-    let lines = watch.lines();
-    let killed = kill_operator_when(lines, &operator, |phase| match phase {
+    let watch = StatusWatch::start(n, &format!("mysqlbackup/{name}"), "{.status.phase}");
+    kill_operator_or_fail(n, watch, &operator, |phase| match phase {
         "Running" => Watched::Kill,
         "Succeeded" | "Failed" => Watched::TooLate(format!("the backup ended {phase}")),
         _ => Watched::Wait,
     });
     let killed_at = began.elapsed().as_secs_f64();
-    drop(watch);
-    if let Err(e) = killed {
-        bulwark_e2e::dump(n);
-        panic!("{e}");
-    }
     let running = backup_jobs(n, name);
     assert_eq!(running.len(), 1, "the backup's Jobs as it ran: {running:?}");
     let status = wait_for(
@@ -267,31 +227,10 @@ fn the_operator_killed_mid_backup_records_it_after_its_restart() {
     );
     // And it is complete and verifiable, read from outside the cluster.
     let id = status["backupId"].as_str().expect("backupId").to_owned();
-    let key_dir =
-        KeyDir(std::env::temp_dir().join(format!("bulwark-chaos-{}", std::process::id())));
-    std::fs::create_dir_all(&key_dir.0).expect("a key directory");
-    let key_file = key_dir.0.join("atoll.key");
-    std::fs::write(&key_file, KEY).expect("the key file");
-    let repo = bulwark_e2e::claim_dir(n, "dumps").join("atoll");
-    let out = std::process::Command::new(bulwark_e2e::binaries_dir().join("mysql-backup"))
-        .args(["verify", "--json", "--repo"])
-        .arg(&repo)
-        .arg("--encryption-key-file")
-        .arg(&key_file)
-        .arg(&id)
-        .env("MYSQL_BACKUP_PROGRESS", "none")
-        .output()
-        .expect("mysql-backup verify");
-    drop(key_dir);
-    assert!(
-        out.status.success(),
-        "verify {id} in {}: {}",
-        repo.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    bulwark_e2e::verify_from_outside(&bulwark_e2e::claim_dir(n, "dumps").join("atoll"), KEY, &id);
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
-    outcome.assert_none_lost(n, &primary, &password, &service);
+    outcome.assert_none_lost(n, primary, password, service);
     bulwark_e2e::figure!(
         "chaos, operator killed mid-backup: killed {killed_at:.1}s after the request, as its Job \
          ran, a new one running at {:.1}s, the backup Succeeded at {ended:.1}s (one Job, verified in \
