@@ -11,4 +11,5 @@ pub mod lease;
 pub mod report;
 pub mod restored;
 pub mod sql;
+pub mod stale_dumps;
 pub mod topology;

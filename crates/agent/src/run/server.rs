@@ -97,6 +97,14 @@ pub async fn run(
             ))
         });
 
+    // mysqld listens on the port its replicas reach their primary at: members share one
+    // configuration.
+    let stale_dumps = tokio::spawn(super::stale_dumps::run(
+        config.socket.clone(),
+        config.credentials_dir.clone(),
+        config.source.port,
+    ));
+
     // Beside the socket: `paths::RUN_DIR` in a pod, which the preStop hooks read.
     let mut mark = HandoverMark::new(
         config
@@ -164,6 +172,7 @@ pub async fn run(
     if let Some(follows) = follows {
         follows.abort();
     }
+    stale_dumps.abort();
     let _ = stop_http.send(());
     let _ = endpoints.await;
     if let Some(metrics) = metrics {

@@ -72,6 +72,14 @@ fn a_primary_cut_off_with_one_replica_keeps_its_writes_and_is_not_replaced() {
         "writes paused {paused:.1}s during the cut, {refused} refused: {}",
         outcome.lines
     );
+    // B's registration on its return must not wait for B's old dump thread, which the
+    // primary's agent ended during the cut: A acknowledges throughout, so commits must not
+    // notice the heal.
+    assert!(
+        after < 3.0,
+        "writes paused {after:.1}s after the heal though {a} acknowledged throughout: {}",
+        outcome.lines
+    );
 }
 
 #[test]
@@ -134,6 +142,14 @@ fn a_primary_cut_off_from_its_replicas_alone_holds_its_writes_and_is_not_replace
         resumed.unwrap_or(f64::NAN),
         outcome.acked.len(),
         outcome.refused
+    );
+    // The primary's agent ended both replicas' dump threads during the cut, so their
+    // registrations on their return wait for nothing (they waited 11.9-14.1 s before).
+    assert!(
+        resumed.is_some_and(|r| r < 5.0),
+        "writes resumed {:.1}s after the heal, not within 5s: {}",
+        resumed.unwrap_or(f64::NAN),
+        outcome.lines
     );
 }
 

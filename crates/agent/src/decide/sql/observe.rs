@@ -188,6 +188,11 @@ pub fn parse_replica_status(row: &BTreeMap<String, Option<String>>) -> ReplicaSt
     }
 }
 
+/// Every binlog dump thread and its client's address (`ip:port`): replicas' and the binlog
+/// archiver's alike, since any of them can be cut off (`crate::decide::stale_dumps`).
+pub const DUMP_THREADS_QUERY: &str = "SELECT ID, HOST FROM information_schema.PROCESSLIST \
+     WHERE COMMAND IN ('Binlog Dump', 'Binlog Dump GTID')";
+
 /// Client sessions a fenced server ends: every one but the agent's own, the server's threads
 /// and the operator's accounts (replicas' binlog dumps, backups, the exporter). MariaDB's
 /// `read_only` does not stop accounts holding READ ONLY ADMIN (root, and any `GRANT ALL ON
