@@ -267,6 +267,8 @@ fn password_authentication_and_bad_credentials() {
 fn bad_arguments_fail_with_one_line_causes() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
+    // An empty repository: a backup's first run would have made it.
+    std::fs::create_dir(&repo).unwrap();
     let repo = repo.to_str().unwrap();
     let short = work.path().join("short.key");
     std::fs::write(&short, "c2hvcnQ=\n").unwrap();
@@ -307,6 +309,31 @@ fn bad_arguments_fail_with_one_line_causes() {
     fails(
         cli(&["list", "--repo", "ftp://x/y"]),
         &["unsupported scheme"],
+    );
+    // A mistyped path is not an empty repository, and reading it makes nothing.
+    let missing = format!("{repo}-mistyped/repo");
+    for command in ["list", "verify", "prune"] {
+        let mut args = vec![command, "--repo", missing.as_str()];
+        if command == "verify" {
+            args.push("latest");
+        }
+        if command == "prune" {
+            args.extend(["--keep-last", "1"]);
+        }
+        fails(
+            cli(&args),
+            &["failed to open repository", "no such directory"],
+        );
+    }
+    assert!(
+        !std::path::Path::new(&format!("{repo}-mistyped")).exists(),
+        "a read made the mistyped repository's directory"
+    );
+    let file = format!("{repo}/../not-a-repository");
+    std::fs::write(&file, b"").unwrap();
+    fails(
+        cli(&["list", "--repo", file.as_str()]),
+        &["not a directory"],
     );
     fails(
         cli(&["restore", "--repo", repo, "latest"]),

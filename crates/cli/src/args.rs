@@ -320,9 +320,23 @@ pub fn s3_options(args: &S3Args, segment_size: u64) -> S3Options {
     }
 }
 
+/// Opens an existing repository: a filesystem path that does not exist is refused.
 pub async fn open_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
+    open_repo_as(args, segment_size, store::Opening::Existing).await
+}
+
+/// Opens the repository a backup or the archive is written to, making its directory.
+pub async fn create_repo(args: &RepoArgs, segment_size: u64) -> Result<Repository, Error> {
+    open_repo_as(args, segment_size, store::Opening::Create).await
+}
+
+async fn open_repo_as(
+    args: &RepoArgs,
+    segment_size: u64,
+    opening: store::Opening,
+) -> Result<Repository, Error> {
     let opts = s3_options(&args.s3, segment_size);
-    let store = store::open(&args.repo, &opts)
+    let store = store::open(&args.repo, &opts, opening)
         .await
         .map_err(Error::OpenRepository)?;
     Ok(Repository::new(store))

@@ -165,7 +165,7 @@ pub async fn load(
         .map(MasterKey::from_file)
         .transpose()?;
     let repo = Repository::new(
-        store::open(url, &cfg.s3)
+        store::open(url, &cfg.s3, store::Opening::Existing)
             .await
             .map_err(bulwark_engine::Error::OpenRepository)?,
     )

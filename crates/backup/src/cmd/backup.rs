@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use bulwark_cli::args::{
-    absolute, method_parser, open_repo, parse_archive_name, parse_size, shutdown_signal, workers,
+    absolute, create_repo, method_parser, parse_archive_name, parse_size, shutdown_signal, workers,
     ConnArgs, KeyArgs, ProgressArgs, RepoArgs,
 };
 use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
@@ -117,7 +117,7 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
         .into());
     }
     let key = a.key.load()?;
-    let repo = open_repo(&a.repo, a.segment_size).await?;
+    let repo = create_repo(&a.repo, a.segment_size).await?;
     let req = BackupRequest {
         method: a.method,
         connection: a.conn.connection()?,

@@ -3,7 +3,8 @@
 //! `--until`/`--until-gtid` options `restore` shares with `replay`.
 
 use bulwark_cli::args::{
-    open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, RepoArgs, UntilArgs,
+    create_repo, open_repo, parse_size, shutdown_signal, BackupSelector, ConnArgs, KeyArgs,
+    RepoArgs, UntilArgs,
 };
 use bulwark_cli::output::{human_bytes, print_json};
 use bulwark_engine::crypto::MasterKey;
@@ -163,7 +164,7 @@ pub async fn cmd_archive(a: ArchiveArgs) -> anyhow::Result<()> {
         .transpose()
         .map_err(EngineError::InvalidArgument)?;
     // The archiver's housekeeping reads backups' manifests under the key it writes with.
-    let repo = open_repo(&a.repo, a.segment_size)
+    let repo = create_repo(&a.repo, a.segment_size)
         .await?
         .under_key(key.clone());
     let opts = ArchiveOptions {

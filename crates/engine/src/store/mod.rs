@@ -33,7 +33,7 @@ pub enum StoreError {
         #[source]
         source: Box<object_store::Error>,
     },
-    #[error("failed to open repository {url}: {reason}")]
+    #[error("{url}: {reason}")]
     Open { url: String, reason: String },
     #[error("object {key} is shorter than expected: wanted bytes {start}..{end}, got {got}")]
     ShortRead {
@@ -107,8 +107,22 @@ pub trait ObjectWriter: Send {
     async fn abort(self: Box<Self>);
 }
 
+/// Whether opening a filesystem repository may create its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// Commands that write a backup or the archive: the directory is made when missing.
+    Create,
+    /// Commands that read (or prune) what is there: a missing directory is a mistyped path,
+    /// refused, rather than an empty repository made on the spot.
+    Existing,
+}
+
 /// Opens a repository given as a path, `file:///path` or `s3://bucket/prefix`.
-pub async fn open(url: &str, s3: &S3Options) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(
+    url: &str,
+    s3: &S3Options,
+    opening: Opening,
+) -> Result<Arc<dyn Store>, StoreError> {
     if let Some(rest) = url.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
@@ -141,5 +155,22 @@ pub async fn open(url: &str, s3: &S3Options) -> Result<Arc<dyn Store>, StoreErro
             reason: "empty path".into(),
         });
     }
-    Ok(Arc::new(FsStore::open(std::path::Path::new(path)).await?))
+    let path = std::path::Path::new(path);
+    if opening == Opening::Existing {
+        let refused = match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => None,
+            Ok(_) => Some("not a directory".to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some("no such directory (a backup or `archive` makes it)".to_owned())
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(reason) = refused {
+            return Err(StoreError::Open {
+                url: url.into(),
+                reason,
+            });
+        }
+    }
+    Ok(Arc::new(FsStore::open(path).await?))
 }
