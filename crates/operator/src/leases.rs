@@ -48,6 +48,11 @@ pub struct Leases {
     /// until when renewals may keep a lease so granted ([`MAX_FOLLOWED_FOR`] after the last
     /// such heartbeat was sent, and the lease).
     asked: Mutex<HashMap<String, Vec<Asked>>>,
+    /// Where a cluster whose primary stopped answering its heartbeats is announced (its
+    /// lease key), for its controller to look at it at once: nothing else announces a lost
+    /// node until its replicas' network timeouts or the node controller's grace period.
+    /// One sender per subscriber (a controller per watched namespace).
+    unanswered: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>,
 }
 
 /// Renewals asked for by heartbeats: how many replicas, for leases of what length, and until
@@ -66,8 +71,16 @@ impl Default for Leases {
             renewals: Mutex::default(),
             granted: Mutex::default(),
             asked: Mutex::default(),
+            unanswered: Mutex::default(),
         }
     }
+}
+
+/// The cluster a lease key (`namespace/name/uid`) names: `(namespace, name)`.
+pub fn cluster_of(lease_key: &str) -> Option<(&str, &str)> {
+    let mut parts = lease_key.splitn(3, '/');
+    let (ns, name) = (parts.next()?, parts.next()?);
+    (!ns.is_empty() && !name.is_empty()).then_some((ns, name))
 }
 
 impl Leases {
@@ -78,6 +91,25 @@ impl Leases {
             started,
             ..Leases::default()
         }
+    }
+
+    /// The lease keys of clusters whose primary's heartbeats stopped being answered, each at
+    /// the start of a streak of failures; every subscriber gets every one.
+    pub fn unanswered(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        rx
+    }
+
+    fn announce_unanswered(&self, cluster: &str) {
+        // A subscriber that is gone (its controller stopped) is forgotten.
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|tx| tx.send(cluster.to_owned()).is_ok());
     }
 
     /// Renews `holder`'s lease from now on (signed with `key`), in place of whoever held the
@@ -300,6 +332,7 @@ impl Leases {
                     Err(e) => {
                         let since = *failing.entry(cluster.clone()).or_insert_with(|| {
                             tracing::warn!(cluster = %cluster, error = %e, "lease heartbeat not answered");
+                            self.announce_unanswered(cluster);
                             Instant::now()
                         });
                         // A deleted cluster's: its next pass, if it has one, names the holder
@@ -319,6 +352,36 @@ impl Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_subscriber_hears_of_every_unanswered_cluster() {
+        let leases = Leases::default();
+        let (mut a, b) = (leases.unanswered(), leases.unanswered());
+        drop(b);
+        let mut c = leases.unanswered();
+        leases.announce_unanswered("shop/atoll/1");
+        assert_eq!(a.try_recv().ok().as_deref(), Some("shop/atoll/1"));
+        assert_eq!(c.try_recv().ok().as_deref(), Some("shop/atoll/1"));
+        assert_eq!(
+            leases.unanswered.lock().unwrap().len(),
+            2,
+            "the dropped one is forgotten"
+        );
+    }
+
+    #[test]
+    fn lease_keys_name_their_cluster() {
+        let cases = [
+            ("a key", "shop/atoll/9c6c829b", Some(("shop", "atoll"))),
+            ("no uid yet", "shop/atoll/", Some(("shop", "atoll"))),
+            ("no name", "shop//x", None),
+            ("no namespace", "/atoll/x", None),
+            ("not a key", "atoll", None),
+        ];
+        for (name, key, want) in cases {
+            assert_eq!(cluster_of(key), want, "{name}");
+        }
+    }
 
     fn holder(pod: &str, lease: u64) -> Holder {
         Holder {

@@ -22,7 +22,9 @@ use crate::names;
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Time to connect (a lost SYN is sent again after 1 s): an agent cut off the network never
 /// refuses, and an order to it must not hold a failover's pass for the whole answer's wait.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Shorter than [`TIMEOUT`], so that a report from an agent never reached says so
+/// ([`never_reached`]) rather than that the whole read timed out.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Time for a fresh report (the agent waits up to 3 s for a new pass).
 const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -100,6 +102,16 @@ impl Members for AgentMembers {
     }
 }
 
+/// Whether a failed report (`MemberView::report`'s error) means the agent was never reached:
+/// no address, or no connection made. An order sent to it in the same pass would wait out the
+/// same connection timeout for nothing, and a failover's pass must not wait on a lost node.
+pub fn never_reached(report_error: &str) -> bool {
+    report_error.starts_with("cannot connect to ") || report_error == NO_ADDRESS
+}
+
+/// Why a pod's agent has no address.
+const NO_ADDRESS: &str = "the pod has no IP address yet";
+
 /// The address of `pod`'s agent (`ip:port`).
 pub fn agent_address(pod: &Pod) -> Result<String, String> {
     agent_addr(pod)
@@ -151,7 +163,7 @@ fn agent_addr(pod: &Pod) -> Result<String, String> {
         .status
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
-        .ok_or_else(|| "the pod has no IP address yet".to_owned())?;
+        .ok_or_else(|| NO_ADDRESS.to_owned())?;
     Ok(format!("{ip}:{}", names::AGENT_PORT))
 }
 
@@ -195,6 +207,56 @@ pub(crate) async fn exchange(addr: &str, request: &str) -> Result<(u16, String),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_reports_that_never_reached_the_agent_say_so() {
+        use bulwark_http::client::ExchangeError;
+        let addr = "10.0.0.9:9081".to_owned();
+        let io = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let cases = [
+            (
+                "connect timed out",
+                ExchangeError::ConnectTimedOut {
+                    addr: addr.clone(),
+                    timeout: CONNECT_TIMEOUT,
+                }
+                .to_string(),
+                true,
+            ),
+            (
+                "connection refused",
+                ExchangeError::Connect {
+                    addr: addr.clone(),
+                    source: io(),
+                }
+                .to_string(),
+                true,
+            ),
+            ("no address", NO_ADDRESS.to_owned(), true),
+            (
+                "a connection that broke while reading",
+                ExchangeError::Read {
+                    addr: addr.clone(),
+                    source: io(),
+                }
+                .to_string(),
+                false,
+            ),
+            (
+                "an answer too late",
+                format!("{addr} did not answer within {TIMEOUT:?}"),
+                false,
+            ),
+            (
+                "an error answered",
+                format!("{addr} answered 503: starting"),
+                false,
+            ),
+        ];
+        for (name, error, want) in cases {
+            assert_eq!(never_reached(&error), want, "{name}: {error}");
+        }
+    }
 
     #[test]
     fn only_pods_the_statefulset_controls_are_members() {

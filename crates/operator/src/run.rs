@@ -115,6 +115,25 @@ pub async fn controllers(
     tracing::info!("controllers stopped");
 }
 
+/// The clusters in `scope` (one namespace, or all) whose primary stopped answering its lease
+/// heartbeats, as they are announced.
+fn unanswered_clusters(
+    ctx: &Context,
+    scope: Option<&str>,
+) -> impl futures::Stream<Item = ObjectRef<MySQLCluster>> + Send + 'static {
+    let scope = scope.map(str::to_owned);
+    futures::stream::unfold(ctx.leases.unanswered(), |mut rx| async move {
+        let key = rx.recv().await?;
+        Some((key, rx))
+    })
+    .filter_map(move |key| {
+        let cluster = crate::leases::cluster_of(&key)
+            .filter(|(ns, _)| scope.as_deref().is_none_or(|s| s == *ns))
+            .map(|(ns, name)| ObjectRef::<MySQLCluster>::new(name).within(ns));
+        futures::future::ready(cluster)
+    })
+}
+
 /// An API for `K` in `scope`: one namespace, or all of them.
 fn scoped<K>(client: &kube::Client, scope: Option<&str>) -> Api<K>
 where
@@ -166,6 +185,9 @@ async fn controller_set(
                 Some(ObjectRef::<MySQLCluster>::new(&cluster).within(&p.namespace()?))
             },
         )
+        // A primary that stops answering its heartbeats: looked at now, not once its replicas'
+        // readiness changes (their network timeout) or the node controller marks its pod.
+        .reconcile_on(unanswered_clusters(&ctx, scope))
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             |obj, ctx| timed("cluster", obj, ctx, crate::cluster::reconcile),

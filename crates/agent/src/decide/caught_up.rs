@@ -2,7 +2,8 @@
 //! primary lacks. `Seconds_Behind_Master` is 0 whenever the applier has applied all it
 //! received, whether or not anything arrives, so a replica whose receiver is connected but gets
 //! nothing looks current. Readiness therefore also rests on the primary's own position, read
-//! from it directly each pass and kept as timed samples: a replica is within `d` of its
+//! from it directly (a read begun by each pass that has none under way) and kept as timed
+//! samples, each stamped when its read was asked: a replica is within `d` of its
 //! primary when it holds everything a sample taken `d` ago held. Pure: the pass records the
 //! samples and the instants.
 

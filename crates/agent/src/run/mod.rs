@@ -3,8 +3,8 @@
 //! `credentials`, what a bootstrap left (`restoring`) and its failures as `error`; it
 //! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves
 //! [`http`] endpoints, the exporter's [`metrics`] and [`clone`]s; a replica reads its
-//! `primary_position` each pass, and `stale_dumps` ends the dump threads of replicas cut off. The subcommands that prepare
-//! a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
+//! `primary_position` (a pass waits briefly for each read), and `stale_dumps` ends the dump
+//! threads of replicas cut off. The subcommands that prepare a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
 //! [`bootstrap`] (restore), [`seed`], and [`pending`] (the logical load a bootstrap leaves).
 //! Files the agent keeps go through [`files`].
 

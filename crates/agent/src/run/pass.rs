@@ -27,6 +27,22 @@ const START_RETRY: Duration = Duration::from_secs(10);
 const CHANGE_RETRY: Duration = Duration::from_secs(60);
 /// MySQL/MariaDB "access denied" (the replication password is wrong).
 const ER_ACCESS_DENIED: u32 = 1045;
+/// Longest a pass waits for its read of the primary's position; a slower read finishes in
+/// the background and counts in a later pass. Without the bound a primary that does not
+/// answer would stretch every pass to the read's timeout, and with them the orders a
+/// failover sends and the report that tells the operator the primary is gone.
+const POSITION_WAIT: Duration = Duration::from_secs(1);
+
+/// The answer of a read of the primary's position: what it held, or why none came.
+type PositionAnswer = Result<(String, String), (AgentError, crate::decide::caught_up::Reach)>;
+
+/// A read of the primary's position under way.
+pub(super) struct PositionRead {
+    /// The primary read and the epoch it was read at.
+    of: (Source, u64),
+    asked: Instant,
+    task: tokio::task::JoinHandle<PositionAnswer>,
+}
 
 /// What the agent last made of the server, so that a pass converges only what changed.
 #[derive(Default)]
@@ -81,6 +97,8 @@ pub(super) struct Agent {
     pub(super) last: LastPass,
     /// The primary's positions as this member, a replica, read them.
     pub(super) primary_positions: SourceSamples,
+    /// The read of them still under way, if any.
+    pub(super) position_read: Option<PositionRead>,
 }
 
 impl Agent {
@@ -101,6 +119,7 @@ impl Agent {
             restore: RestoreState::default(),
             last: LastPass::default(),
             primary_positions: SourceSamples::default(),
+            position_read: None,
         }
     }
 
@@ -298,16 +317,45 @@ impl Agent {
             .as_ref()
             .is_some_and(|r| r.io == IoState::Running && r.sql_running);
         if !(matches!(role, Ok(Role::Replica)) && replicating) {
+            if let Some(read) = self.position_read.take() {
+                read.task.abort();
+            }
             self.primary_positions.not_read();
             return SourceLag::NotMeasured;
         }
         let source = self.role.source.clone();
         let samples = &mut self.primary_positions;
         samples.follow(&source.host, self.role.epoch, !self.role.source_named);
-        let asked = Instant::now();
-        match super::primary_position::read(observed.engine, &source, &creds.replication).await {
-            Ok((position, history)) => samples.record(asked, position, history),
-            Err((e, reach)) => samples.failed(asked, bulwark_engine::error::chain(&e), reach),
+        // One read at a time, of the primary this pass follows; one of another is dropped.
+        let of = (source.clone(), self.role.epoch);
+        let mut read = match self.position_read.take() {
+            Some(read) if read.of == of => read,
+            other => {
+                if let Some(read) = other {
+                    read.task.abort();
+                }
+                let (engine, password) = (observed.engine, creds.replication.clone());
+                PositionRead {
+                    of,
+                    asked: Instant::now(),
+                    task: tokio::spawn(async move {
+                        super::primary_position::read(engine, &source, &password).await
+                    }),
+                }
+            }
+        };
+        match tokio::time::timeout(POSITION_WAIT, &mut read.task).await {
+            Ok(Ok(Ok((position, history)))) => samples.record(read.asked, position, history),
+            Ok(Ok(Err((e, reach)))) => {
+                samples.failed(read.asked, bulwark_engine::error::chain(&e), reach)
+            }
+            Ok(Err(ended)) => samples.failed(
+                read.asked,
+                format!("the read of the primary's position ended: {ended}"),
+                crate::decide::caught_up::Reach::Unknown,
+            ),
+            // Still under way: this pass judges on what earlier reads found.
+            Err(_) => self.position_read = Some(read),
         }
         samples.judge(
             &Holding {

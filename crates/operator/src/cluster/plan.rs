@@ -470,7 +470,7 @@ pub fn lost_for(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 pub const LOST_POLL: Duration = Duration::from_secs(5);
 
 /// How often a pass looks again while the primary gives no report but is not known lost yet.
-pub const SILENT_POLL: Duration = Duration::from_secs(2);
+pub const SILENT_POLL: Duration = Duration::from_secs(1);
 
 /// When the next pass should run while the primary has been lost since `since`: just after
 /// the takeover time is up, or the lease it may hold has run out (`lease_outstanding` from

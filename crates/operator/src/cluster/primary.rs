@@ -577,7 +577,21 @@ async fn move_member(
     if step.label && !promoting {
         label(api, ns, step).await?;
     }
-    let key = if step.order { orders.key().await } else { None };
+    // A member whose agent this pass could not reach gets its order in a later pass: sent
+    // now, it would hold the pass (a failover's among them) for the connection's timeout.
+    let unreached = views.iter().find(|v| v.pod == step.pod).and_then(|v| {
+        v.report
+            .as_ref()
+            .err()
+            .filter(|e| crate::members::never_reached(e))
+    });
+    if let Some(why) = unreached {
+        tracing::debug!(namespace = ns, pod = %step.pod, reason = %why, "role order not sent: the agent was not reached this pass");
+    }
+    let key = match step.order && unreached.is_none() {
+        true => orders.key().await,
+        false => None,
+    };
     if let (Some(key), Some(pod)) = (key, pods.iter().find(|p| p.name_any() == step.pod)) {
         let signed = RoleOrder {
             member: step.pod.clone(),
