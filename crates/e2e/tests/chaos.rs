@@ -2,9 +2,9 @@
 //! operator on node 1 (beside the control plane), a writer recording every acknowledged row,
 //! and faults made for real: a whole node lost (its link down, every process of it killed,
 //! `tests/node/node.sh node stop`) or drained, the network split between nodes or pods
-//! (`node.sh cut`), or the operator's process killed in the middle of a switchover, a
-//! failover, a rolling restart or a backup (the operator is shared: nothing else may run
-//! beside these cases). Each case ends with every acknowledged row on the final primary and
+//! (`node.sh cut`), the primary's server crash-looping while a replica's node is down, or the
+//! operator's process killed in the middle of a switchover, a failover, a rolling restart or a
+//! backup (the operator is shared: nothing else may run beside these cases). Each case ends with every acknowledged row on the final primary and
 //! never two writable members at a sampled moment, or with the documented refusal, and prints
 //! its write unavailability, time to promotion and rows. The cases run one after the other
 //! (they share the nodes).
@@ -13,6 +13,8 @@
 // binary of its own: these live in `tests/chaos/`.
 #[path = "chaos/cluster.rs"]
 mod cluster;
+#[path = "chaos/crashes.rs"]
+mod crashes;
 #[path = "chaos/cuts.rs"]
 mod cuts;
 #[path = "chaos/nodes.rs"]
