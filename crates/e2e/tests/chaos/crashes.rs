@@ -23,8 +23,7 @@ fn a_primary_crash_looping_while_a_replica_is_down_is_kept_and_recovers_every_ro
         .find(|p| p != primary && node_of(n, p) != node_name(1))
         .expect("a replica off node 1");
     let b_node = node_of(n, &b);
-    let uid = get_json(n, &format!("pod/{primary}")).expect("the primary's pod")["metadata"]
-        ["uid"]
+    let uid = get_json(n, &format!("pod/{primary}")).expect("the primary's pod")["metadata"]["uid"]
         .as_str()
         .expect("its uid")
         .to_owned();
