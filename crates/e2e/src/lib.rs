@@ -148,6 +148,15 @@ pub fn get_json(namespace: &str, what: &str) -> Option<serde_json::Value> {
     serde_json::from_str(&out).ok()
 }
 
+/// `pod`'s uid: a pod made again under its name has another.
+pub fn pod_uid(namespace: &str, pod: &str) -> String {
+    get_json(namespace, &format!("pod/{pod}")).unwrap_or_else(|| panic!("pod {pod} cannot be read"))
+        ["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_else(|| panic!("pod {pod} has no uid"))
+        .to_owned()
+}
+
 /// Polls `probe` every second until it yields a value; after `timeout`, panics with `what` and
 /// the last observation, after dumping `namespace`.
 pub fn wait_for<T>(

@@ -342,6 +342,17 @@ pub fn processes_in(uid: &str, comm: Option<&str>) -> Vec<i32> {
         .collect()
 }
 
+/// The uid of `pod`, whose server the host sees running (so that [`keep_killing`] can find
+/// it).
+pub fn server_pod(namespace: &str, pod: &str) -> String {
+    let uid = crate::pod_uid(namespace, pod);
+    assert!(
+        !servers_of(&uid).is_empty(),
+        "no mariadbd of pod {pod} ({uid}) seen from the host"
+    );
+    uid
+}
+
 /// Kills the pod's server whenever it runs, until `stop`; returns how many times it did.
 pub fn keep_killing(uid: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulwark_e2e::node::{keep_killing, servers_of};
+use bulwark_e2e::node::{keep_killing, server_pod};
 use bulwark_e2e::{
-    apply, get_json, operator, secret_value, sql, wait_for, wait_promoted, wait_ready,
+    apply, get_json, operator, pod_uid, secret_value, sql, wait_for, wait_promoted, wait_ready,
     wait_takes_writes, writer, Namespace,
 };
 
@@ -37,14 +37,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     wait_ready(n, "ember", 3, "the cluster to become Ready");
     let password = secret_value(n, "ember-credentials", "root");
     writer::create_table(n, "ember-0", &password, "ember-primary");
-    let uid = get_json(n, "pod/ember-0").expect("pod")["metadata"]["uid"]
-        .as_str()
-        .expect("uid")
-        .to_owned();
-    assert!(
-        !servers_of(&uid).is_empty(),
-        "no mariadbd of pod {uid} seen from the host"
-    );
+    let uid = server_pod(n, "ember-0");
 
     let child = writer::start_in_client(n, &password, "ember-primary", 300);
     std::thread::sleep(Duration::from_secs(8));
@@ -81,11 +74,7 @@ fn a_primary_whose_server_keeps_crashing_is_replaced_and_comes_back_read_only() 
     stop.store(true, Ordering::Relaxed);
     let kills = killing.join().expect("killer");
     bulwark_e2e::figure!("the old primary's server was killed {kills} times");
-    assert_eq!(
-        get_json(n, "pod/ember-0").expect("pod")["metadata"]["uid"],
-        uid.as_str(),
-        "the pod itself was replaced"
-    );
+    assert_eq!(pod_uid(n, "ember-0"), uid, "the pod itself was replaced");
 
     // The old primary's server returns read-only: a replica with every row, or named as
     // holding a commit that nobody acknowledged.

@@ -23,8 +23,6 @@ const ROUND: Duration = Duration::from_millis(200);
 const FENCE_LOCK_ROUNDS: u32 = 5;
 /// How long a lapsed lease's hold is kept when the agent stops.
 const SHUTDOWN_HOLD: Duration = Duration::from_secs(5);
-/// `KILL` of a session that no longer exists.
-const ER_NO_SUCH_THREAD: u16 = 1094;
 
 /// A running hold.
 pub struct Fence {
@@ -207,7 +205,7 @@ pub async fn end_client_sessions(
     for id in ids {
         match conn.query_drop(sql::kill_session(id).sql.as_str()).await {
             Ok(()) => ended += 1,
-            Err(mysql_async::Error::Server(e)) if e.code == ER_NO_SUCH_THREAD => {}
+            Err(mysql_async::Error::Server(e)) if e.code == sql::ER_NO_SUCH_THREAD => {}
             Err(e) => return Err(e),
         }
     }

@@ -23,8 +23,6 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(5);
 const ROUND_BACKOFF: Duration = Duration::from_secs(30);
 /// The TCP tables of the agent's network namespace, which is the pod's.
 const TABLES: [&str; 2] = ["/proc/net/tcp", "/proc/net/tcp6"];
-/// `KILL` of a session that no longer exists.
-const ER_NO_SUCH_THREAD: u16 = 1094;
 
 /// What a round found.
 struct Round {
@@ -119,7 +117,7 @@ async fn end(
             Ok(()) => {
                 tracing::info!(thread = id, replica = %c.peer, retransmits = c.retransmits, "ended the dump thread of a replica that stopped answering");
             }
-            Err(mysql_async::Error::Server(e)) if e.code == ER_NO_SUCH_THREAD => {}
+            Err(mysql_async::Error::Server(e)) if e.code == sql::ER_NO_SUCH_THREAD => {}
             Err(e) => return Err(format!("ending dump thread {id}: {e}")),
         }
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulwark_e2e::node::{keep_killing, node_name, servers_of, StoppedNode};
-use bulwark_e2e::{get_json, sql, wait_for, wait_ready, wait_takes_writes, writer};
+use bulwark_e2e::node::{keep_killing, node_name, server_pod, StoppedNode};
+use bulwark_e2e::{pod_uid, sql, wait_for, wait_ready, wait_takes_writes, writer};
 
 use super::cluster::*;
 
@@ -23,14 +23,7 @@ fn a_primary_crash_looping_while_a_replica_is_down_is_kept_and_recovers_every_ro
         .find(|p| p != primary && node_of(n, p) != node_name(1))
         .expect("a replica off node 1");
     let b_node = node_of(n, &b);
-    let uid = get_json(n, &format!("pod/{primary}")).expect("the primary's pod")["metadata"]["uid"]
-        .as_str()
-        .expect("its uid")
-        .to_owned();
-    assert!(
-        !servers_of(&uid).is_empty(),
-        "no mariadbd of pod {uid} seen from the host"
-    );
+    let uid = server_pod(n, primary);
     let child = case.writer_on(&node_name(1));
 
     let stopped = StoppedNode::stop(&b_node);
@@ -71,8 +64,8 @@ fn a_primary_crash_looping_while_a_replica_is_down_is_kept_and_recovers_every_ro
     });
     assert!(kills >= 2, "the primary's server was killed {kills} times");
     assert_eq!(
-        get_json(n, &format!("pod/{primary}")).expect("pod")["metadata"]["uid"],
-        uid.as_str(),
+        pod_uid(n, primary),
+        uid,
         "the primary's pod itself was replaced"
     );
 

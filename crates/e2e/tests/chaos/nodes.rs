@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{node_name, servers_of, StoppedNode};
-use bulwark_e2e::{get_json, sql, wait_for, wait_ready, wait_takes_writes, writer};
+use bulwark_e2e::{sql, wait_for, wait_ready, wait_takes_writes, writer};
 
 use super::cluster::*;
 
@@ -15,10 +15,7 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     let child = case.writer_on(&node_name(1));
 
     let lost_node = node_of(n, old);
-    let uid = get_json(n, &format!("pod/{old}")).expect("the primary's pod")["metadata"]["uid"]
-        .as_str()
-        .expect("its uid")
-        .to_owned();
+    let uid = bulwark_e2e::pod_uid(n, old);
     let began = Instant::now();
     let stopped = StoppedNode::stop(&lost_node);
     // Its server is gone with the node (so not sampling it below hides nothing): killed, it

@@ -250,6 +250,9 @@ pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// session that ran it lives (a demoted MariaDB primary, until its clients have moved).
 pub const HOLD_WRITES: &str = "FLUSH TABLES WITH READ LOCK";
 
+/// The error of `KILL` for a session that no longer exists.
+pub const ER_NO_SUCH_THREAD: u16 = 1094;
+
 /// Ends session `id` (its open transaction is rolled back).
 pub fn kill_session(id: u64) -> Statement {
     Statement::plain(format!("KILL CONNECTION {id}"))
