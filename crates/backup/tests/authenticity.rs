@@ -49,7 +49,8 @@ fn archive_unencrypted(repo: &str, db: &MariaDb, start: &str, until: &str) {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while list(repo, &[])["archives"]["default"]["through"] != until {
+    // The archiver makes the repository once it has started: until then there is none to list.
+    while !Path::new(repo).exists() || list(repo, &[])["archives"]["default"]["through"] != until {
         assert!(Instant::now() < deadline, "{}", list(repo, &[]));
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -103,10 +103,29 @@ impl Archiver {
         c.env("MYSQL_BACKUP_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
-        Archiver {
+        let mut archiver = Archiver {
             child: c.spawn().unwrap(),
             log,
             status,
+        };
+        archiver.wait_serving();
+        archiver
+    }
+
+    /// Waits until the archiver serves its status, which it does once its repository is open
+    /// (made, for a new one), or until it exits (refused): `list` must not race the making.
+    fn wait_serving(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(self.status).is_err() {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the archiver served no status in 30 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
