@@ -10,7 +10,8 @@
 //! refuses one stamped more than [`MAX_HEARTBEAT_AGE`] away from its wall clock, or not newer
 //! than the last one it took, so a delayed or replayed heartbeat renews nothing. So a lease
 //! ends by `sent + seconds`, give or take how far the clocks disagree ([`CLOCK_SKEW`]). The
-//! operator counts from when it sent its last heartbeat and promotes nobody before
+//! operator counts from when it sent its last heartbeat that may have reached the agent (one
+//! whose connection was never made cannot have) and promotes nobody before
 //! `sent + seconds + LEASE_MARGIN`: the rest of the margin is the agent's time to fence.
 
 use std::time::Duration;

@@ -1,8 +1,11 @@
 //! The primaries' leases (`bulwark_contract::lease`), the operator's side: each pass names the
 //! member its cluster's lease goes to (or stops it once the primary is lost), a loop renews it
 //! every [`HEARTBEAT_INTERVAL`] with a signed, time-stamped heartbeat, and a failover asks how
-//! long any lease it may have granted could still run. What was sent is kept in memory: after
-//! a restart the operator counts as if it had renewed every lease just before it started.
+//! long any lease it may have granted could still run. A heartbeat counts from when it is
+//! prepared until its connection was never made (then no agent can have taken it: a lost
+//! node's lease runs out from the last heartbeat it may have had, not from the last one tried).
+//! What was sent is kept in memory: after a restart the operator counts as if it had renewed
+//! every lease just before it started.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,7 +15,7 @@ use bulwark_contract::follow::MAX_FOLLOWED_FOR;
 use bulwark_contract::lease::{Heartbeat, HEARTBEAT_INTERVAL, LEASE_MARGIN};
 
 use crate::cluster::failover::RenewalTerms;
-use crate::members::Members;
+use crate::members::{HeartbeatError, Members};
 
 /// Heartbeats that go unanswered this long stop (a deleted cluster's, or a primary that
 /// was replaced long ago).
@@ -43,7 +46,7 @@ pub struct Leases {
     renewals: Mutex<HashMap<String, Renewal>>,
     /// By `namespace/name/pod`: when the longest lease sent to that pod runs out, by the send
     /// time (the agent counts from the receipt, at most [`LEASE_MARGIN`] later).
-    granted: Mutex<HashMap<String, Instant>>,
+    granted: Mutex<HashMap<String, Counting>>,
     /// By `namespace/name`: what this operator's heartbeats asked of the replicas, each with
     /// until when renewals may keep a lease so granted ([`MAX_FOLLOWED_FOR`] after the last
     /// such heartbeat was sent, and the lease).
@@ -53,6 +56,42 @@ pub struct Leases {
     /// node until its replicas' network timeouts or the node controller's grace period.
     /// One sender per subscriber (a controller per watched namespace).
     unanswered: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>,
+    /// By `namespace/name`: the last heartbeat its holder answered, for a failover to count
+    /// the primary's silence from.
+    answered: Mutex<HashMap<String, Answer>>,
+    /// Numbers the heartbeats prepared, for each to know whether a count is still its own.
+    prepared: std::sync::atomic::AtomicU64,
+}
+
+/// An instant counted, and by which heartbeat (its number in `Leases::prepared`): a later one
+/// that leaves the instant as it was still makes the count its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counting {
+    until: Instant,
+    by: u64,
+}
+
+/// A heartbeat answered.
+#[derive(Debug, Clone)]
+struct Answer {
+    pod: String,
+    epoch: u64,
+    at: Instant,
+}
+
+/// What preparing heartbeat `by` counted, to be taken back when it is never delivered: the
+/// counts it replaced, restored only while the counts are still its own (no heartbeat
+/// prepared since counted, whatever it counted: its instant may be the same).
+#[derive(Debug, Clone)]
+struct Counted {
+    cluster: String,
+    by: u64,
+    /// `granted`'s key, and what it held before (`None`: nothing).
+    pod_key: String,
+    granted_before: Option<Counting>,
+    /// The `asked` entry it made or lengthened: its terms, and what it held before (`None`:
+    /// made).
+    asked: Option<(u32, Duration, Option<Counting>)>,
 }
 
 /// Renewals asked for by heartbeats: how many replicas, for leases of what length, and until
@@ -62,6 +101,8 @@ struct Asked {
     followers: u32,
     length: Duration,
     until: Instant,
+    /// The heartbeat that last counted `until`.
+    by: u64,
 }
 
 impl Default for Leases {
@@ -72,6 +113,8 @@ impl Default for Leases {
             granted: Mutex::default(),
             asked: Mutex::default(),
             unanswered: Mutex::default(),
+            answered: Mutex::default(),
+            prepared: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -162,9 +205,14 @@ impl Leases {
             .is_some_and(|r| !r.stopped && r.holder.pod == pod && r.holder.epoch == epoch)
     }
 
-    /// Forgets `cluster` (deleted, or its primary needs no lease).
+    /// Forgets `cluster` (deleted, or its primary needs no lease), and when its holder last
+    /// answered.
     pub fn forget(&self, cluster: &str) {
         self.renewals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
+        self.answered
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(cluster);
@@ -182,7 +230,7 @@ impl Leases {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, ends)| *ends)
+            .map(|(_, ends)| ends.until)
             .fold(floor, Instant::max);
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
@@ -200,6 +248,7 @@ impl Leases {
             followers,
             length,
             until: self.started + MAX_FOLLOWED_FOR + length,
+            by: 0,
         };
         let terms = live
             .iter()
@@ -233,7 +282,7 @@ impl Leases {
         pod: &str,
         epoch: u64,
         members: &dyn Members,
-    ) -> Result<(), String> {
+    ) -> Result<(), HeartbeatError> {
         if !self.renews(cluster, pod, epoch) {
             return Ok(());
         }
@@ -241,42 +290,137 @@ impl Leases {
     }
 
     /// Sends one heartbeat to `cluster`'s holder now, if it has one: the lease counts before
-    /// the answer, since the agent may take it even when the answer is lost.
-    async fn send(&self, cluster: &str, members: &dyn Members) -> Result<(), String> {
-        let Some((holder, line)) = self.prepare(cluster) else {
+    /// the answer, since the agent may take it even when the answer is lost, and stops
+    /// counting only when no connection was made. A caller that gives up waiting does so after
+    /// the connection's setup was bounded ([`crate::members::HEARTBEAT_CONNECT_TIMEOUT`]): the
+    /// heartbeat then still counts.
+    async fn send(&self, cluster: &str, members: &dyn Members) -> Result<(), HeartbeatError> {
+        let Some((holder, line, counted)) = self.prepare(cluster) else {
             return Ok(());
         };
-        members.send_heartbeat(&holder.addr, &line).await
+        let sent = members.send_heartbeat(&holder.addr, &line).await;
+        match &sent {
+            Ok(()) => {
+                self.answered
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(
+                        cluster.to_owned(),
+                        Answer {
+                            pod: holder.pod,
+                            epoch: holder.epoch,
+                            at: Instant::now(),
+                        },
+                    );
+            }
+            Err(HeartbeatError::NotDelivered(_)) => self.withdraw(counted),
+            Err(HeartbeatError::Unanswered(_)) => {}
+        }
+        sent
     }
 
-    fn prepare(&self, cluster: &str) -> Option<(Holder, String)> {
+    /// When `pod`, the holder of `cluster`'s lease at `epoch`, last answered a heartbeat from
+    /// this operator, if it did.
+    pub fn last_answer(&self, cluster: &str, pod: &str, epoch: u64) -> Option<Instant> {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .filter(|a| a.pod == pod && a.epoch == epoch)
+            .map(|a| a.at)
+    }
+
+    /// Takes back what a heartbeat that was never delivered counted, where the counts are
+    /// still its own (another heartbeat prepared since keeps its count, for it to take back).
+    fn withdraw(&self, counted: Counted) {
+        let mut granted = self.granted.lock().unwrap_or_else(|e| e.into_inner());
+        if granted
+            .get(&counted.pod_key)
+            .is_some_and(|c| c.by == counted.by)
+        {
+            match counted.granted_before {
+                Some(before) => granted.insert(counted.pod_key.clone(), before),
+                None => granted.remove(&counted.pod_key),
+            };
+        }
+        drop(granted);
+        let Some((followers, length, before)) = counted.asked else {
+            return;
+        };
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(live) = asked.get_mut(&counted.cluster) else {
+            return;
+        };
+        if let Some(i) = live
+            .iter()
+            .position(|a| a.followers == followers && a.length == length && a.by == counted.by)
+        {
+            match before {
+                Some(before) => {
+                    live[i].until = before.until;
+                    live[i].by = before.by;
+                }
+                None => {
+                    live.remove(i);
+                }
+            }
+        }
+        if live.is_empty() {
+            asked.remove(&counted.cluster);
+        }
+    }
+
+    fn prepare(&self, cluster: &str) -> Option<(Holder, String, Counted)> {
         // Counted under the renewals' lock, before it is sent: a failover that reads
         // `outstanding_any` after a stop sees every heartbeat that may still go out.
         let r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
         let renewal = r.get(cluster).filter(|r| !r.stopped)?;
         let holder = renewal.holder.clone();
         let ends = Instant::now() + holder.lease;
-        self.granted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(format!("{cluster}/{}", holder.pod))
-            .and_modify(|e| *e = (*e).max(ends))
-            .or_insert(ends);
+        let by = 1 + self
+            .prepared
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pod_key = format!("{cluster}/{}", holder.pod);
+        let mut granted = self.granted.lock().unwrap_or_else(|e| e.into_inner());
+        let granted_before = granted.get(&pod_key).copied();
+        let until = granted_before.map_or(ends, |c| c.until.max(ends));
+        granted.insert(pod_key.clone(), Counting { until, by });
+        drop(granted);
+        let mut counted = Counted {
+            cluster: cluster.to_owned(),
+            by,
+            pod_key,
+            granted_before,
+            asked: None,
+        };
         if holder.followers > 0 {
             let until = ends + MAX_FOLLOWED_FOR;
             let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
             let live = asked.entry(cluster.to_owned()).or_default();
-            match live
+            let before = match live
                 .iter_mut()
                 .find(|a| a.followers == holder.followers && a.length == holder.lease)
             {
-                Some(a) => a.until = a.until.max(until),
-                None => live.push(Asked {
-                    followers: holder.followers,
-                    length: holder.lease,
-                    until,
-                }),
-            }
+                Some(a) => {
+                    let before = Counting {
+                        until: a.until,
+                        by: a.by,
+                    };
+                    a.until = a.until.max(until);
+                    a.by = by;
+                    Some(before)
+                }
+                None => {
+                    live.push(Asked {
+                        followers: holder.followers,
+                        length: holder.lease,
+                        until,
+                        by,
+                    });
+                    None
+                }
+            };
+            counted.asked = Some((holder.followers, holder.lease, before));
         }
         let line = Heartbeat {
             member: holder.pod.clone(),
@@ -286,7 +430,7 @@ impl Leases {
             followers: holder.followers,
         }
         .sign(&renewal.key);
-        Some((holder, line))
+        Some((holder, line, counted))
     }
 
     /// Renews every lease every [`HEARTBEAT_INTERVAL`], for ever, while `in_charge` says this
@@ -318,7 +462,11 @@ impl Leases {
             // Each within the interval: one unreachable agent must not delay the others.
             let results = futures::future::join_all(clusters.iter().map(|c| async move {
                 let sent = tokio::time::timeout(HEARTBEAT_INTERVAL, self.send(c, members)).await;
-                let late = || format!("no answer within {HEARTBEAT_INTERVAL:?}");
+                // Connected (it may have been taken), or at worst counted as if: the connection's
+                // setup is bounded shorter.
+                let late = || {
+                    HeartbeatError::Unanswered(format!("no answer within {HEARTBEAT_INTERVAL:?}"))
+                };
                 (c, sent.unwrap_or_else(|_| Err(late())))
             }))
             .await;
@@ -350,136 +498,5 @@ impl Leases {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_subscriber_hears_of_every_unanswered_cluster() {
-        let leases = Leases::default();
-        let (mut a, b) = (leases.unanswered(), leases.unanswered());
-        drop(b);
-        let mut c = leases.unanswered();
-        leases.announce_unanswered("shop/atoll/1");
-        assert_eq!(a.try_recv().ok().as_deref(), Some("shop/atoll/1"));
-        assert_eq!(c.try_recv().ok().as_deref(), Some("shop/atoll/1"));
-        assert_eq!(
-            leases.unanswered.lock().unwrap().len(),
-            2,
-            "the dropped one is forgotten"
-        );
-    }
-
-    #[test]
-    fn lease_keys_name_their_cluster() {
-        let cases = [
-            ("a key", "shop/atoll/9c6c829b", Some(("shop", "atoll"))),
-            ("no uid yet", "shop/atoll/", Some(("shop", "atoll"))),
-            ("no name", "shop//x", None),
-            ("no namespace", "/atoll/x", None),
-            ("not a key", "atoll", None),
-        ];
-        for (name, key, want) in cases {
-            assert_eq!(cluster_of(key), want, "{name}");
-        }
-    }
-
-    fn holder(pod: &str, lease: u64) -> Holder {
-        Holder {
-            pod: pod.into(),
-            addr: "10.0.0.1:9081".into(),
-            epoch: 2,
-            lease: Duration::from_secs(lease),
-            followers: 0,
-        }
-    }
-
-    #[test]
-    fn a_lease_is_outstanding_until_the_last_one_sent_ran_out_plus_the_margin() {
-        let six = Duration::from_secs(6);
-        let leases = Leases::default();
-        // Nothing sent since the start: as if renewed just before it.
-        let before = leases.outstanding_any("ns/quay", six);
-        assert!(before > Duration::from_secs(9) && before <= Duration::from_secs(10));
-        leases.renew("ns/quay", holder("quay-0", 20), b"k".to_vec());
-        let (sent_to, line) = leases.prepare("ns/quay").unwrap();
-        assert_eq!(sent_to.pod, "quay-0");
-        let taken = Heartbeat::verify(&line, b"k").unwrap();
-        assert_eq!((taken.epoch, taken.lease_ms), (2, 20_000));
-        let left = leases.outstanding_any("ns/quay", six);
-        assert!(left > Duration::from_secs(23) && left <= Duration::from_secs(24));
-        // The lease goes to another member: the first one's still counts.
-        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
-        assert_eq!(leases.prepare("ns/quay").unwrap().0.pod, "quay-1");
-        assert!(leases.outstanding_any("ns/quay", six) > Duration::from_secs(23));
-        // Another cluster's do not.
-        assert!(leases.outstanding_any("ns/other", six) <= Duration::from_secs(10));
-    }
-
-    #[test]
-    fn renewals_asked_for_are_waited_out_with_the_fewest_and_the_longest() {
-        let six = Duration::from_secs(6);
-        let leases = Leases {
-            // An operator started long ago: nothing is assumed of a process before.
-            started: Instant::now() - MAX_FOLLOWED_FOR - Duration::from_secs(60),
-            ..Leases::default()
-        };
-        assert_eq!(leases.renewals("ns/quay", six, 1), RenewalTerms::default());
-        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
-        leases.prepare("ns/quay").unwrap();
-        assert_eq!(
-            leases.renewals("ns/quay", six, 1),
-            RenewalTerms::default(),
-            "no renewals asked for"
-        );
-        let asking = |followers, lease| Holder {
-            followers,
-            ..holder("quay-0", lease)
-        };
-        leases.renew("ns/quay", asking(2, 6), b"k".to_vec());
-        let (_, line) = leases.prepare("ns/quay").unwrap();
-        assert_eq!(Heartbeat::verify(&line, b"k").unwrap().followers, 2);
-        // The spec changes: fewer asked of, with longer leases. Both count until they expire.
-        leases.renew("ns/quay", asking(1, 20), b"k".to_vec());
-        leases.prepare("ns/quay").unwrap();
-        let terms = leases.renewals("ns/quay", six, 2);
-        let most = MAX_FOLLOWED_FOR + Duration::from_secs(20) + LEASE_MARGIN;
-        assert!(
-            terms.outstanding > most - Duration::from_secs(1) && terms.outstanding <= most,
-            "{terms:?}"
-        );
-        assert_eq!((terms.fewest, terms.longest), (1, Duration::from_secs(20)));
-        assert_eq!(leases.renewals("ns/other", six, 1), RenewalTerms::default());
-        // Just started: the process before may have asked for what the spec says now.
-        let fresh = Leases::default();
-        let terms = fresh.renewals("ns/quay", six, 1);
-        assert!(terms.outstanding > MAX_FOLLOWED_FOR, "{terms:?}");
-        assert_eq!((terms.fewest, terms.longest), (1, six));
-        assert_eq!(fresh.renewals("ns/quay", six, 0), RenewalTerms::default());
-    }
-
-    #[test]
-    fn a_pass_from_an_older_status_renews_nobody() {
-        let leases = Leases::default();
-        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
-        let older = Holder {
-            epoch: 1,
-            ..holder("quay-0", 6)
-        };
-        leases.renew("ns/quay", older, b"k".to_vec());
-        assert!(leases.renews("ns/quay", "quay-1", 2));
-        leases.keep_only("ns/quay", "quay-0", 1);
-        assert!(leases.prepare("ns/quay").is_none());
-    }
-
-    #[test]
-    fn a_stopped_or_forgotten_lease_sends_nothing() {
-        let leases = Leases::default();
-        leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
-        leases.stop("ns/quay");
-        assert!(leases.prepare("ns/quay").is_none());
-        leases.renew("ns/quay", holder("quay-1", 6), b"k".to_vec());
-        assert_eq!(leases.prepare("ns/quay").unwrap().0.pod, "quay-1");
-        leases.forget("ns/quay");
-        assert!(leases.prepare("ns/quay").is_none());
-    }
-}
+#[path = "leases_tests.rs"]
+mod tests;

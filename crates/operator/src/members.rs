@@ -27,6 +27,25 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Time for a fresh report (the agent waits up to 3 s for a new pass).
 const FRESH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time to connect for a heartbeat: shorter than the interval the heartbeat loop gives each
+/// one, so that a heartbeat cut short by that bound was always connected (it may have been
+/// taken) and one that never connected says so ([`HeartbeatError::NotDelivered`]).
+pub const HEARTBEAT_CONNECT_TIMEOUT: Duration = Duration::from_millis(700);
+const _: () = assert!(
+    HEARTBEAT_CONNECT_TIMEOUT.as_millis() < bulwark_contract::lease::HEARTBEAT_INTERVAL.as_millis()
+);
+
+/// Why a heartbeat was not answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeartbeatError {
+    /// No connection was made (refused, or no answer to the connection's setup): the agent
+    /// cannot have taken it, so the lease it would have granted does not count.
+    #[error("{0}")]
+    NotDelivered(String),
+    /// Sent, or maybe sent, with no good answer: the agent may have taken it.
+    #[error("{0}")]
+    Unanswered(String),
+}
 
 /// One server pod as the operator sees it.
 #[derive(Debug, Clone)]
@@ -59,12 +78,13 @@ pub trait Members: Send + Sync {
         signed: &'a str,
     ) -> BoxFuture<'a, Result<Option<MemberStatus>, String>>;
 
-    /// Sends a signed lease heartbeat to the agent at `addr` (`ip:port`).
+    /// Sends a signed lease heartbeat to the agent at `addr` (`ip:port`), connecting within
+    /// [`HEARTBEAT_CONNECT_TIMEOUT`].
     fn send_heartbeat<'a>(
         &'a self,
         addr: &'a str,
         signed: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), HeartbeatError>>;
 }
 
 /// The members' agents over the pod network.
@@ -97,7 +117,7 @@ impl Members for AgentMembers {
         &'a self,
         addr: &'a str,
         signed: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), HeartbeatError>> {
         Box::pin(send_heartbeat(addr, signed))
     }
 }
@@ -117,14 +137,28 @@ pub fn agent_address(pod: &Pod) -> Result<String, String> {
     agent_addr(pod)
 }
 
-async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), String> {
+async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), HeartbeatError> {
+    use bulwark_http::client::ExchangeError;
     let request = bulwark_http::client::post(LEASE_PATH, signed);
-    let (code, body) = tokio::time::timeout(TIMEOUT, exchange(addr, &request))
-        .await
-        .map_err(|_| format!("{addr} did not answer the heartbeat within {TIMEOUT:?}"))??;
+    let exchanged = bulwark_http::client::exchange(addr, &request, HEARTBEAT_CONNECT_TIMEOUT);
+    let (code, body) = match tokio::time::timeout(TIMEOUT, exchanged).await {
+        Err(_) => {
+            return Err(HeartbeatError::Unanswered(format!(
+                "{addr} did not answer the heartbeat within {TIMEOUT:?}"
+            )))
+        }
+        Ok(Err(e @ (ExchangeError::ConnectTimedOut { .. } | ExchangeError::Connect { .. }))) => {
+            return Err(HeartbeatError::NotDelivered(e.to_string()))
+        }
+        Ok(Err(e)) => return Err(HeartbeatError::Unanswered(e.to_string())),
+        Ok(Ok(answer)) => answer,
+    };
     match code {
         200 => Ok(()),
-        _ => Err(format!("{addr} answered {code}: {}", body.trim())),
+        _ => Err(HeartbeatError::Unanswered(format!(
+            "{addr} answered {code}: {}",
+            body.trim()
+        ))),
     }
 }
 

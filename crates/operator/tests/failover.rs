@@ -363,6 +363,58 @@ async fn a_failover_waits_for_the_lost_primarys_lease_and_leases_the_new_one_fir
     ns.delete().await.expect("delete namespace");
 }
 
+/// A primary whose node is gone takes none of the heartbeats tried after (no connection is
+/// made): its lease runs out from the last one it may have had, not from the last one tried
+/// while its replicas were still noticing, and it counts as lost from its last answer.
+#[tokio::test]
+async fn a_lost_nodes_lease_runs_out_from_the_last_heartbeat_it_may_have_had() {
+    use bulwark_contract::lease::{lease_for, LEASE_MARGIN};
+    let (client, ns) = setup("lease-node").await;
+    let n = ns.name();
+    let clusters = running_cluster(&client, n).await;
+    let bound = lease_for(Duration::from_secs(3)).unwrap() + LEASE_MARGIN;
+    let heartbeats = |pod: &str| members().get(n, pod).heartbeats;
+    wait_for("heartbeats to the primary", WAIT, || async move {
+        match heartbeats("till-0").len() {
+            0 | 1 => Err("fewer than two".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    for pod in ["till-0", "till-1", "till-2"] {
+        members().update(n, pod, |m| m.report.gtid_executed = "0-1-50".into());
+    }
+    // The node goes: nothing reaches till-0 from now on, and its replicas notice 4 s later.
+    members().update(n, "till-0", |m| m.reachable = false);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    lose_primary(&client, n).await;
+    let last = heartbeats("till-0").last().expect("heartbeats").0;
+    let c = primary_at(&clusters, "till-1", 1).await;
+    let promoted_at = wait_for("till-1's promotion order", WAIT, || async move {
+        let m = members().get(n, "till-1");
+        m.orders
+            .iter()
+            .zip(&m.order_times)
+            .find(|(o, _)| o.role == Role::Primary && o.epoch == 1)
+            .map(|(_, at)| *at)
+            .ok_or_else(|| format!("{:?}", m.orders))
+    })
+    .await;
+    let after = promoted_at - last;
+    let failover = c.status.and_then(|s| s.last_failover);
+    assert!(
+        after >= bound - Duration::from_millis(200),
+        "promoted {after:?} after the last heartbeat till-0 may have had: {failover:?}"
+    );
+    // Counted from the last one tried, as before, it would be 4 s later at least.
+    assert!(
+        after < bound + Duration::from_millis(3500),
+        "promoted {after:?} after the last heartbeat till-0 may have had, not within 3.5 s \
+         of the bound ({bound:?}): {failover:?}"
+    );
+    ns.delete().await.expect("delete namespace");
+}
+
 /// Automatic failover turned off: the primary's pod still runs an agent that needs its lease
 /// until it is rolled, so the lease is still renewed (longer: nothing is promoted now), never
 /// left to lapse and fence a healthy primary.

@@ -102,7 +102,8 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         cluster.spec.replication.failover_after_seconds > 0 && cluster.spec.replicas > 1;
     if failover_on && settled.primary_silent && plan.lost_since.is_none() {
         // Its replicas may stop receiving any moment (their network timeout), which no pod
-        // event announces at once: the loss is counted from the first pass that sees it.
+        // event announces at once: the first pass that sees it counts the loss (from when the
+        // primary was last heard of, `plan::last_heard`).
         return Ok(Action::requeue(plan::SILENT_POLL));
     }
     if settled.withheld.is_some()

@@ -61,6 +61,11 @@ pub struct Inputs<'a> {
     pub lease_outstanding: Duration,
     /// What its replicas' renewals may keep of such a lease (`Leases::renewals`).
     pub renewals: failover::RenewalTerms,
+    /// When the status' primary, at the status' epoch, last answered this operator's lease
+    /// heartbeats (`Leases::last_answer`): its loss is counted from when it was last heard of
+    /// ([`last_heard`]), not from the pass that first saw it (its replicas take seconds to
+    /// notice).
+    pub primary_answered: Option<DateTime<Utc>>,
     pub now: DateTime<Utc>,
 }
 
@@ -260,8 +265,13 @@ pub fn plan(i: &Inputs) -> Plan {
     let mut lost_since = None;
 
     if had_primary && i.members > 1 {
-        lost_since = failover::primary_lost(&primary, i.views)
-            .map(|_| counted_lost_since.clone().unwrap_or(Time(i.now)));
+        // The status' primary's answer, not an adopted one's.
+        let answered = i.primary_answered.filter(|_| !adopted);
+        lost_since = failover::primary_lost(&primary, i.views).map(|_| {
+            counted_lost_since
+                .clone()
+                .unwrap_or_else(|| Time(last_heard(answered, &primary, i.views, i.now)))
+        });
         let lost_for = lost_since.as_ref().map(|t| lost_for(t.0, i.now));
         let rules = failover::Rules {
             engine: i.engine,
@@ -454,6 +464,38 @@ fn revisit(
         i.views,
     )?;
     Some((record.from.clone(), to, reason, record.request.clone()))
+}
+
+/// When a primary first counted lost at `now` was last heard of: its last answer to this
+/// operator's heartbeats (`answered`), or later, when a replica reached its server later (each
+/// says for how long it has failed to). Only the seconds its replicas took to notice are so
+/// taken off `failoverAfterSeconds`, never a silence towards the operator alone (cut off from
+/// it, its replicas kept reaching it): `now` when no answer is known, when a reporting replica
+/// cannot say since when it failed, or for an answer stamped in the future.
+pub fn last_heard(
+    answered: Option<DateTime<Utc>>,
+    primary: &str,
+    views: &[MemberView],
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    let Some(answered) = answered.filter(|at| *at <= now) else {
+        return now;
+    };
+    let by_replicas = views
+        .iter()
+        .filter(|v| v.pod != primary)
+        .filter_map(|v| v.report.as_ref().ok())
+        .map(|r| {
+            r.replication
+                .as_ref()
+                .and_then(|rep| rep.source_unreachable_seconds)
+                .and_then(|s| chrono::Duration::try_seconds(i64::try_from(s).ok()?))
+                .map_or(now, |failing| now - failing)
+        })
+        .max();
+    by_replicas
+        .map_or(answered, |heard| heard.max(answered))
+        .min(now)
 }
 
 /// How long the primary has been lost at `now`, counted from `since` as the status records it:

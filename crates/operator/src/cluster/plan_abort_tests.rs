@@ -38,6 +38,7 @@ fn a_switchover_is_given_back_only_once_its_target_cannot_keep_a_lease() {
             deleting: &[],
             lease_outstanding: Duration::from_secs(outstanding),
             renewals: Default::default(),
+            primary_answered: None,
             now: now(),
         })
     };

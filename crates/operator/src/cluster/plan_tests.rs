@@ -146,6 +146,8 @@ struct Case {
     deleting: Vec<String>,
     /// The status was read from the API server in the pass.
     confirmed: bool,
+    /// When the status' primary last answered a heartbeat.
+    answered: Option<DateTime<Utc>>,
     expect: Outcome,
 }
 
@@ -164,6 +166,7 @@ fn case(
         rollout: None,
         deleting: Vec::new(),
         confirmed: false,
+        answered: None,
         expect,
     }
 }
@@ -211,6 +214,7 @@ impl Case {
             deleting: &self.deleting,
             lease_outstanding: Duration::ZERO,
             renewals: Default::default(),
+            primary_answered: self.answered,
             now: now(),
         })
     }
@@ -791,3 +795,6 @@ mod revisit;
 
 #[path = "plan_abort_tests.rs"]
 mod abort;
+
+#[path = "plan_lost_tests.rs"]
+mod lost;

@@ -104,6 +104,13 @@ pub async fn settle(
         .filter(|p| p.metadata.deletion_timestamp.is_some())
         .map(|p| p.name_any())
         .collect();
+    // When the status' primary last answered a heartbeat, on the wall clock.
+    let answered = |status: &MySQLClusterStatus| {
+        let primary = status.current_primary.as_deref()?;
+        let epoch = status.epoch.and_then(|e| u64::try_from(e).ok())?;
+        let at = ctx.leases.last_answer(&lease_key, primary, epoch)?;
+        Some(Utc::now() - chrono::Duration::from_std(at.elapsed()).ok()?)
+    };
     let plan_from = |status: &MySQLClusterStatus, status_confirmed: bool| {
         plan::plan(&Inputs {
             cluster: &name,
@@ -128,6 +135,7 @@ pub async fn settle(
             deleting: &deleting,
             lease_outstanding,
             renewals,
+            primary_answered: answered(status),
             now: Utc::now(),
         })
     };

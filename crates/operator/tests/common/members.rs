@@ -17,7 +17,7 @@ use bulwark_contract::lease::Heartbeat;
 use bulwark_contract::member::{IoState, MemberReplication, MemberStatus};
 use bulwark_contract::order::RoleOrder;
 use bulwark_contract::{Engine, Role};
-use bulwark_operator::members::Members;
+use bulwark_operator::members::{HeartbeatError, Members};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -29,6 +29,9 @@ pub struct Member {
     pub report: MemberStatus,
     /// Whether its agent answers at all (reports and orders).
     pub answers: bool,
+    /// Whether a connection to its agent can be made at all (false: its node is gone, and
+    /// nothing sent to it arrives, heartbeats included).
+    pub reachable: bool,
     /// The cluster's order key, which its orders must be signed with.
     pub order_key: Vec<u8>,
     /// The orders it accepted, oldest first, with when.
@@ -76,6 +79,7 @@ impl ScriptedMembers {
             Member {
                 report: fresh_report(),
                 answers: true,
+                reachable: true,
                 order_key: order_key.to_owned(),
                 orders: Vec::new(),
                 order_times: Vec::new(),
@@ -109,6 +113,7 @@ impl ScriptedMembers {
         let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         match self.lock().get(&key) {
             None => Err(format!("{} is not scripted", key.1)),
+            Some(m) if !m.reachable => Err(format!("cannot connect to {} (scripted)", key.1)),
             Some(m) if !m.answers => Err(format!("{} does not answer (scripted)", key.1)),
             Some(m) => Ok(m.clone()),
         }
@@ -204,19 +209,28 @@ impl Members for ScriptedMembers {
         &'a self,
         addr: &'a str,
         signed: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), HeartbeatError>> {
         let mut members = self.lock();
         let taken = members.iter_mut().find_map(|((_, pod), m)| {
             let h = Heartbeat::verify(signed, &m.order_key).ok()?;
             (h.member == *pod).then(|| {
-                m.heartbeats.push((Instant::now(), h));
-                m.answers
+                if m.reachable {
+                    m.heartbeats.push((Instant::now(), h));
+                }
+                (m.reachable, m.answers)
             })
         });
         let answer = match taken {
-            Some(true) => Ok(()),
-            Some(false) => Err(format!("{addr} does not answer (scripted)")),
-            None => Err(format!("{addr}: no scripted member takes {signed}")),
+            Some((true, true)) => Ok(()),
+            Some((false, _)) => Err(HeartbeatError::NotDelivered(format!(
+                "cannot connect to {addr} (scripted)"
+            ))),
+            Some((true, false)) => Err(HeartbeatError::Unanswered(format!(
+                "{addr} does not answer (scripted)"
+            ))),
+            None => Err(HeartbeatError::Unanswered(format!(
+                "{addr}: no scripted member takes {signed}"
+            ))),
         };
         Box::pin(async move { answer })
     }
