@@ -7,8 +7,9 @@
 //!
 //! A datadir that holds a server is never touched. When no member answers with data (a new
 //! cluster, whose members all start empty) nothing is copied. When members have data but none
-//! can give a copy (none ready, or none the primary agrees with), it waits: an empty server in
-//! a cluster that has data would replicate from nothing. A donor that cannot prove it holds
+//! can give a copy (none ready, no primary answering to vouch for one, or none the primary
+//! agrees with), it waits: an empty server in a cluster that has data would replicate from
+//! nothing. A donor that cannot prove it holds
 //! the order key (a pod that only carries the cluster's labels, or a member whose agent
 //! predates the proof) is passed over, but its data still counts: with only such donors it
 //! waits too. A copy in progress is marked like a restore, so an interrupted one is cleared and
@@ -115,13 +116,13 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
     let (report, addr, bytes, files, position) = 'attempt: loop {
         let (members, donor) = loop {
             let answered = reports(&cfg.peers).await;
-            let members: Vec<_> = answered
-                .iter()
-                .filter(|(at, _)| !unproven.contains(&at.ip()))
-                .cloned()
-                .collect();
-            if let Some(donor) = choose_donor(&members, cfg.wait_for_data) {
-                break (members, donor);
+            let rules = DonorRules {
+                me: &cfg.pod_name,
+                unproven: &unproven,
+                restored_by_first: cfg.wait_for_data,
+            };
+            if let Some(donor) = choose_donor(&answered, &rules) {
+                break (answered, donor);
             }
             let with_data = answered
                 .iter()
@@ -132,7 +133,7 @@ pub async fn seed(cfg: &SeedConfig) -> Result<SeedOutcome, SeedError> {
                     if with_data == 0 {
                         tracing::info!(members = answered.len(), "waiting for the first member to restore the cluster's data, to copy it");
                     } else {
-                        tracing::warn!(members = answered.len(), with_data, unproven = ?unproven, "the cluster has data but no member can give a copy (none ready, none the primary agrees with, or only addresses that could not prove they are members); waiting");
+                        tracing::warn!(members = answered.len(), with_data, unproven = ?unproven, "the cluster has data but no member can give a copy (none ready, no primary answering to vouch for a copy, none the primary agrees with, or only addresses that could not prove they are members); waiting");
                     }
                     logged = Some(std::time::Instant::now());
                 }
@@ -303,20 +304,36 @@ async fn report(addr: SocketAddr) -> Result<MemberStatus, String> {
 /// The member to copy from: a ready member with data that serves copies; a replica before the
 /// primary (whose load the copy would add to), and only one whose transactions the primary all
 /// has (never a member with transactions of its own); among those the one with every
-/// transaction the others have. `None` when no such member has data.
-///
-/// `restored_by_first`: the first member restored the cluster's data, which every other member
-/// copies; its primary is a donor even with no GTID (a backup of a server that never logged a
-/// transaction), where otherwise an empty primary is a new cluster's, with nothing to copy.
+/// transaction the others have. `None` when no such member has data, or when no primary
+/// answers to vouch for a copy (unless this pod is the primary, below).
 pub fn choose_donor(
     members: &[(SocketAddr, MemberStatus)],
-    restored_by_first: bool,
+    rules: &DonorRules<'_>,
 ) -> Option<usize> {
     let role_is = |i: usize, role: Role| members[i].1.role == Some(role);
-    let primary = (0..members.len()).find(|&i| role_is(i, Role::Primary));
+    let proven = |i: usize| !rules.unproven.contains(&members[i].0.ip());
+    let primary = (0..members.len())
+        .filter(|&i| role_is(i, Role::Primary))
+        .min_by_key(|&i| !proven(i));
+    // No copy the primary cannot vouch for: one taken from a replica while the primary is
+    // silent (lost, its node gone) would make a member that reports as a replica, and so counts
+    // towards a failover's quorum, though the acknowledgements its lost volume gave are nowhere
+    // but on that primary. It waits for the primary, or for a new one. Unless this pod is the
+    // primary, whose volume was lost (the replicas replicate from it): no other primary will
+    // answer, and the operator makes it the primary again only once its data was compared with
+    // every member's (a bootstrap's load lost midway is taken up again so).
+    let me = format!("{}.", rules.me);
+    let mine = |r: &MemberStatus| {
+        r.replication
+            .as_ref()
+            .is_some_and(|rep| rep.source_host.starts_with(&me))
+    };
+    if primary.is_none() && !members.iter().any(|(_, r)| mine(r)) {
+        return None;
+    }
     let serves = |i: usize| {
         let r = &members[i].1;
-        r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
+        proven(i) && r.ready && r.clone_port != 0 && !r.gtid_executed.is_empty()
     };
     let replicas: Vec<usize> = (0..members.len())
         .filter(|&i| serves(i) && role_is(i, Role::Replica))
@@ -335,9 +352,24 @@ pub fn choose_donor(
     });
     let serves_restored = |i: usize| {
         let r = &members[i].1;
-        restored_by_first && r.ready && r.clone_port != 0
+        proven(i) && rules.restored_by_first && r.ready && r.clone_port != 0
     };
     most_complete.or_else(|| primary.filter(|&p| serves(p) || serves_restored(p)))
+}
+
+/// What [`choose_donor`] needs besides the members' reports.
+#[derive(Debug, Clone, Copy)]
+pub struct DonorRules<'a> {
+    /// This pod's name.
+    pub me: &'a str,
+    /// Addresses that could not prove they hold the order key: never donors, though a primary
+    /// among them still vouches for the replicas (an older agent's, during an upgrade; a
+    /// proven primary first).
+    pub unproven: &'a [std::net::IpAddr],
+    /// The first member restored the cluster's data, which every other member copies; its
+    /// primary is a donor even with no GTID (a backup of a server that never logged a
+    /// transaction), where otherwise an empty primary is a new cluster's, with nothing to copy.
+    pub restored_by_first: bool,
 }
 
 /// One line saying what `seed` did.
@@ -453,6 +485,15 @@ mod tests {
                 None,
             ),
             (
+                "a ready replica while no primary reports: nobody (it could not vouch for it)",
+                vec![
+                    member(Role::Replica, true, "0-100-90", 9082),
+                    member(Role::Replica, false, "0-100-80", 9082),
+                ],
+                false,
+                None,
+            ),
+            (
                 "diverging replicas and no primary: nobody",
                 vec![
                     member(Role::Replica, true, "0-100-90,1-7-3", 9082),
@@ -487,7 +528,94 @@ mod tests {
                 .enumerate()
                 .map(|(i, m)| (at(i as u8), m))
                 .collect();
-            assert_eq!(choose_donor(&members, restored_by_first), want, "{name}");
+            let rules = DonorRules {
+                me: "quay-9",
+                unproven: &[],
+                restored_by_first,
+            };
+            assert_eq!(choose_donor(&members, &rules), want, "{name}");
+        }
+        // Addresses that could not prove they hold the order key give no copy; a primary
+        // among them still vouches (an older agent's), a proven one first.
+        let members: Vec<(SocketAddr, MemberStatus)> = [
+            member(Role::Primary, true, "0-100-90", 9082),
+            member(Role::Replica, true, "0-100-90", 9082),
+            member(Role::Replica, true, "0-100-80", 9082),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| (at(i as u8), m))
+        .collect();
+        let ip = |i: u8| at(i).ip();
+        let unproven_cases: [(&str, Vec<std::net::IpAddr>, Option<usize>); 4] = [
+            ("all proven: the replica with the most", vec![], Some(1)),
+            ("that replica unproven: the other one", vec![ip(1)], Some(2)),
+            (
+                "the primary unproven: it still vouches for the replicas",
+                vec![ip(0), ip(1)],
+                Some(2),
+            ),
+            ("nobody proven: nobody", vec![ip(0), ip(1), ip(2)], None),
+        ];
+        for (name, unproven, want) in unproven_cases {
+            let rules = DonorRules {
+                me: "quay-9",
+                unproven: &unproven,
+                restored_by_first: false,
+            };
+            assert_eq!(choose_donor(&members, &rules), want, "{name}");
+        }
+        let rogue_first: Vec<(SocketAddr, MemberStatus)> = [
+            member(Role::Primary, true, "0-100-10", 9082),
+            member(Role::Primary, true, "0-100-90", 9082),
+            member(Role::Replica, true, "0-100-90", 9082),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| (at(i as u8), m))
+        .collect();
+        let rules = DonorRules {
+            me: "quay-9",
+            unproven: &[ip(0)],
+            restored_by_first: false,
+        };
+        assert_eq!(
+            choose_donor(&rogue_first, &rules),
+            Some(2),
+            "a proven primary vouches before an unproven one"
+        );
+        // No primary answers: the replicas of this pod (the primary, its volume lost) give it
+        // a copy, the one with the most; another pod's replicas do not.
+        let from = |source: &str, gtid: &str| {
+            let mut m = member(Role::Replica, true, gtid, 9082);
+            m.replication = Some(bulwark_contract::member::MemberReplication {
+                source_host: format!("{source}.quay-members"),
+                source_port: 3306,
+                io: bulwark_contract::member::IoState::Connecting,
+                sql_running: true,
+                relay_applied: true,
+                sql_caught_up: true,
+                io_errno: 0,
+                sql_errno: 0,
+                lag_seconds: None,
+                received: String::new(),
+                source_unreachable_seconds: Some(30),
+            });
+            m
+        };
+        let orphans: Vec<(SocketAddr, MemberStatus)> =
+            [from("quay-0", "0-100-80"), from("quay-0", "0-100-85")]
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| (at(i as u8), m))
+                .collect();
+        for (me, want) in [("quay-0", Some(1)), ("quay-2", None), ("quay", None)] {
+            let rules = DonorRules {
+                me,
+                unproven: &[],
+                restored_by_first: false,
+            };
+            assert_eq!(choose_donor(&orphans, &rules), want, "{me}");
         }
     }
 }
