@@ -2,7 +2,8 @@
 //! operator on node 1 (beside the control plane), a writer recording every acknowledged row,
 //! and faults made for real: a whole node lost (its link down, every process of it killed,
 //! `tests/node/node.sh node stop`) or drained, the network split between nodes or pods
-//! (`node.sh cut`), the primary's server crash-looping while a replica's node is down, or the
+//! (`node.sh cut`), the primary's server crash-looping while a replica's node is down, a
+//! replica's volume lost while the primary's node is down, or the
 //! operator's process killed in the middle of a switchover, a failover, a rolling restart or a
 //! backup (the operator is shared: nothing else may run beside these cases). Each case ends with every acknowledged row on the final primary and
 //! never two writable members at a sampled moment, or with the documented refusal, and prints
@@ -23,3 +24,5 @@ mod nodes;
 mod operator;
 #[path = "chaos/operator_work.rs"]
 mod operator_work;
+#[path = "chaos/reseeds.rs"]
+mod reseeds;
