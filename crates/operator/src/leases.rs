@@ -2,8 +2,9 @@
 //! member its cluster's lease goes to (or stops it once the primary is lost), a loop renews it
 //! every [`HEARTBEAT_INTERVAL`] with a signed, time-stamped heartbeat, and a failover asks how
 //! long any lease it may have granted could still run. A heartbeat counts from when it is
-//! prepared until its connection was never made (then no agent can have taken it: a lost
-//! node's lease runs out from the last heartbeat it may have had, not from the last one tried).
+//! prepared, first as under way, then as granted once it may have been taken; one whose
+//! connection was never made is dropped (no agent can have taken it: a lost node's lease runs
+//! out from the last heartbeat it may have had, not from the last one tried).
 //! What was sent is kept in memory: after a restart the operator counts as if it had renewed
 //! every lease just before it started.
 
@@ -46,7 +47,7 @@ pub struct Leases {
     renewals: Mutex<HashMap<String, Renewal>>,
     /// By `namespace/name/pod`: when the longest lease sent to that pod runs out, by the send
     /// time (the agent counts from the receipt, at most [`LEASE_MARGIN`] later).
-    granted: Mutex<HashMap<String, Counting>>,
+    granted: Mutex<HashMap<String, Instant>>,
     /// By `namespace/name`: what this operator's heartbeats asked of the replicas, each with
     /// until when renewals may keep a lease so granted ([`MAX_FOLLOWED_FOR`] after the last
     /// such heartbeat was sent, and the lease).
@@ -59,16 +60,22 @@ pub struct Leases {
     /// By `namespace/name`: the last heartbeat its holder answered, for a failover to count
     /// the primary's silence from.
     answered: Mutex<HashMap<String, Answer>>,
-    /// Numbers the heartbeats prepared, for each to know whether a count is still its own.
+    /// Heartbeats under way, by number: counted as granted until they are settled (granted
+    /// once they may have been taken, dropped when never delivered).
+    under_way: Mutex<HashMap<u64, UnderWay>>,
+    /// Numbers the heartbeats prepared.
     prepared: std::sync::atomic::AtomicU64,
 }
 
-/// An instant counted, and by which heartbeat (its number in `Leases::prepared`): a later one
-/// that leaves the instant as it was still makes the count its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Counting {
+/// A heartbeat under way: what it grants once it may have been taken.
+#[derive(Debug, Clone)]
+struct UnderWay {
+    cluster: String,
+    /// `granted`'s key, and until when.
+    pod_key: String,
     until: Instant,
-    by: u64,
+    /// The renewals it asks for.
+    asked: Option<Asked>,
 }
 
 /// A heartbeat answered.
@@ -79,19 +86,28 @@ struct Answer {
     at: Instant,
 }
 
-/// What preparing heartbeat `by` counted, to be taken back when it is never delivered: the
-/// counts it replaced, restored only while the counts are still its own (no heartbeat
-/// prepared since counted, whatever it counted: its instant may be the same).
-#[derive(Debug, Clone)]
-struct Counted {
-    cluster: String,
-    by: u64,
-    /// `granted`'s key, and what it held before (`None`: nothing).
-    pod_key: String,
-    granted_before: Option<Counting>,
-    /// The `asked` entry it made or lengthened: its terms, and what it held before (`None`:
-    /// made).
-    asked: Option<(u32, Duration, Option<Counting>)>,
+/// A heartbeat being sent: settled as granted when dropped unsettled (a caller that gave up
+/// waiting did so after the connection was made, [`crate::members::HEARTBEAT_CONNECT_TIMEOUT`]
+/// being shorter than its bound).
+struct Sending<'a> {
+    leases: &'a Leases,
+    number: u64,
+    settled: bool,
+}
+
+impl Sending<'_> {
+    fn settle(mut self, delivered: bool) {
+        self.settled = true;
+        self.leases.settle(self.number, delivered);
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.leases.settle(self.number, true);
+        }
+    }
 }
 
 /// Renewals asked for by heartbeats: how many replicas, for leases of what length, and until
@@ -101,8 +117,6 @@ struct Asked {
     followers: u32,
     length: Duration,
     until: Instant,
-    /// The heartbeat that last counted `until`.
-    by: u64,
 }
 
 impl Default for Leases {
@@ -114,6 +128,7 @@ impl Default for Leases {
             asked: Mutex::default(),
             unanswered: Mutex::default(),
             answered: Mutex::default(),
+            under_way: Mutex::default(),
             prepared: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -224,14 +239,23 @@ impl Leases {
     pub fn outstanding_any(&self, cluster: &str, lease: Duration) -> Duration {
         let prefix = format!("{cluster}/");
         let floor = self.started + lease;
+        // Those under way first: one settled meanwhile is granted before it leaves them.
+        let under_way = self
+            .under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|u| u.cluster == cluster)
+            .map(|u| u.until)
+            .fold(floor, Instant::max);
         let ends = self
             .granted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, ends)| ends.until)
-            .fold(floor, Instant::max);
+            .map(|(_, ends)| *ends)
+            .fold(under_way, Instant::max);
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
@@ -241,6 +265,15 @@ impl Leases {
     /// leases of `length`: it may have asked, and this one cannot know.
     pub fn renewals(&self, cluster: &str, length: Duration, followers: u32) -> RenewalTerms {
         let now = Instant::now();
+        // Those under way first, as in `outstanding_any`.
+        let under_way: Vec<Asked> = self
+            .under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|u| u.cluster == cluster)
+            .filter_map(|u| u.asked)
+            .collect();
         let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
         let live = asked.entry(cluster.to_owned()).or_default();
         live.retain(|a| a.until + LEASE_MARGIN > now);
@@ -248,11 +281,15 @@ impl Leases {
             followers,
             length,
             until: self.started + MAX_FOLLOWED_FOR + length,
-            by: 0,
         };
         let terms = live
             .iter()
             .copied()
+            .chain(
+                under_way
+                    .into_iter()
+                    .filter(|a| a.until + LEASE_MARGIN > now),
+            )
             .chain((followers > 0 && before.until + LEASE_MARGIN > now).then_some(before))
             .fold(None::<RenewalTerms>, |terms, a| {
                 let outstanding = (a.until + LEASE_MARGIN).saturating_duration_since(now);
@@ -286,37 +323,41 @@ impl Leases {
         if !self.renews(cluster, pod, epoch) {
             return Ok(());
         }
-        self.send(cluster, members).await
+        self.send(cluster, members).await.unwrap_or(Ok(()))
     }
 
     /// Sends one heartbeat to `cluster`'s holder now, if it has one: the lease counts before
     /// the answer, since the agent may take it even when the answer is lost, and stops
     /// counting only when no connection was made. A caller that gives up waiting does so after
     /// the connection's setup was bounded ([`crate::members::HEARTBEAT_CONNECT_TIMEOUT`]): the
-    /// heartbeat then still counts.
-    async fn send(&self, cluster: &str, members: &dyn Members) -> Result<(), HeartbeatError> {
-        let Some((holder, line, counted)) = self.prepare(cluster) else {
-            return Ok(());
+    /// heartbeat then still counts. `None`: none is sent (stopped, or forgotten).
+    async fn send(
+        &self,
+        cluster: &str,
+        members: &dyn Members,
+    ) -> Option<Result<(), HeartbeatError>> {
+        let (holder, line, number) = self.prepare(cluster)?;
+        let sending = Sending {
+            leases: self,
+            number,
+            settled: false,
         };
         let sent = members.send_heartbeat(&holder.addr, &line).await;
-        match &sent {
-            Ok(()) => {
-                self.answered
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(
-                        cluster.to_owned(),
-                        Answer {
-                            pod: holder.pod,
-                            epoch: holder.epoch,
-                            at: Instant::now(),
-                        },
-                    );
-            }
-            Err(HeartbeatError::NotDelivered(_)) => self.withdraw(counted),
-            Err(HeartbeatError::Unanswered(_)) => {}
+        sending.settle(!matches!(sent, Err(HeartbeatError::NotDelivered(_))));
+        if sent.is_ok() {
+            self.answered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    cluster.to_owned(),
+                    Answer {
+                        pod: holder.pod,
+                        epoch: holder.epoch,
+                        at: Instant::now(),
+                    },
+                );
         }
-        sent
+        Some(sent)
     }
 
     /// When `pod`, the holder of `cluster`'s lease at `epoch`, last answered a heartbeat from
@@ -330,98 +371,71 @@ impl Leases {
             .map(|a| a.at)
     }
 
-    /// Takes back what a heartbeat that was never delivered counted, where the counts are
-    /// still its own (another heartbeat prepared since keeps its count, for it to take back).
-    fn withdraw(&self, counted: Counted) {
-        let mut granted = self.granted.lock().unwrap_or_else(|e| e.into_inner());
-        if granted
-            .get(&counted.pod_key)
-            .is_some_and(|c| c.by == counted.by)
-        {
-            match counted.granted_before {
-                Some(before) => granted.insert(counted.pod_key.clone(), before),
-                None => granted.remove(&counted.pod_key),
-            };
-        }
-        drop(granted);
-        let Some((followers, length, before)) = counted.asked else {
+    /// Settles heartbeat `number`: what it grants counts from now on as granted when it may
+    /// have been delivered, and not at all when it was not. Granted before it leaves those under
+    /// way, so that a reader (who reads those under way first) never misses it.
+    fn settle(&self, number: u64, delivered: bool) {
+        let Some(sent) = self
+            .under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&number)
+            .cloned()
+        else {
             return;
         };
-        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(live) = asked.get_mut(&counted.cluster) else {
-            return;
-        };
-        if let Some(i) = live
-            .iter()
-            .position(|a| a.followers == followers && a.length == length && a.by == counted.by)
-        {
-            match before {
-                Some(before) => {
-                    live[i].until = before.until;
-                    live[i].by = before.by;
-                }
-                None => {
-                    live.remove(i);
+        if delivered {
+            self.granted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(sent.pod_key.clone())
+                .and_modify(|e| *e = (*e).max(sent.until))
+                .or_insert(sent.until);
+            if let Some(a) = sent.asked {
+                let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+                let live = asked.entry(sent.cluster.clone()).or_default();
+                match live
+                    .iter_mut()
+                    .find(|l| l.followers == a.followers && l.length == a.length)
+                {
+                    Some(l) => l.until = l.until.max(a.until),
+                    None => live.push(a),
                 }
             }
         }
-        if live.is_empty() {
-            asked.remove(&counted.cluster);
-        }
+        self.under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&number);
     }
 
-    fn prepare(&self, cluster: &str) -> Option<(Holder, String, Counted)> {
+    fn prepare(&self, cluster: &str) -> Option<(Holder, String, u64)> {
         // Counted under the renewals' lock, before it is sent: a failover that reads
         // `outstanding_any` after a stop sees every heartbeat that may still go out.
         let r = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
         let renewal = r.get(cluster).filter(|r| !r.stopped)?;
         let holder = renewal.holder.clone();
-        let ends = Instant::now() + holder.lease;
-        let by = 1 + self
+        let until = Instant::now() + holder.lease;
+        let number = self
             .prepared
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pod_key = format!("{cluster}/{}", holder.pod);
-        let mut granted = self.granted.lock().unwrap_or_else(|e| e.into_inner());
-        let granted_before = granted.get(&pod_key).copied();
-        let until = granted_before.map_or(ends, |c| c.until.max(ends));
-        granted.insert(pod_key.clone(), Counting { until, by });
-        drop(granted);
-        let mut counted = Counted {
-            cluster: cluster.to_owned(),
-            by,
-            pod_key,
-            granted_before,
-            asked: None,
-        };
-        if holder.followers > 0 {
-            let until = ends + MAX_FOLLOWED_FOR;
-            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
-            let live = asked.entry(cluster.to_owned()).or_default();
-            let before = match live
-                .iter_mut()
-                .find(|a| a.followers == holder.followers && a.length == holder.lease)
-            {
-                Some(a) => {
-                    let before = Counting {
-                        until: a.until,
-                        by: a.by,
-                    };
-                    a.until = a.until.max(until);
-                    a.by = by;
-                    Some(before)
-                }
-                None => {
-                    live.push(Asked {
-                        followers: holder.followers,
-                        length: holder.lease,
-                        until,
-                        by,
-                    });
-                    None
-                }
-            };
-            counted.asked = Some((holder.followers, holder.lease, before));
-        }
+        let asked = (holder.followers > 0).then(|| Asked {
+            followers: holder.followers,
+            length: holder.lease,
+            until: until + MAX_FOLLOWED_FOR,
+        });
+        self.under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                number,
+                UnderWay {
+                    cluster: cluster.to_owned(),
+                    pod_key: format!("{cluster}/{}", holder.pod),
+                    until,
+                    asked,
+                },
+            );
         let line = Heartbeat {
             member: holder.pod.clone(),
             epoch: holder.epoch,
@@ -430,7 +444,7 @@ impl Leases {
             followers: holder.followers,
         }
         .sign(&renewal.key);
-        Some((holder, line, counted))
+        Some((holder, line, number))
     }
 
     /// Renews every lease every [`HEARTBEAT_INTERVAL`], for ever, while `in_charge` says this
@@ -467,17 +481,21 @@ impl Leases {
                 let late = || {
                     HeartbeatError::Unanswered(format!("no answer within {HEARTBEAT_INTERVAL:?}"))
                 };
-                (c, sent.unwrap_or_else(|_| Err(late())))
+                (c, sent.unwrap_or_else(|_| Some(Err(late()))))
             }))
             .await;
             for (cluster, result) in results {
                 match result {
-                    Ok(()) => {
+                    // Stopped (the primary is lost) or forgotten: nothing was asked.
+                    None => {
+                        failing.remove(cluster);
+                    }
+                    Some(Ok(())) => {
                         if failing.remove(cluster).is_some() {
                             tracing::info!(cluster = %cluster, "lease heartbeats answered again");
                         }
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         let since = *failing.entry(cluster.clone()).or_insert_with(|| {
                             tracing::warn!(cluster = %cluster, error = %e, "lease heartbeat not answered");
                             self.announce_unanswered(cluster);

@@ -196,7 +196,7 @@ async fn a_heartbeat_that_never_connected_grants_nothing_and_an_answer_is_rememb
             b"k".to_vec(),
         );
         let sent = leases.send("ns/quay", &Heartbeats(answer.clone())).await;
-        assert_eq!(sent, answer, "{name}");
+        assert_eq!(sent, Some(answer), "{name}");
         let left = leases.outstanding_any("ns/quay", six);
         let asked = leases.renewals("ns/quay", six, 0);
         if counts {
@@ -214,7 +214,7 @@ async fn a_heartbeat_that_never_connected_grants_nothing_and_an_answer_is_rememb
 }
 
 #[test]
-fn a_heartbeat_taken_back_leaves_what_counted_since() {
+fn heartbeats_under_way_count_until_settled_and_only_those_that_may_have_arrived_stay() {
     let six = Duration::from_secs(6);
     let s = Duration::from_secs;
     // Long started: nothing is assumed of a process before, so only what was sent counts.
@@ -223,38 +223,47 @@ fn a_heartbeat_taken_back_leaves_what_counted_since() {
         followers: 1,
         ..holder("quay-0", lease)
     };
+    let outstanding = |l: &Leases| l.outstanding_any("ns/quay", six);
+    let renewals = |l: &Leases| l.renewals("ns/quay", six, 0).outstanding;
 
-    // Two alike under way; the first fails: the second's count stands. The second fails
-    // too: what it replaced (the first's) comes back, on the side of caution.
-    let leases = long_ago();
-    leases.renew("ns/quay", asking(20), b"k".to_vec());
-    let (_, _, first) = leases.prepare("ns/quay").unwrap();
-    let (_, _, second) = leases.prepare("ns/quay").unwrap();
-    leases.withdraw(first);
-    assert!(leases.outstanding_any("ns/quay", six) > s(23));
-    assert!(leases.renewals("ns/quay", six, 0).outstanding > MAX_FOLLOWED_FOR + s(23));
-    leases.withdraw(second);
-    assert!(leases.outstanding_any("ns/quay", six) > s(23));
-    assert!(leases.renewals("ns/quay", six, 0).outstanding > MAX_FOLLOWED_FOR + s(23));
+    // Two under way at once (a pass's and the loop's), both never delivered: nothing stays,
+    // in whichever order they fail; under way, each counted.
+    for first_fails_first in [true, false] {
+        let leases = long_ago();
+        leases.renew("ns/quay", asking(20), b"k".to_vec());
+        let (_, _, a) = leases.prepare("ns/quay").unwrap();
+        let (_, _, b) = leases.prepare("ns/quay").unwrap();
+        assert!(outstanding(&leases) > s(23));
+        assert!(renewals(&leases) > MAX_FOLLOWED_FOR + s(23));
+        let (x, y) = if first_fails_first { (a, b) } else { (b, a) };
+        leases.settle(x, false);
+        assert!(outstanding(&leases) > s(23), "the other is still under way");
+        leases.settle(y, false);
+        assert_eq!(outstanding(&leases), Duration::ZERO);
+        assert_eq!(renewals(&leases), Duration::ZERO);
+    }
 
-    // The lease shortened between two: the second, delivered, leaves the longer first one's
-    // instant in place; the first failing takes nothing back, for the count is the second's.
+    // The lease shortened between two: the short one delivered stays when the long one,
+    // never delivered, goes.
     let leases = long_ago();
     leases.renew("ns/quay", asking(20), b"k".to_vec());
     let (_, _, long) = leases.prepare("ns/quay").unwrap();
     leases.renew("ns/quay", asking(6), b"k".to_vec());
-    leases.prepare("ns/quay").unwrap();
-    leases.withdraw(long);
-    assert!(
-        leases.outstanding_any("ns/quay", six) > s(9),
-        "the delivered 6 s lease and its margin must still count"
-    );
+    let (_, _, short) = leases.prepare("ns/quay").unwrap();
+    leases.settle(short, true);
+    leases.settle(long, false);
+    let left = outstanding(&leases);
+    assert!(left > s(9) && left <= s(10), "{left:?}");
 
-    // One alone that fails: nothing is left of it.
+    // A sender that gave up waiting (dropped unsettled) was connected: its heartbeat stays.
     let leases = long_ago();
     leases.renew("ns/quay", asking(20), b"k".to_vec());
-    let (_, _, only) = leases.prepare("ns/quay").unwrap();
-    leases.withdraw(only);
-    assert_eq!(leases.outstanding_any("ns/quay", six), Duration::ZERO);
-    assert_eq!(leases.renewals("ns/quay", six, 0), RenewalTerms::default());
+    let (_, _, number) = leases.prepare("ns/quay").unwrap();
+    drop(Sending {
+        leases: &leases,
+        number,
+        settled: false,
+    });
+    assert!(outstanding(&leases) > s(23));
+    assert!(leases.under_way.lock().unwrap().is_empty());
 }
