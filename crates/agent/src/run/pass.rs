@@ -304,7 +304,10 @@ impl Agent {
     }
 
     /// How this member, a running replica, stands against its primary, from the primary's
-    /// position read now and in earlier passes; `NotMeasured` for anything else.
+    /// position read now and in earlier passes; `NotMeasured` for anything else. The reads go
+    /// on while its receiver is connecting: since when they fail is what the operator counts a
+    /// lost primary's silence from, and a receiver notices a dead stream only after
+    /// `slave_net_timeout`.
     async fn source_lag(
         &mut self,
         role: &Result<Role, String>,
@@ -315,7 +318,7 @@ impl Agent {
         let replicating = observed
             .replication
             .as_ref()
-            .is_some_and(|r| r.io == IoState::Running && r.sql_running);
+            .is_some_and(|r| r.io != IoState::Stopped && r.sql_running);
         if !(matches!(role, Ok(Role::Replica)) && replicating) {
             if let Some(read) = self.position_read.take() {
                 read.task.abort();
