@@ -84,13 +84,16 @@ pub async fn settle(
     // that went back, one replaced a moment ago): a failover waits for all of them. Counted
     // before the reports are read, so that once it is zero a renewal sent after a report was
     // read finds the lease lapsed (what the reports say of renewals is waited out apart).
-    let lease_outstanding = lease.map_or(Duration::ZERO, |lease| {
-        ctx.leases.outstanding_any(&lease_key, lease)
-    });
-    let renewals = lease.map_or_else(Default::default, |lease| {
-        let followers = super::failover::followers_needed(&super::config::semi_sync(&cluster.spec));
-        ctx.leases.renewals(&lease_key, lease, followers)
-    });
+    let followers = super::failover::followers_needed(&super::config::semi_sync(&cluster.spec));
+    let leases_now = || {
+        lease.map_or((Duration::ZERO, Default::default()), |lease| {
+            (
+                ctx.leases.outstanding_any(&lease_key, lease),
+                ctx.leases.renewals(&lease_key, lease, followers),
+            )
+        })
+    };
+    let (mut lease_outstanding, mut renewals) = leases_now();
     let views = crate::members::views(ctx.members.as_ref(), &pods).await;
     let renewal_wait = lease.map_or(Duration::ZERO, |lease| {
         super::renewals::renewal_wait(&views, lease.max(renewals.longest))
@@ -111,7 +114,10 @@ pub async fn settle(
         let at = ctx.leases.last_answer(&lease_key, primary, epoch)?;
         Some(Utc::now() - chrono::Duration::from_std(at.elapsed()).ok()?)
     };
-    let plan_from = |status: &MySQLClusterStatus, status_confirmed: bool| {
+    let plan_from = |status: &MySQLClusterStatus,
+                     status_confirmed: bool,
+                     lease_outstanding: Duration,
+                     renewals: super::failover::RenewalTerms| {
         plan::plan(&Inputs {
             cluster: &name,
             engine,
@@ -139,14 +145,29 @@ pub async fn settle(
             now: Utc::now(),
         })
     };
-    let mut plan = plan_from(&status, false);
+    let mut plan = plan_from(&status, false, lease_outstanding, renewals);
+    let mut confirmed = false;
     if plan.hold().is_some_and(|h| h.stale.is_some()) {
         // The members are ahead of the copy this pass read: the API server says whether that
         // copy lags (the newer status is planned from) or the status really went back.
         let clusters: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
         if let Some(live) = apply::get_opt(&clusters, &name).await? {
             status = live.status.unwrap_or_default();
-            plan = plan_from(&status, true);
+            confirmed = true;
+            plan = plan_from(&status, true, lease_outstanding, renewals);
+        }
+    }
+    // A failover is decided only once no heartbeat goes to the lost primary any more: those
+    // that never connected count for nothing, so the leases read above may be lapsed while
+    // the loop still tries, and one that connects after (a cut healing) would renew it. The
+    // renewal stops here, before the leases are read again for the decision (a heartbeat
+    // prepared before the stop is counted as under way).
+    if lease.is_some() && matches!(plan.transition, Transition::Failover { .. }) {
+        ctx.leases.stop(&lease_key);
+        let again = leases_now();
+        if again != (lease_outstanding, renewals) {
+            (lease_outstanding, renewals) = again;
+            plan = plan_from(&status, confirmed, lease_outstanding, renewals);
         }
     }
     let mut settled = Settled {
