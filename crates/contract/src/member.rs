@@ -104,8 +104,9 @@ pub struct MemberReplication {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub received: String,
     /// Seconds since this replica's agent began failing to reach its primary's server over a
-    /// fresh connection (each pass it reads the primary's position, while its receiver runs
-    /// or connects); `None` while it reaches it, or when it does not look. A receiver whose
+    /// fresh connection (each pass it reads the primary's position, while its applier runs and
+    /// its receiver runs or connects: from the start of the first read that got no answer);
+    /// `None` while it reaches it, or when it does not look. A receiver whose
     /// stream died says it runs until
     /// `slave_net_timeout` has passed; a fresh connection that fails shows at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]

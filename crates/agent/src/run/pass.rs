@@ -360,6 +360,15 @@ impl Agent {
             // Still under way: this pass judges on what earlier reads found.
             Err(_) => self.position_read = Some(read),
         }
+        // A receiver that reconnects is not judged (its readiness says it connects), and two
+        // judgments in a row that find it diverging are two of a running receiver.
+        let receiving = observed
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.io == IoState::Running);
+        if !receiving {
+            return SourceLag::NotMeasured;
+        }
         samples.judge(
             &Holding {
                 engine: observed.engine,
