@@ -34,6 +34,17 @@ pub enum ExchangeError {
     NotHttp { addr: String },
 }
 
+impl ExchangeError {
+    /// No connection was made (refused, or no answer to its setup): nothing of the request can
+    /// have reached the other side.
+    pub fn never_connected(&self) -> bool {
+        matches!(
+            self,
+            ExchangeError::ConnectTimedOut { .. } | ExchangeError::Connect { .. }
+        )
+    }
+}
+
 /// Sends `request` (a whole HTTP/1.1 request with `Connection: close`) to `addr` (`host:port`,
 /// resolved when a name) and returns the answer's status code and body. The caller bounds the
 /// whole exchange; this bounds only the connection's setup by `connect_timeout`.
@@ -92,6 +103,50 @@ fn parse(raw: &str) -> Option<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_connection_never_made_says_nothing_arrived() {
+        let addr = || "10.0.0.9:9081".to_owned();
+        let io = || std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let cases = [
+            (
+                "connect timed out",
+                ExchangeError::ConnectTimedOut {
+                    addr: addr(),
+                    timeout: Duration::from_millis(700),
+                },
+                true,
+            ),
+            (
+                "refused",
+                ExchangeError::Connect {
+                    addr: addr(),
+                    source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+                },
+                true,
+            ),
+            (
+                "cut while sending",
+                ExchangeError::Send {
+                    addr: addr(),
+                    source: io(),
+                },
+                false,
+            ),
+            (
+                "cut while reading",
+                ExchangeError::Read {
+                    addr: addr(),
+                    source: io(),
+                },
+                false,
+            ),
+            ("no HTTP", ExchangeError::NotHttp { addr: addr() }, false),
+        ];
+        for (name, error, want) in cases {
+            assert_eq!(error.never_connected(), want, "{name}");
+        }
+    }
 
     #[test]
     fn answers_are_parsed() {

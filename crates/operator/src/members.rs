@@ -138,7 +138,6 @@ pub fn agent_address(pod: &Pod) -> Result<String, String> {
 }
 
 async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), HeartbeatError> {
-    use bulwark_http::client::ExchangeError;
     let request = bulwark_http::client::post(LEASE_PATH, signed);
     let exchanged = bulwark_http::client::exchange(addr, &request, HEARTBEAT_CONNECT_TIMEOUT);
     let (code, body) = match tokio::time::timeout(TIMEOUT, exchanged).await {
@@ -147,7 +146,7 @@ async fn send_heartbeat(addr: &str, signed: &str) -> Result<(), HeartbeatError> 
                 "{addr} did not answer the heartbeat within {TIMEOUT:?}"
             )))
         }
-        Ok(Err(e @ (ExchangeError::ConnectTimedOut { .. } | ExchangeError::Connect { .. }))) => {
+        Ok(Err(e)) if e.never_connected() => {
             return Err(HeartbeatError::NotDelivered(e.to_string()))
         }
         Ok(Err(e)) => return Err(HeartbeatError::Unanswered(e.to_string())),

@@ -98,7 +98,6 @@ async fn send(
     credentials_dir: &std::path::Path,
     due: &crate::decide::follow::Renewal,
 ) -> Result<(), Failure> {
-    use bulwark_http::client::ExchangeError;
     let key = read_secret(&credentials_dir.join(ORDER_KEY))
         .map_err(|e| Failure::unsent(format!("the order key cannot be read: {e}")))?
         .filter(|k| !k.is_empty())
@@ -122,10 +121,7 @@ async fn send(
         })?
         .map_err(|e| Failure {
             code: 0,
-            delivered: !matches!(
-                e,
-                ExchangeError::ConnectTimedOut { .. } | ExchangeError::Connect { .. }
-            ),
+            delivered: !e.never_connected(),
             why: e.to_string(),
         })?;
     match code {
