@@ -241,11 +241,8 @@ impl Leases {
         let floor = self.started + lease;
         // Those under way first: one settled meanwhile is granted before it leaves them.
         let under_way = self
-            .under_way
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|u| u.cluster == cluster)
+            .under_way_of(cluster)
+            .iter()
             .map(|u| u.until)
             .fold(floor, Instant::max);
         let ends = self
@@ -259,6 +256,17 @@ impl Leases {
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
+    /// The heartbeats to `cluster`'s members under way now.
+    fn under_way_of(&self, cluster: &str) -> Vec<UnderWay> {
+        self.under_way
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|u| u.cluster == cluster)
+            .cloned()
+            .collect()
+    }
+
     /// What replicas' renewals may still keep of a lease this operator sent `cluster`'s members
     /// asking for them, for a failover to wait out ([`RenewalTerms`]). Right after a start,
     /// the process before is taken to have asked for `followers` (the spec's number now) with
@@ -267,11 +275,8 @@ impl Leases {
         let now = Instant::now();
         // Those under way first, as in `outstanding_any`.
         let under_way: Vec<Asked> = self
-            .under_way
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|u| u.cluster == cluster)
+            .under_way_of(cluster)
+            .iter()
             .filter_map(|u| u.asked)
             .collect();
         let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
@@ -372,41 +377,34 @@ impl Leases {
     }
 
     /// Settles heartbeat `number`: what it grants counts from now on as granted when it may
-    /// have been delivered, and not at all when it was not. Granted before it leaves those under
-    /// way, so that a reader (who reads those under way first) never misses it.
+    /// have been delivered, and not at all when it was not. Granted while those under way are
+    /// still locked, so that a reader (who reads those under way first) never misses it.
     fn settle(&self, number: u64, delivered: bool) {
-        let Some(sent) = self
-            .under_way
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&number)
-            .cloned()
-        else {
+        let mut under_way = self.under_way.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(sent) = under_way.remove(&number) else {
             return;
         };
-        if delivered {
-            self.granted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(sent.pod_key.clone())
-                .and_modify(|e| *e = (*e).max(sent.until))
-                .or_insert(sent.until);
-            if let Some(a) = sent.asked {
-                let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
-                let live = asked.entry(sent.cluster.clone()).or_default();
-                match live
-                    .iter_mut()
-                    .find(|l| l.followers == a.followers && l.length == a.length)
-                {
-                    Some(l) => l.until = l.until.max(a.until),
-                    None => live.push(a),
-                }
-            }
+        if !delivered {
+            return;
         }
-        self.under_way
+        self.granted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&number);
+            .entry(sent.pod_key)
+            .and_modify(|e| *e = (*e).max(sent.until))
+            .or_insert(sent.until);
+        if let Some(a) = sent.asked {
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            let live = asked.entry(sent.cluster).or_default();
+            match live
+                .iter_mut()
+                .find(|l| l.followers == a.followers && l.length == a.length)
+            {
+                Some(l) => l.until = l.until.max(a.until),
+                None => live.push(a),
+            }
+        }
+        drop(under_way);
     }
 
     fn prepare(&self, cluster: &str) -> Option<(Holder, String, u64)> {
