@@ -75,6 +75,34 @@ pub(crate) fn member_states(
         .collect()
 }
 
+/// Waits until both replicas of `primary` hold exactly its rows of the writer's table.
+pub(crate) fn wait_replicas_hold_primary_rows(n: &str, password: &str, primary: &str) {
+    let rows = |pod: &str| {
+        sql(
+            n,
+            pod,
+            password,
+            "localhost",
+            "SELECT COUNT(*), COALESCE(SUM(id), 0) FROM ledger.acks",
+        )
+    };
+    let want = rows(primary).expect("the primary's rows");
+    for replica in (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .filter(|p| p != primary)
+    {
+        wait_for(
+            n,
+            &format!("{replica} to hold the primary's rows"),
+            Duration::from_secs(60),
+            || match rows(&replica) {
+                Ok(have) if have == want => Ok(()),
+                other => Err(format!("{other:?}, the primary {}", want.trim())),
+            },
+        );
+    }
+}
+
 /// The cluster's status, `None` when it could not be read (a sample to skip, not a verdict).
 pub(crate) fn cluster_status(n: &str) -> Option<serde_json::Value> {
     get_json(n, &format!("mysqlcluster/{CLUSTER}")).map(|c| c["status"].clone())

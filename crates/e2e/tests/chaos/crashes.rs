@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{keep_killing, node_name, server_pod, StoppedNode};
-use bulwark_e2e::{pod_uid, sql, wait_for, wait_ready, wait_takes_writes, writer};
+use bulwark_e2e::{pod_uid, wait_ready, wait_takes_writes, writer};
 
 use super::cluster::*;
 
@@ -80,31 +80,7 @@ fn a_primary_crash_looping_while_a_replica_is_down_is_kept_and_recovers_every_ro
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
     outcome.assert_none_lost(n, primary, password, service);
-    // Both replicas come to hold exactly the primary's rows.
-    let rows = |pod: &str| {
-        sql(
-            n,
-            pod,
-            password,
-            "localhost",
-            "SELECT COUNT(*), COALESCE(SUM(id), 0) FROM ledger.acks",
-        )
-    };
-    let want = rows(primary).expect("the primary's rows");
-    for replica in (0..3)
-        .map(|i| format!("{CLUSTER}-{i}"))
-        .filter(|p| p != primary)
-    {
-        wait_for(
-            n,
-            &format!("{replica} to hold the primary's rows"),
-            Duration::from_secs(60),
-            || match rows(&replica) {
-                Ok(have) if have == want => Ok(()),
-                other => Err(format!("{other:?}, the primary {}", want.trim())),
-            },
-        );
-    }
+    wait_replicas_hold_primary_rows(n, password, primary);
     bulwark_e2e::figure!(
         "chaos, primary's server crash-looping ({kills} kills in 40s) while {b}'s node is down: \
          no promotion, Ready said at {said_at:.1}s: {said:?}; {primary} took writes again \

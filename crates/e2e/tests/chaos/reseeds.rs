@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use bulwark_e2e::node::{node_name, StoppedNode};
 use bulwark_e2e::{
-    get_json, kubectl_ok, pod_uid, sql, try_kubectl, wait_for, wait_ready, wait_takes_writes,
-    writer,
+    get_json, kubectl_ok, pod_uid, try_kubectl, wait_ready, wait_takes_writes, writer,
 };
 
 use super::cluster::*;
@@ -32,12 +31,10 @@ fn seeding(n: &str, pod: &str) -> bool {
 fn a_replicas_volume_lost_while_the_primarys_node_stops_promotes_nobody_and_loses_nothing() {
     let case = Case::start("e2e-chaos-reseed");
     let (n, password, primary, service) = case.parts();
-    let members: Vec<String> = (0..3).map(|i| format!("{CLUSTER}-{i}")).collect();
-    let emptied = members
-        .iter()
-        .find(|p| *p != primary)
-        .expect("a replica")
-        .clone();
+    let emptied = (0..3)
+        .map(|i| format!("{CLUSTER}-{i}"))
+        .find(|p| p != primary)
+        .expect("a replica");
     let primary_node = node_of(n, primary);
     let old_uid = pod_uid(n, &emptied);
     let child = case.writer_on(&node_name(1));
@@ -107,27 +104,7 @@ fn a_replicas_volume_lost_while_the_primarys_node_stops_promotes_nobody_and_lose
     let outcome = writer::stop(n, child);
     assert!(outcome.resumed(), "writes never resumed: {}", outcome.lines);
     outcome.assert_none_lost(n, primary, password, service);
-    let rows = |pod: &str| {
-        sql(
-            n,
-            pod,
-            password,
-            "localhost",
-            "SELECT COUNT(*), COALESCE(SUM(id), 0) FROM ledger.acks",
-        )
-    };
-    let want = rows(primary).expect("the primary's rows");
-    for replica in members.iter().filter(|p| *p != primary) {
-        wait_for(
-            n,
-            &format!("{replica} to hold the primary's rows"),
-            Duration::from_secs(60),
-            || match rows(replica) {
-                Ok(have) if have == want => Ok(()),
-                other => Err(format!("{other:?}, the primary {}", want.trim())),
-            },
-        );
-    }
+    wait_replicas_hold_primary_rows(n, password, primary);
     bulwark_e2e::figure!(
         "chaos, {emptied}'s volume lost while {primary}'s node is down: no promotion, Ready \
          said at {said_at:.1}s: {said:?}; {primary} took writes again {back:.1}s after the \
