@@ -64,6 +64,20 @@ async fn primary_at(clusters: &Api<MySQLCluster>, primary: &str, epoch: i64) -> 
     .await
 }
 
+/// When `pod` accepted the order that made it the primary at `epoch`.
+async fn promotion_order(n: &str, pod: &str, epoch: u64) -> Instant {
+    wait_for(&format!("{pod}'s promotion order"), WAIT, || async move {
+        let m = members().get(n, pod);
+        m.orders
+            .iter()
+            .zip(&m.order_times)
+            .find(|(o, _)| o.role == Role::Primary && o.epoch == epoch)
+            .map(|(_, at)| *at)
+            .ok_or_else(|| format!("{:?}", m.orders))
+    })
+    .await
+}
+
 /// A three-member cluster whose members obeyed their first orders: till-0 primary at epoch 0
 /// (the first), the others its replicas.
 async fn running_cluster(client: &Client, n: &str) -> Api<MySQLCluster> {
@@ -336,16 +350,7 @@ async fn a_failover_waits_for_the_lost_primarys_lease_and_leases_the_new_one_fir
     lose_primary(&client, n).await;
     let c = primary_at(&clusters, "till-1", 1).await;
     let last_to_old = heartbeats("till-0").last().expect("heartbeats").0;
-    let promoted_at = wait_for("till-1's promotion order", WAIT, || async move {
-        let m = members().get(n, "till-1");
-        m.orders
-            .iter()
-            .zip(&m.order_times)
-            .find(|(o, _)| o.role == Role::Primary && o.epoch == 1)
-            .map(|(_, at)| *at)
-            .ok_or_else(|| format!("{:?}", m.orders))
-    })
-    .await;
+    let promoted_at = promotion_order(n, "till-1", 1).await;
     assert!(
         promoted_at - last_to_old >= lease + LEASE_MARGIN - Duration::from_millis(200),
         "promoted {:?} after the last heartbeat to the lost primary: {:?}",
@@ -390,16 +395,7 @@ async fn a_lost_nodes_lease_runs_out_from_the_last_heartbeat_it_may_have_had() {
     lose_primary(&client, n).await;
     let last = heartbeats("till-0").last().expect("heartbeats").0;
     let c = primary_at(&clusters, "till-1", 1).await;
-    let promoted_at = wait_for("till-1's promotion order", WAIT, || async move {
-        let m = members().get(n, "till-1");
-        m.orders
-            .iter()
-            .zip(&m.order_times)
-            .find(|(o, _)| o.role == Role::Primary && o.epoch == 1)
-            .map(|(_, at)| *at)
-            .ok_or_else(|| format!("{:?}", m.orders))
-    })
-    .await;
+    let promoted_at = promotion_order(n, "till-1", 1).await;
     let after = promoted_at - last;
     let failover = c.status.and_then(|s| s.last_failover);
     assert!(
