@@ -315,11 +315,13 @@ impl Agent {
         observed_at: Instant,
         creds: &Credentials,
     ) -> SourceLag {
-        let replicating = observed
+        // The receiver's state while the applier runs.
+        let io = observed
             .replication
             .as_ref()
-            .is_some_and(|r| r.io != IoState::Stopped && r.sql_running);
-        if !(matches!(role, Ok(Role::Replica)) && replicating) {
+            .filter(|r| r.sql_running)
+            .map(|r| r.io);
+        if !(matches!(role, Ok(Role::Replica)) && io.is_some_and(|io| io != IoState::Stopped)) {
             if let Some(read) = self.position_read.take() {
                 read.task.abort();
             }
@@ -362,11 +364,7 @@ impl Agent {
         }
         // A receiver that reconnects is not judged (its readiness says it connects), and two
         // judgments in a row that find it diverging are two of a running receiver.
-        let receiving = observed
-            .replication
-            .as_ref()
-            .is_some_and(|r| r.io == IoState::Running);
-        if !receiving {
+        if io != Some(IoState::Running) {
             return SourceLag::NotMeasured;
         }
         samples.judge(
