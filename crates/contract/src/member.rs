@@ -111,6 +111,12 @@ pub struct MemberReplication {
     /// `slave_net_timeout` has passed; a fresh connection that fails shows at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_unreachable_seconds: Option<u64>,
+    /// Milliseconds since this replica's agent last had an answer from its primary's server
+    /// (the end of its last read of the primary's position that succeeded), as of the answer;
+    /// `None` while it does not look, or has had no answer from this primary at this epoch.
+    /// The operator counts a lost primary's silence from the latest such answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_heard_ms: Option<u64>,
 }
 
 /// How long a replica's agent must have failed to reach its primary before the replica no
@@ -198,6 +204,7 @@ mod tests {
                 lag_seconds: Some(0),
                 received: String::new(),
                 source_unreachable_seconds: None,
+                source_heard_ms: None,
             }),
             writes_held: true,
             handover_pending: false,

@@ -191,6 +191,22 @@ pub async fn views(members: &dyn Members, pods: &[Pod]) -> Vec<MemberView> {
     .await
 }
 
+/// The views as they stand `by` after they were read: the ages their reports give (of the
+/// report, of the last renewal, of the last answer from the primary) grow by it, so that a
+/// decision made later with them still dates those events right. What a report says in whole
+/// seconds (how long reads have failed) is left as read: smaller, it only holds a failover
+/// back.
+pub fn aged(views: &mut [MemberView], by: Duration) {
+    let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+    for report in views.iter_mut().filter_map(|v| v.report.as_mut().ok()) {
+        report.age_ms = report.age_ms.saturating_add(by_ms);
+        report.followed_ms = report.followed_ms.map(|ms| ms.saturating_add(by_ms));
+        if let Some(rep) = report.replication.as_mut() {
+            rep.source_heard_ms = rep.source_heard_ms.map(|ms| ms.saturating_add(by_ms));
+        }
+    }
+}
+
 fn agent_addr(pod: &Pod) -> Result<String, String> {
     let ip = pod
         .status

@@ -94,6 +94,8 @@ pub struct SourceSamples {
     failure: Option<String>,
     /// When the reads that fail since the last one that succeeded began.
     failing_since: Option<Instant>,
+    /// When the last read that succeeded got its answer, while reads go on.
+    heard: Option<Instant>,
     /// The last judgment found the replica holding what the primary lacks: a second in a row
     /// says so (MySQL adds a GTID to its set only after a semi-sync replica acknowledged it).
     diverging: bool,
@@ -114,10 +116,11 @@ impl SourceSamples {
         self.through_service = through_service;
     }
 
-    /// Keeps a position read at `at`.
-    pub fn record(&mut self, at: Instant, position: String, history: String) {
+    /// Keeps a position read at `at`, whose answer came at `answered`.
+    pub fn record(&mut self, at: Instant, answered: Instant, position: String, history: String) {
         self.failure = None;
         self.failing_since = None;
+        self.heard = Some(answered);
         self.samples.push_back(Sample {
             at,
             position,
@@ -139,16 +142,28 @@ impl SourceSamples {
             Reach::NoAnswer if !self.through_service => {
                 self.failing_since.get_or_insert(at);
             }
-            Reach::Answered => self.failing_since = None,
+            Reach::Answered => {
+                // An error answer comes at once: the ask is when it was heard.
+                self.failing_since = None;
+                self.heard = Some(at);
+            }
             Reach::NoAnswer | Reach::Unknown => {}
         }
     }
 
     /// Nothing was read this pass (the member is no replica whose receiver and applier run): a
-    /// run of failures ends here, the samples stay (they still prove what the primary had).
+    /// run of failures ends here, the samples stay (they still prove what the primary had),
+    /// and when the primary last answered says nothing of it now.
     pub fn not_read(&mut self) {
         self.failure = None;
         self.failing_since = None;
+        self.heard = None;
+    }
+
+    /// How long ago, as of `now`, the primary's server last answered a read; `None` when
+    /// no read of this primary at this epoch succeeded, or reads stopped.
+    pub fn heard_ago(&self, now: Instant) -> Option<Duration> {
+        self.heard.map(|at| now.saturating_duration_since(at))
     }
 
     /// How long the reads have failed, as of `now`; `None` while the last one succeeded.

@@ -203,7 +203,7 @@ fn judge() {
             } else {
                 observed - Duration::from_millis(at.unsigned_abs())
             };
-            samples.record(at, position.clone(), (*history).to_owned());
+            samples.record(at, at, position.clone(), (*history).to_owned());
         }
         if let Some(error) = c.failure {
             samples.failed(observed, error.to_owned(), Reach::NoAnswer);
@@ -227,8 +227,8 @@ fn a_new_primarys_samples_start_afresh_and_older_ones_are_dropped() {
     let t = Instant::now();
     let mut samples = SourceSamples::default();
     samples.follow("quay-0.quay-headless", 0, false);
-    samples.record(t, "0-100-5".into(), String::new());
-    samples.record(t + secs(2), "0-100-9".into(), String::new());
+    samples.record(t, t, "0-100-5".into(), String::new());
+    samples.record(t + secs(2), t + secs(2), "0-100-9".into(), String::new());
     let replica = |at, logged: &'static str| Holding {
         engine: Engine::MariaDb,
         at,
@@ -266,7 +266,7 @@ fn a_run_of_failed_reads_is_timed_from_its_first_unanswered_one() {
     samples.failed(t + secs(9), "too many connections".into(), Reach::Answered);
     assert_eq!(samples.unreachable_for(t + secs(10)), None);
     samples.failed(t + secs(10), "refused".into(), Reach::NoAnswer);
-    samples.record(t + secs(11), "0-100-5".into(), String::new());
+    samples.record(t + secs(11), t + secs(11), "0-100-5".into(), String::new());
     assert_eq!(samples.unreachable_for(t + secs(12)), None);
     samples.failed(t + secs(13), "refused".into(), Reach::NoAnswer);
     assert_eq!(samples.unreachable_for(t + secs(14)), Some(secs(1)));
@@ -276,4 +276,32 @@ fn a_run_of_failed_reads_is_timed_from_its_first_unanswered_one() {
     samples.follow("quay-primary", 0, true);
     samples.failed(t + secs(16), "timed out".into(), Reach::NoAnswer);
     assert_eq!(samples.unreachable_for(t + secs(30)), None);
+}
+
+#[test]
+fn the_primary_was_last_heard_when_its_last_answer_came() {
+    let t = Instant::now();
+    let mut samples = SourceSamples::default();
+    samples.follow("quay-0.quay-headless", 0, false);
+    assert_eq!(samples.heard_ago(t), None, "nothing read yet");
+    samples.record(t, t + secs(1), "0-100-5".into(), String::new());
+    assert_eq!(
+        samples.heard_ago(t + secs(3)),
+        Some(secs(2)),
+        "from the answer, not the ask"
+    );
+    // Failed reads leave the last answer standing, and time the run apart.
+    samples.failed(t + secs(4), "timed out".into(), Reach::NoAnswer);
+    assert_eq!(samples.heard_ago(t + secs(8)), Some(secs(7)));
+    assert_eq!(samples.unreachable_for(t + secs(8)), Some(secs(4)));
+    // A server that answers with an error runs: heard then.
+    samples.failed(t + secs(9), "too many connections".into(), Reach::Answered);
+    assert_eq!(samples.heard_ago(t + secs(10)), Some(secs(1)));
+    // Reads that stop say nothing of the primary now.
+    samples.not_read();
+    assert_eq!(samples.heard_ago(t + secs(11)), None);
+    // Nor does an answer from the primary before a change of primary.
+    samples.record(t + secs(12), t + secs(12), "0-100-6".into(), String::new());
+    samples.follow("quay-1.quay-headless", 1, false);
+    assert_eq!(samples.heard_ago(t + secs(13)), None);
 }

@@ -74,6 +74,7 @@ mod tests {
                 lag_seconds: Some(0),
                 received: String::new(),
                 source_unreachable_seconds: unreachable,
+                source_heard_ms: None,
             }),
             writes_held: false,
             handover_pending: false,

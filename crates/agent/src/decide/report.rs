@@ -8,8 +8,17 @@ use bulwark_contract::order::Standing;
 
 use super::topology::{Decision, Observed};
 
-/// The report of `/status` from a pass's role, observation and decision; `source_unreachable`:
-/// how long a replica's agent has failed to reach its primary.
+/// What a replica's agent found of the way to its primary's server, as of its pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceContact {
+    /// How long its reads have failed with no answer.
+    pub unreachable: Option<Duration>,
+    /// How long ago the last read that succeeded got its answer.
+    pub heard_ago: Option<Duration>,
+}
+
+/// The report of `/status` from a pass's role, observation and decision; `source`: what a
+/// replica's agent found of the way to its primary.
 pub fn member_status(
     role: Option<Standing>,
     o: &Observed,
@@ -17,7 +26,7 @@ pub fn member_status(
     clone_port: u16,
     writes_held: bool,
     handover_pending: bool,
-    source_unreachable: Option<Duration>,
+    source: SourceContact,
 ) -> MemberStatus {
     MemberStatus {
         writes_held,
@@ -45,7 +54,11 @@ pub fn member_status(
             sql_errno: r.sql_errno,
             lag_seconds: r.lag_seconds,
             received: r.received.clone(),
-            source_unreachable_seconds: source_unreachable.map(|d| d.as_secs()),
+            source_unreachable_seconds: source.unreachable.map(|d| d.as_secs()),
+            // Aged further when the report is served.
+            source_heard_ms: source
+                .heard_ago
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }),
         age_ms: 0,
         takes_follows: true,

@@ -81,6 +81,10 @@ pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
     match r.member {
         Some(mut m) if age <= p.stale_after => {
             m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+            // As of the answer, like the renewal's age below.
+            if let Some(rep) = m.replication.as_mut() {
+                rep.source_heard_ms = rep.source_heard_ms.map(|ms| ms.saturating_add(m.age_ms));
+            }
             m.followed_ms =
                 Some(u64::try_from(r.followed.elapsed().as_millis()).unwrap_or(u64::MAX));
             Response::new(200, m.to_line())

@@ -41,7 +41,8 @@ pub(super) struct PositionRead {
     /// The primary read and the epoch it was read at.
     of: (Source, u64),
     asked: Instant,
-    task: tokio::task::JoinHandle<PositionAnswer>,
+    /// The answer and when it came.
+    task: tokio::task::JoinHandle<(PositionAnswer, Instant)>,
 }
 
 /// What the agent last made of the server, so that a pass converges only what changed.
@@ -344,14 +345,17 @@ impl Agent {
                     of,
                     asked: Instant::now(),
                     task: tokio::spawn(async move {
-                        super::primary_position::read(engine, &source, &password).await
+                        let read = super::primary_position::read(engine, &source, &password);
+                        (read.await, Instant::now())
                     }),
                 }
             }
         };
         match tokio::time::timeout(POSITION_WAIT, &mut read.task).await {
-            Ok(Ok(Ok((position, history)))) => samples.record(read.asked, position, history),
-            Ok(Ok(Err((e, reach)))) => {
+            Ok(Ok((Ok((position, history)), answered))) => {
+                samples.record(read.asked, answered, position, history)
+            }
+            Ok(Ok((Err((e, reach)), _))) => {
                 samples.failed(read.asked, bulwark_engine::error::chain(&e), reach)
             }
             Ok(Err(ended)) => samples.failed(

@@ -207,6 +207,7 @@ fn with_no_primary_answering_only_this_pods_own_replicas_give_it_a_copy() {
             lag_seconds: None,
             received: String::new(),
             source_unreachable_seconds: Some(30),
+            source_heard_ms: None,
         });
         m
     };

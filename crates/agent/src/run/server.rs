@@ -148,8 +148,12 @@ pub async fn run(
         });
         let shown = mark.update(needed, Instant::now());
         let member = agent.last.observed.as_ref().map(|o| {
-            let unreachable = agent.primary_positions.unreachable_for(Instant::now());
-            member_status(role, o, &decision, clone_port, held, shown, unreachable)
+            let now = Instant::now();
+            let source = crate::decide::report::SourceContact {
+                unreachable: agent.primary_positions.unreachable_for(now),
+                heard_ago: agent.primary_positions.heard_ago(now),
+            };
+            member_status(role, o, &decision, clone_port, held, shown, source)
         });
         *r = Readiness {
             ready: decision.ready,

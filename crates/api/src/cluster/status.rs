@@ -3,7 +3,7 @@
 //! operator's cluster and schedule managers write it (the operator's `cluster/status.rs` and
 //! `schedule::owned_status`).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -74,9 +74,10 @@ pub struct MySQLClusterStatus {
     /// the primary only once its data has been compared with the other members'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_since: Option<Time>,
-    /// Since when the primary has been lost (unset while it is not).
+    /// Since when the primary has been lost (unset while it is not): when it was last heard
+    /// of, to the microsecond, which `failoverAfterSeconds` is counted from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub primary_lost_since: Option<Time>,
+    pub primary_lost_since: Option<MicroTime>,
     /// The latest automatic failover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<FailoverRecord>,

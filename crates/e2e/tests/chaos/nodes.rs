@@ -58,12 +58,14 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
         }
         std::thread::sleep(Duration::from_millis(300));
     };
-    let promoted = promoted_at.map(|(_, t)| t).unwrap_or(f64::NAN);
+    let chosen = promoted_at.map(|(_, t)| t).unwrap_or(f64::NAN);
+    let writable = began.elapsed().as_secs_f64();
     wait_takes_writes(n, &new, password, service);
     let writable_again = began.elapsed().as_secs_f64();
     bulwark_e2e::figure!(
         "chaos, primary's node stopped: counted lost {:.1}s after {lost_node} stopped, {new} \
-         promoted at {promoted:.1}s, writes through {service} land on it at {writable_again:.1}s",
+         chosen at {chosen:.1}s and writable at {writable:.1}s, writes through {service} land \
+         on it at {writable_again:.1}s",
         counted_lost.unwrap_or(f64::NAN)
     );
 

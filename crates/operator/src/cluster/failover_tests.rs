@@ -18,6 +18,7 @@ fn replica(pod: &str, gtid: &str, io: IoState, applied: bool) -> MemberView {
         lag_seconds: None,
         received: String::new(),
         source_unreachable_seconds: None,
+        source_heard_ms: None,
     });
     MemberView {
         pod: pod.into(),

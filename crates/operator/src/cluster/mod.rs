@@ -73,21 +73,31 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     } else {
         Vec::new()
     };
-    let settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set, &read).await?;
-    let plan = &settled.plan;
-    let hold = plan.hold();
-    if let Some(rollout::Step::Restart(pod)) =
-        hold.filter(|h| h.switching.is_none()).map(|h| &h.rollout)
+    let mut settled = primary::settle(&ctx, &cluster, &ns, &applied.stateful_set, &read).await?;
+    if let Some(rollout::Step::Restart(pod)) = settled
+        .plan
+        .hold()
+        .filter(|h| h.switching.is_none())
+        .map(|h| &h.rollout)
     {
         restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
     }
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
-    let ready = report(&cluster, &ctx, &ns, &applied, &settled).await?;
-    if plan.changed() {
-        // The status names the new primary; the next pass moves the members (the status
-        // write wakes the controller too).
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    let (mut ready, written) = report(&cluster, &ctx, &ns, &applied, &settled).await?;
+    if settled.plan.changed() {
+        // The status names the new primary and epoch: the members move now, with the reports
+        // the plan was made from, and the status says how far they got.
+        let set = &applied.stateful_set;
+        settled = primary::carry_out(&ctx, &written, &ns, set, &read, settled).await?;
+        (ready, _) = report(&written, &ctx, &ns, &applied, &settled).await?;
+        if settled.plan.changed() {
+            // Planned again from the same reports, the transition changed again: the next
+            // pass reads the members afresh.
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
     }
+    let plan = &settled.plan;
+    let hold = plan.hold();
     if hold.is_some_and(|h| h.stale.is_some()) {
         // A watch brings the newer status within moments.
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -434,7 +444,7 @@ async fn report(
     ns: &str,
     applied: &Applied,
     settled: &primary::Settled,
-) -> Result<bool> {
+) -> Result<(bool, MySQLCluster)> {
     let st = cluster.status.clone().unwrap_or_default();
     let archive_spec = cluster
         .spec
@@ -480,7 +490,7 @@ async fn report(
             now,
         },
     );
-    write_status(cluster, ctx, ns, &status).await?;
+    let written = write_status(cluster, ctx, ns, &status).await?;
     // Members are compared (and broken ones found) only when the pass carried out a held plan.
     let acted = !(settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()));
     record_state(
@@ -491,17 +501,16 @@ async fn report(
         acted.then_some(settled.broken.len()),
     );
     primary::announce(ctx, cluster, ns, &settled.plan).await;
-    Ok(r.ready_now)
+    Ok((r.ready_now, written))
 }
 
-/// Applies the cluster controller's whole part of the status.
+/// Applies the cluster controller's whole part of the status; the cluster as written.
 async fn write_status(
     cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
     status: &MySQLClusterStatus,
-) -> Result<()> {
+) -> Result<MySQLCluster> {
     let api: Api<MySQLCluster> = Api::namespaced(ctx.client.clone(), ns);
-    apply::apply_status(&api, cluster, status, CLUSTER_MANAGER).await?;
-    Ok(())
+    apply::apply_status(&api, cluster, status, CLUSTER_MANAGER).await
 }

@@ -4,7 +4,7 @@
 //! first (`failover`); then a running switchover completes, is aborted, or keeps running; then a
 //! new switchover starts (one asked for, a scale-down's hand-over, a deleted primary pod's, a
 //! rollout's, in that order); then a rollout may restart a member. A transition that changes the
-//! primary only raises the epoch: the members move in the next pass (`primary`).
+//! primary only raises the epoch: the members move once the status holds it (`primary`).
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use bulwark_contract::semisync::SemiSync;
 use bulwark_contract::Engine;
 use bulwark_contract::Role;
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 
 use super::failover::{self, Failover};
 use super::renewals;
@@ -77,7 +77,7 @@ pub struct Plan {
     /// The epoch of the roles (`status.epoch`).
     pub epoch: u64,
     /// Since when the primary has been lost, if it is.
-    pub lost_since: Option<Time>,
+    pub lost_since: Option<MicroTime>,
     pub transition: Transition,
 }
 
@@ -146,7 +146,7 @@ pub enum Finished {
 }
 
 impl Plan {
-    /// The status names a new primary or epoch; the members move in the next pass.
+    /// The status names a new primary or epoch; the members move once it is written.
     pub fn changed(&self) -> bool {
         !matches!(self.transition, Transition::Hold(_))
     }
@@ -270,7 +270,7 @@ pub fn plan(i: &Inputs) -> Plan {
         lost_since = failover::primary_lost(&primary, i.views).map(|_| {
             counted_lost_since
                 .clone()
-                .unwrap_or_else(|| Time(last_heard(answered, &primary, i.views, i.now)))
+                .unwrap_or_else(|| MicroTime(last_heard(answered, &primary, i.views, i.now)))
         });
         let lost_for = lost_since.as_ref().map(|t| lost_for(t.0, i.now));
         let rules = failover::Rules {
@@ -467,11 +467,12 @@ fn revisit(
 }
 
 /// When a primary first counted lost at `now` was last heard of: its last answer to this
-/// operator's heartbeats (`answered`), or later, when a replica reached its server later (each
-/// says for how long it has failed to). Only the seconds its replicas took to notice are so
-/// taken off `failoverAfterSeconds`, never a silence towards the operator alone (cut off from
-/// it, its replicas kept reaching it): `now` when no answer is known, when a reporting replica
-/// cannot say since when it failed, or for an answer stamped in the future.
+/// operator's heartbeats (`answered`), or later, a replica's last answer from its server (each
+/// says how long ago it came; an agent of the release before, only since when its reads have
+/// failed). Only the time its replicas took to notice is so taken off `failoverAfterSeconds`,
+/// never a silence towards the operator alone (cut off from it, its replicas kept reaching
+/// it): `now` when no answer is known, when a reporting replica cannot say when it last heard
+/// the primary (it does not look), or for an answer stamped in the future.
 pub fn last_heard(
     answered: Option<DateTime<Utc>>,
     primary: &str,
@@ -481,16 +482,18 @@ pub fn last_heard(
     let Some(answered) = answered.filter(|at| *at <= now) else {
         return now;
     };
+    let ago = |ms: u64| chrono::Duration::try_milliseconds(i64::try_from(ms).ok()?);
     let by_replicas = views
         .iter()
         .filter(|v| v.pod != primary)
         .filter_map(|v| v.report.as_ref().ok())
         .map(|r| {
-            r.replication
-                .as_ref()
+            let rep = r.replication.as_ref();
+            let heard = rep.and_then(|rep| rep.source_heard_ms).and_then(ago);
+            let failing = rep
                 .and_then(|rep| rep.source_unreachable_seconds)
-                .and_then(|s| chrono::Duration::try_seconds(i64::try_from(s).ok()?))
-                .map_or(now, |failing| now - failing)
+                .and_then(|s| ago(s.saturating_mul(1000)));
+            heard.or(failing).map_or(now, |d| now - d)
         })
         .max();
     by_replicas
@@ -498,14 +501,17 @@ pub fn last_heard(
         .min(now)
 }
 
-/// How long the primary has been lost at `now`, counted from `since` as the status records it:
-/// to whole seconds, cut down, so up to a second late. Counting one second less keeps a
-/// failover from coming before `failoverAfterSeconds`; it may come up to a second after.
+/// How long the primary has been lost at `now`, counted from `since` as the status records it.
+/// A count written in whole seconds (by the release before, which cut it down) gets the
+/// second back, so that a failover never comes before `failoverAfterSeconds`.
 pub fn lost_for(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
-    (now - since)
-        .to_std()
-        .unwrap_or_default()
-        .saturating_sub(Duration::from_secs(1))
+    use chrono::Timelike;
+    let whole = since.nanosecond() == 0;
+    let counted = (now - since).to_std().unwrap_or_default();
+    match whole {
+        true => counted.saturating_sub(Duration::from_secs(1)),
+        false => counted,
+    }
 }
 
 /// How often a pass looks again while the primary is lost and no event may announce a change.
@@ -514,24 +520,43 @@ pub const LOST_POLL: Duration = Duration::from_secs(5);
 /// How often a pass looks again while the primary gives no report but is not known lost yet.
 pub const SILENT_POLL: Duration = Duration::from_secs(1);
 
-/// When the next pass should run while the primary has been lost since `since`: just after
-/// the takeover time is up, or the lease it may hold has run out (`lease_outstanding` from
-/// now), so a failover is not late by up to a [`LOST_POLL`], and every [`LOST_POLL`] until
-/// then and after it (reports may still change the decision).
+/// Longest a pass waits, with the reports it read, for a lost primary's takeover time (or a
+/// lease it may hold) that runs out within it, rather than leave the decision to a pass that
+/// reads the members again: reading them takes most of this when one is silent (the connection
+/// to it times out), and the decision would come that much late.
+pub const DUE_WAIT: Duration = Duration::from_secs(2);
+
+/// How long until a primary lost since `since` may be replaced, as far as time goes: its
+/// takeover time, and then any lease it may hold (`lease_outstanding` from `now`). `None`
+/// when automatic failover is off.
+pub fn due_in(
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    failover_after: Duration,
+    lease_outstanding: Duration,
+) -> Option<Duration> {
+    (!failover_after.is_zero()).then(|| {
+        failover_after
+            .saturating_sub(lost_for(since, now))
+            .max(lease_outstanding)
+    })
+}
+
+/// When the next pass should run while the primary has been lost since `since`: [`DUE_WAIT`]
+/// before the takeover time is up, or the lease it may hold has run out, so that the pass has
+/// read the members by then and waits out the rest ([`due_in`]); just after it, when it is
+/// nearer; every [`LOST_POLL`] until then and after it (reports may still change the decision).
 pub fn recheck_lost(
     since: DateTime<Utc>,
     now: DateTime<Utc>,
     failover_after: Duration,
     lease_outstanding: Duration,
 ) -> Duration {
-    let left = failover_after
-        .saturating_sub(lost_for(since, now))
-        .max(lease_outstanding);
-    match left {
-        left if !failover_after.is_zero() && !left.is_zero() => {
-            // Past the deadline by a little: a pass exactly at it would find it not yet up.
-            (left + Duration::from_millis(100)).min(LOST_POLL)
-        }
+    // Past the deadline by a little: a pass exactly at it would find it not yet up.
+    let past = Duration::from_millis(100);
+    match due_in(since, now, failover_after, lease_outstanding) {
+        Some(left) if left > DUE_WAIT => (left - DUE_WAIT + past).min(LOST_POLL),
+        Some(left) if !left.is_zero() => left + past,
         _ => LOST_POLL,
     }
 }

@@ -28,7 +28,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             None,
             (Some(12), Some(12)),
             Waiting,
-            Some(Time(now())),
+            Some(MicroTime(now())),
         ),
         (
             "answered 6 s ago, its replicas reached it until 4 s ago: from then",
@@ -36,7 +36,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             Some(6),
             (Some(5), Some(4)),
             Waiting,
-            Some(ago(4)),
+            Some(lost_ago_ms(4000)),
         ),
         (
             "answered and reached 11 s ago: lost longer than failoverAfterSeconds, replaced now",
@@ -52,7 +52,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             Some(hour),
             (Some(5), Some(hour as u64)),
             Waiting,
-            Some(ago(5)),
+            Some(lost_ago_ms(5000)),
         ),
         (
             "a replica that cannot say since when it failed: from this pass",
@@ -60,7 +60,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             Some(12),
             (Some(12), None),
             Waiting,
-            Some(Time(now())),
+            Some(MicroTime(now())),
         ),
         (
             "the count the status keeps stands",
@@ -68,7 +68,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             Some(12),
             (Some(12), Some(12)),
             Waiting,
-            Some(ago(5)),
+            Some(lost_ago_ms(5250)),
         ),
         (
             "an answer stamped in the future: from this pass",
@@ -76,7 +76,7 @@ fn a_silent_primary_is_lost_from_when_it_was_last_heard_of() {
             Some(-3),
             (Some(12), Some(12)),
             Waiting,
-            Some(Time(now())),
+            Some(MicroTime(now())),
         ),
     ];
     for (name, status, answered, (q1, q2), expect, lost_since) in cases {
@@ -101,5 +101,84 @@ fn an_adopted_primary_is_not_lost_from_the_status_primarys_answer() {
     c.answered = Some(now() - chrono::Duration::seconds(30));
     let p = c.plan();
     assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
-    assert_eq!(p.lost_since, Some(Time(now())));
+    assert_eq!(p.lost_since, Some(MicroTime(now())));
+}
+
+/// `primary_gone()` with its replicas' agents last answered by the primary's server this many
+/// milliseconds ago (`None`: they do not say), failing to reach it for 2 s.
+fn heard_ms_ago(quay_1: Option<u64>, quay_2: Option<u64>) -> Vec<MemberView> {
+    let mut views = failing_for(Some(2), Some(2));
+    for (v, ms) in views[1..].iter_mut().zip([quay_1, quay_2]) {
+        let rep = v.report.as_mut().unwrap().replication.as_mut().unwrap();
+        rep.source_heard_ms = ms;
+    }
+    views
+}
+
+#[test]
+fn a_replicas_last_answer_from_the_primary_dates_the_loss_to_the_millisecond() {
+    // (name, the operator's answer that many ms ago, the replicas' last answers, lost since)
+    let cases = [
+        (
+            "the later replica's answer, before its reads began failing",
+            Some(6_000),
+            (Some(3_500), Some(4_200)),
+            lost_ago_ms(3_500),
+        ),
+        (
+            "the operator's answer, when later than the replicas'",
+            Some(800),
+            (Some(1_900), Some(2_400)),
+            lost_ago_ms(800),
+        ),
+        (
+            "a replica of the release before: since its reads failed",
+            Some(6_000),
+            (Some(3_500), None),
+            lost_ago_ms(2_000),
+        ),
+    ];
+    for (name, answered, (q1, q2), lost_since) in cases {
+        let mut c = case(
+            name,
+            serving("quay-0", 1),
+            heard_ms_ago(q1, q2),
+            Outcome::Waiting,
+        );
+        c.answered = answered.map(|ms| now() - chrono::Duration::milliseconds(ms));
+        let p = c.plan();
+        assert_eq!(p.lost_since, Some(lost_since), "{name}");
+    }
+    // A replica that does not look (its receiver stopped) cannot say: from this pass.
+    let mut views = heard_ms_ago(Some(3_500), None);
+    let rep = views[2]
+        .report
+        .as_mut()
+        .unwrap()
+        .replication
+        .as_mut()
+        .unwrap();
+    rep.source_unreachable_seconds = None;
+    let mut c = case("not looking", serving("quay-0", 1), views, Outcome::Waiting);
+    c.answered = Some(now() - chrono::Duration::seconds(6));
+    assert_eq!(c.plan().lost_since, Some(MicroTime(now())));
+}
+
+#[test]
+fn views_used_after_they_were_read_date_their_events_from_then() {
+    let mut views = heard_ms_ago(Some(1_000), None);
+    views[1].report.as_mut().unwrap().followed_ms = Some(2_000);
+    crate::members::aged(&mut views, Duration::from_millis(1_500));
+    let quay_1 = views[1].report.as_ref().unwrap();
+    assert_eq!(quay_1.followed_ms, Some(3_500), "the last renewal");
+    let rep = quay_1.replication.as_ref().unwrap();
+    assert_eq!(rep.source_heard_ms, Some(2_500), "the last answer");
+    assert_eq!(
+        rep.source_unreachable_seconds,
+        Some(2),
+        "whole seconds stay as read (smaller, they only hold a failover back)"
+    );
+    let quay_2 = views[2].report.as_ref().unwrap();
+    assert_eq!(quay_2.replication.as_ref().unwrap().source_heard_ms, None);
+    assert!(views[0].report.is_err(), "no report stays none");
 }

@@ -15,6 +15,11 @@ fn ago(seconds: i64) -> Time {
     Time(now() - chrono::Duration::seconds(seconds))
 }
 
+/// A loss counted from `ms` milliseconds ago, as the status records it.
+fn lost_ago_ms(ms: i64) -> MicroTime {
+    MicroTime(now() - chrono::Duration::milliseconds(ms))
+}
+
 /// The status of a cluster whose primary `primary` has served at `epoch`.
 fn serving(primary: &str, epoch: i64) -> MySQLClusterStatus {
     MySQLClusterStatus {
@@ -27,7 +32,7 @@ fn serving(primary: &str, epoch: i64) -> MySQLClusterStatus {
 
 /// `status` whose primary has been lost for `seconds`.
 fn lost_for(mut status: MySQLClusterStatus, seconds: i64) -> MySQLClusterStatus {
-    status.primary_lost_since = Some(ago(seconds));
+    status.primary_lost_since = Some(lost_ago_ms(seconds * 1000 + 250));
     status
 }
 
@@ -530,7 +535,7 @@ fn members_ahead_of_the_status_name_the_primary_it_lost() {
     views[2].report.as_mut().unwrap().epoch = 2;
     let p = run(lost_for(serving("quay-0", 1), 600), views);
     assert_eq!((p.primary.as_str(), p.epoch), ("quay-1", 2));
-    assert_eq!(p.lost_since, Some(Time(now())));
+    assert_eq!(p.lost_since, Some(MicroTime(now())));
     assert!(matches!(
         p.transition,
         Transition::Hold(Hold {
@@ -705,7 +710,11 @@ fn a_held_pass_keeps_the_primary_and_records_how_long_it_has_been_lost() {
     .plan();
     assert_eq!((waiting.primary.as_str(), waiting.epoch), ("quay-0", 1));
     assert!(!waiting.changed());
-    assert_eq!(waiting.lost_since, Some(ago(5)), "the first loss is kept");
+    assert_eq!(
+        waiting.lost_since,
+        Some(lost_ago_ms(5250)),
+        "the first loss is kept"
+    );
     let fresh = case(
         "fresh",
         serving("quay-0", 1),
@@ -715,7 +724,7 @@ fn a_held_pass_keeps_the_primary_and_records_how_long_it_has_been_lost() {
     .plan();
     assert_eq!(
         fresh.lost_since,
-        Some(Time(now())),
+        Some(MicroTime(now())),
         "lost from this pass on"
     );
 
@@ -739,33 +748,43 @@ fn a_held_pass_keeps_the_primary_and_records_how_long_it_has_been_lost() {
 fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
     let since = now();
     let at = |secs: i64| since + chrono::Duration::seconds(secs);
+    let since_ms = |ms: i64| since + chrono::Duration::milliseconds(ms);
     let after = Duration::from_secs(10);
-    // The status keeps whole seconds: a second is allowed for the cut.
+    // `since` in whole seconds (as the release before wrote it): a second is allowed for the
+    // cut.
     let s = Duration::from_secs;
     let cases = [
         ("just lost: every poll", at(0), after, s(0), LOST_POLL),
         (
-            "3 s left: just after them",
-            at(8),
+            "5 s left: 2 s before them, to read the members and wait out the rest",
+            at(6),
             after,
             s(0),
             Duration::from_millis(3100),
         ),
+        (
+            "1.5 s left: just after them",
+            since_ms(9500),
+            after,
+            s(0),
+            Duration::from_millis(1600),
+        ),
         ("time up: every poll", at(11), after, s(0), LOST_POLL),
         (
-            "time up, a lease outstanding: just after it runs out",
+            "time up, a lease outstanding: 2 s before it runs out",
             at(11),
             after,
-            s(2),
+            s(4),
             Duration::from_millis(2100),
         ),
         (
             "a lease outstanding longer than the takeover time",
             at(8),
             after,
-            s(4),
-            Duration::from_millis(4100),
+            s(5),
+            Duration::from_millis(3100),
         ),
+        ("far off: every poll", at(1), after, s(0), LOST_POLL),
         ("long past: every poll", at(60), after, s(0), LOST_POLL),
         (
             "failover off: every poll",
@@ -778,7 +797,13 @@ fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
     assert_eq!(
         super::lost_for(since, at(10)),
         Duration::from_secs(9),
-        "a second allowed"
+        "a count in whole seconds (the release before's): a second allowed"
+    );
+    let precise = since + chrono::Duration::milliseconds(250);
+    assert_eq!(
+        super::lost_for(precise, at(10)),
+        Duration::from_millis(9750),
+        "to the microsecond"
     );
     assert_eq!(
         super::lost_for(since, at(0)),

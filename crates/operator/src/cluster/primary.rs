@@ -3,10 +3,11 @@
 //! members to the status' primary and epoch in the order
 //! `fencing` gives (labels and signed orders to their agents: every other member read-only
 //! first), the primary's move only after its data was compared (`roles`). A transition that
-//! changes the primary only raises the epoch with the new primary in the status; the members
-//! move in the next pass. `announce` gives the transition's events once the status holds it.
+//! changes the primary only raises the epoch with the new primary in the status; once that is
+//! written, `carry_out` moves the members in the same pass, with the reports the plan was made
+//! from. `announce` gives the transition's events once the status holds it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bulwark_api::cluster::MySQLClusterStatus;
 use bulwark_api::cluster::{FORCE_FAILOVER_ANNOTATION, SWITCHOVER_ANNOTATION};
@@ -55,6 +56,9 @@ pub struct Settled {
     pub lease_outstanding: Duration,
     /// How long until no reporting member renewed a lease lately (`renewals::renewal_wait`).
     pub renewal_wait: Duration,
+    /// The members' views a plan that changed the primary or epoch did not act on, and when
+    /// they were read: [`carry_out`] moves the members with them once the status holds it.
+    pub(super) unacted: Option<(Vec<MemberView>, Instant)>,
 }
 
 /// Settles the primary of `cluster` for this pass; `set`: its StatefulSet as applied; `read`:
@@ -78,6 +82,65 @@ pub async fn settle(
         // The Ready condition and an event say so; every pass would repeat it here.
         tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
     }
+    let seen = Seen {
+        views: crate::members::views(ctx.members.as_ref(), &pods).await,
+        at: Instant::now(),
+        pods,
+        foreign,
+    };
+    decide(ctx, cluster, ns, set, read, seen).await
+}
+
+/// Moves the members once the status holds the transition `settled` planned, in the same
+/// pass: `cluster` as the status write returned it, the views the plan was made from (aged by
+/// the time since). A pass that read the members again would wait on a lost one's connection
+/// once more before the promotion.
+pub async fn carry_out(
+    ctx: &Context,
+    cluster: &MySQLCluster,
+    ns: &str,
+    set: &StatefulSet,
+    read: &[String],
+    settled: Settled,
+) -> Result<Settled> {
+    let Some((mut views, at)) = settled.unacted else {
+        return Ok(settled);
+    };
+    crate::members::aged(&mut views, at.elapsed());
+    let seen = Seen {
+        views,
+        at: Instant::now(),
+        pods: settled.pods,
+        foreign: settled.foreign,
+    };
+    decide(ctx, cluster, ns, set, read, seen).await
+}
+
+/// The members as a pass read them.
+struct Seen {
+    pods: Vec<Pod>,
+    foreign: Vec<String>,
+    views: Vec<MemberView>,
+    /// When the views' reports were read, near enough.
+    at: Instant,
+}
+
+/// Plans the pass from what it saw and, while the primary stays, acts.
+async fn decide(
+    ctx: &Context,
+    cluster: &MySQLCluster,
+    ns: &str,
+    set: &StatefulSet,
+    read: &[String],
+    seen: Seen,
+) -> Result<Settled> {
+    let name = cluster.name_any();
+    let Seen {
+        pods,
+        foreign,
+        mut views,
+        at: seen_at,
+    } = seen;
     let lease = lease_length(cluster);
     let lease_key = lease_key(cluster, ns);
     // Any member may still hold a lease this operator sent it (the adopted primary of a status
@@ -94,10 +157,12 @@ pub async fn settle(
         })
     };
     let (mut lease_outstanding, mut renewals) = leases_now();
-    let views = crate::members::views(ctx.members.as_ref(), &pods).await;
-    let renewal_wait = lease.map_or(Duration::ZERO, |lease| {
-        super::renewals::renewal_wait(&views, lease.max(renewals.longest))
-    });
+    let renewal_wait_of = |views: &[MemberView], renewals: super::failover::RenewalTerms| {
+        lease.map_or(Duration::ZERO, |lease| {
+            super::renewals::renewal_wait(views, lease.max(renewals.longest))
+        })
+    };
+    let mut renewal_wait = renewal_wait_of(&views, renewals);
     let mut status = cluster.status.clone().unwrap_or_default();
     let engine = cluster.spec.engine;
     let failover_after = seconds(cluster.spec.replication.failover_after_seconds);
@@ -115,6 +180,7 @@ pub async fn settle(
         Some(Utc::now() - chrono::Duration::from_std(at.elapsed()).ok()?)
     };
     let plan_from = |status: &MySQLClusterStatus,
+                     views: &[MemberView],
                      status_confirmed: bool,
                      lease_outstanding: Duration,
                      renewals: super::failover::RenewalTerms| {
@@ -135,7 +201,7 @@ pub async fn settle(
                 .get(FORCE_FAILOVER_ANNOTATION)
                 .map(String::as_str),
             semi_sync: super::config::semi_sync(&cluster.spec),
-            views: &views,
+            views,
             rollout: rollout_pods.as_deref(),
             backup_sources: read,
             deleting: &deleting,
@@ -145,7 +211,26 @@ pub async fn settle(
             now: Utc::now(),
         })
     };
-    let mut plan = plan_from(&status, false, lease_outstanding, renewals);
+    let mut plan = plan_from(&status, &views, false, lease_outstanding, renewals);
+    // A lost primary's takeover time that runs out within moments is waited out here, with
+    // the reports just read (aged by the wait), the leases read again after it.
+    let due = plan
+        .lost_since
+        .as_ref()
+        .filter(|_| plan.hold().is_some_and(|h| h.waiting.is_some()))
+        .and_then(|since| {
+            let outstanding = lease_outstanding.max(renewal_wait);
+            plan::due_in(since.0, Utc::now(), failover_after, outstanding)
+        })
+        .filter(|left| !left.is_zero() && *left <= plan::DUE_WAIT);
+    if let Some(left) = due {
+        tracing::debug!(cluster = %name, wait_ms = left.as_millis() as u64, "waiting out the lost primary's takeover time");
+        tokio::time::sleep(left + Duration::from_millis(20)).await;
+        crate::members::aged(&mut views, seen_at.elapsed());
+        (lease_outstanding, renewals) = leases_now();
+        renewal_wait = renewal_wait_of(&views, renewals);
+        plan = plan_from(&status, &views, false, lease_outstanding, renewals);
+    }
     let mut confirmed = false;
     if plan.hold().is_some_and(|h| h.stale.is_some()) {
         // The members are ahead of the copy this pass read: the API server says whether that
@@ -154,7 +239,7 @@ pub async fn settle(
         if let Some(live) = apply::get_opt(&clusters, &name).await? {
             status = live.status.unwrap_or_default();
             confirmed = true;
-            plan = plan_from(&status, true, lease_outstanding, renewals);
+            plan = plan_from(&status, &views, true, lease_outstanding, renewals);
         }
     }
     // A failover is decided only once no heartbeat goes to the lost primary any more: those
@@ -167,7 +252,7 @@ pub async fn settle(
         let again = leases_now();
         if again != (lease_outstanding, renewals) {
             (lease_outstanding, renewals) = again;
-            plan = plan_from(&status, confirmed, lease_outstanding, renewals);
+            plan = plan_from(&status, &views, confirmed, lease_outstanding, renewals);
         }
     }
     let mut settled = Settled {
@@ -180,8 +265,13 @@ pub async fn settle(
         primary_silent: false,
         lease_outstanding,
         renewal_wait,
+        unacted: None,
     };
-    if settled.plan.changed() || settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
+    if settled.plan.changed() {
+        settled.unacted = Some((views, seen_at));
+        return Ok(settled);
+    }
+    if settled.plan.hold().is_some_and(|h| h.stale.is_some()) {
         return Ok(settled);
     }
     // The failover at this epoch that chose the primary, if one did; the lost primary it

@@ -416,6 +416,7 @@ mod tests {
             primary_silent: false,
             lease_outstanding: std::time::Duration::ZERO,
             renewal_wait: std::time::Duration::ZERO,
+            unacted: None,
         }
     }
 

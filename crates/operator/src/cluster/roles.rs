@@ -193,6 +193,7 @@ pub(super) fn sample_view(
         lag_seconds: Some(l),
         received: String::new(),
         source_unreachable_seconds: None,
+        source_heard_ms: None,
     });
     MemberView {
         pod: pod.into(),
@@ -225,6 +226,7 @@ mod tests {
             lag_seconds: None,
             received: String::new(),
             source_unreachable_seconds: None,
+            source_heard_ms: None,
         };
         let view = |pod: &str, gtid: &str, ready: bool, rep: Option<MemberReplication>| {
             let mut r = sample_report(gtid);

@@ -136,6 +136,7 @@ mod tests {
     use super::*;
     use crate::cluster::plan::Hold;
     use bulwark_api::cluster::{BackupRecord, DrillsStatus, ScheduleStatus, SwitchoverRecord};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
     fn at(s: &str) -> Time {
         Time(s.parse().unwrap())
@@ -166,7 +167,7 @@ mod tests {
             ready_replicas: Some(3),
             current_primary: Some("quay-1".into()),
             primary_since: Some(at("2026-11-01T00:00:00Z")),
-            primary_lost_since: Some(at("2026-11-02T00:00:00Z")),
+            primary_lost_since: Some(MicroTime(at("2026-11-02T00:00:00Z").0)),
             last_failover: Some(FailoverRecord {
                 from: "quay-0".into(),
                 to: "quay-1".into(),

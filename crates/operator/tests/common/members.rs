@@ -145,6 +145,7 @@ pub fn obey(report: &mut MemberStatus, order: &RoleOrder) {
                 lag_seconds: Some(0),
                 received: String::new(),
                 source_unreachable_seconds: None,
+                source_heard_ms: None,
             });
         }
     }
