@@ -105,8 +105,9 @@ pub struct MemberReplication {
     pub received: String,
     /// Seconds since this replica's agent began failing to reach its primary's server over a
     /// fresh connection (each pass it reads the primary's position, while its applier runs and
-    /// its receiver runs or connects: from the start of the first read that got no answer);
-    /// `None` while it reaches it, or when it does not look. A receiver whose
+    /// its receiver runs or connects: from the start of the first read that got no answer, or
+    /// none within a second), as of the answer; `None` while it reaches it, or when it does not
+    /// look. A receiver whose
     /// stream died says it runs until
     /// `slave_net_timeout` has passed; a fresh connection that fails shows at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,9 +121,10 @@ pub struct MemberReplication {
 }
 
 /// How long a replica's agent must have failed to reach its primary before the replica no
-/// longer counts as receiving from it, whatever its receiver says: two failed reads at the
-/// agent's default interval, so that one lost connection does not count.
-pub const SOURCE_UNREACHABLE_AFTER_SECONDS: u64 = 4;
+/// longer counts as receiving from it, whatever its receiver says: a read left unanswered for
+/// the whole of its time (3 s), so that one lost connection setup (sent again after 1 s) does
+/// not count.
+pub const SOURCE_UNREACHABLE_AFTER_SECONDS: u64 = 3;
 
 impl MemberReplication {
     /// Whether this replica receives from its primary: its receiver runs and, as far as its

@@ -17,6 +17,9 @@ use bulwark_contract::Engine;
 /// default 2 s interval.
 const KEPT: usize = 1024;
 
+/// How long a read of the primary's position may go unanswered before it counts as no answer.
+pub const SLOW_ANSWER: Duration = Duration::from_secs(1);
+
 /// What a failed read of the primary's position says of the way to its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reach {
@@ -148,6 +151,16 @@ impl SourceSamples {
                 self.heard = Some(at);
             }
             Reach::NoAnswer | Reach::Unknown => {}
+        }
+    }
+
+    /// A read of the primary's pod begun at `at` still has no answer at `now`: a live server
+    /// answers within milliseconds, so one that has not for [`SLOW_ANSWER`] starts (or
+    /// continues) a run of failures as a read that got none would, without waiting out the
+    /// read's own timeout. An answer that comes after all ends the run.
+    pub fn unanswered(&mut self, at: Instant, now: Instant) {
+        if !self.through_service && now.saturating_duration_since(at) >= SLOW_ANSWER {
+            self.failing_since.get_or_insert(at);
         }
     }
 

@@ -305,3 +305,28 @@ fn the_primary_was_last_heard_when_its_last_answer_came() {
     samples.follow("quay-1.quay-headless", 1, false);
     assert_eq!(samples.heard_ago(t + secs(13)), None);
 }
+
+#[test]
+fn a_read_long_without_an_answer_starts_a_run_of_failures_from_its_ask() {
+    let t = Instant::now();
+    let mut samples = SourceSamples::default();
+    samples.follow("quay-0.quay-headless", 0, false);
+    samples.unanswered(t, t + Duration::from_millis(300));
+    assert_eq!(
+        samples.unreachable_for(t + secs(1)),
+        None,
+        "a slow answer is no failure yet"
+    );
+    samples.unanswered(t, t + secs(2));
+    assert_eq!(samples.unreachable_for(t + secs(3)), Some(secs(3)));
+    // Its timeout later does not move the run's start.
+    samples.failed(t, "timed out".into(), Reach::NoAnswer);
+    assert_eq!(samples.unreachable_for(t + secs(4)), Some(secs(4)));
+    // An answer that comes after all ends it.
+    samples.record(t + secs(4), t + secs(4), "0-100-5".into(), String::new());
+    assert_eq!(samples.unreachable_for(t + secs(5)), None);
+    // Through the primary Service a primary that is merely not ready is no failure.
+    samples.follow("quay-primary", 0, true);
+    samples.unanswered(t + secs(6), t + secs(9));
+    assert_eq!(samples.unreachable_for(t + secs(9)), None);
+}

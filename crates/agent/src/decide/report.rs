@@ -17,6 +17,16 @@ pub struct SourceContact {
     pub heard_ago: Option<Duration>,
 }
 
+impl SourceContact {
+    /// The same, `by` later.
+    pub fn aged(self, by: Duration) -> SourceContact {
+        SourceContact {
+            unreachable: self.unreachable.map(|d| d + by),
+            heard_ago: self.heard_ago.map(|d| d + by),
+        }
+    }
+}
+
 /// The report of `/status` from a pass's role, observation and decision; `source`: what a
 /// replica's agent found of the way to its primary.
 pub fn member_status(

@@ -14,6 +14,8 @@ use bulwark_contract::member::MemberStatus;
 pub use bulwark_http::serve;
 use bulwark_http::Limits;
 
+use crate::decide::report::SourceContact;
+
 /// What `/readyz` answers.
 #[derive(Debug, Clone)]
 pub(crate) struct Readiness {
@@ -29,6 +31,9 @@ pub(crate) struct Readiness {
     /// When this agent last renewed (or tried to renew) its primary's lease, taken under the
     /// same lock as the report it renewed on (`follow`); the agent's start until it has.
     pub(crate) followed: Instant,
+    /// What the pass found of the way to its primary's server, as of `at`: the report gives it
+    /// as of the answer.
+    pub(crate) source: SourceContact,
 }
 
 /// What the agent's passes leave for `/status`, and how to ask for a fresh one.
@@ -81,9 +86,14 @@ pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
     match r.member {
         Some(mut m) if age <= p.stale_after => {
             m.age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-            // As of the answer, like the renewal's age below.
+            // As of the answer, like the renewal's age below: the operator dates a lost
+            // primary's silence from these, not up to an interval late.
             if let Some(rep) = m.replication.as_mut() {
-                rep.source_heard_ms = rep.source_heard_ms.map(|ms| ms.saturating_add(m.age_ms));
+                let aged = r.source.aged(age);
+                rep.source_unreachable_seconds = aged.unreachable.map(|d| d.as_secs());
+                rep.source_heard_ms = aged
+                    .heard_ago
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             }
             m.followed_ms =
                 Some(u64::try_from(r.followed.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -376,6 +386,7 @@ mod tests {
             member: Some(member(reason)),
             settled: true,
             followed: started,
+            source: SourceContact::default(),
         }
     }
 

@@ -30,8 +30,10 @@ const ER_ACCESS_DENIED: u32 = 1045;
 /// Longest a pass waits for its read of the primary's position; a slower read finishes in
 /// the background and counts in a later pass. Without the bound a primary that does not
 /// answer would stretch every pass to the read's timeout, and with them the orders a
-/// failover sends and the report that tells the operator the primary is gone.
-const POSITION_WAIT: Duration = Duration::from_secs(1);
+/// failover sends and the report that tells the operator the primary is gone. A promotion
+/// order that comes while a pass waits on a dead primary's read starts its pass after it: the
+/// bound is short (a live primary answers within milliseconds).
+const POSITION_WAIT: Duration = Duration::from_millis(300);
 
 /// The answer of a read of the primary's position: what it held, or why none came.
 type PositionAnswer = Result<(String, String), (AgentError, crate::decide::caught_up::Reach)>;
@@ -364,7 +366,10 @@ impl Agent {
                 crate::decide::caught_up::Reach::Unknown,
             ),
             // Still under way: this pass judges on what earlier reads found.
-            Err(_) => self.position_read = Some(read),
+            Err(_) => {
+                samples.unanswered(read.asked, Instant::now());
+                self.position_read = Some(read);
+            }
         }
         // A receiver that reconnects is not judged (its readiness says it connects), and two
         // judgments in a row that find it diverging are two of a running receiver.

@@ -19,7 +19,7 @@ use super::observe::{self, STATEMENT_TIMEOUT};
 use super::orders::Orders;
 use super::pass::Agent;
 use crate::decide::handover;
-use crate::decide::report::member_status;
+use crate::decide::report::{member_status, SourceContact};
 use crate::decide::topology::Decision;
 
 /// Longest a `/status?fresh` request waits for a pass that began after it.
@@ -58,6 +58,7 @@ pub async fn run(
         settled: false,
         // The process before may have renewed a moment ago.
         followed: Instant::now(),
+        source: SourceContact::default(),
     }));
     let orders = Arc::new(Orders::load(
         config.pod_name.clone(),
@@ -147,22 +148,25 @@ pub async fn run(
             handover::pending(primary, o.read_only, o.replicas_attached, held)
         });
         let shown = mark.update(needed, Instant::now());
-        let member = agent.last.observed.as_ref().map(|o| {
-            let now = Instant::now();
-            let source = crate::decide::report::SourceContact {
-                unreachable: agent.primary_positions.unreachable_for(now),
-                heard_ago: agent.primary_positions.heard_ago(now),
-            };
-            member_status(role, o, &decision, clone_port, held, shown, source)
-        });
+        let now = Instant::now();
+        let source = SourceContact {
+            unreachable: agent.primary_positions.unreachable_for(now),
+            heard_ago: agent.primary_positions.heard_ago(now),
+        };
+        let member = agent
+            .last
+            .observed
+            .as_ref()
+            .map(|o| member_status(role, o, &decision, clone_port, held, shown, source));
         *r = Readiness {
             ready: decision.ready,
             reason: decision.reason,
-            at: Instant::now(),
+            at: now,
             started: began,
             member,
             settled: decision.action.is_none(),
             followed: r.followed,
+            source,
         };
         drop(r);
         passed.send_replace(());

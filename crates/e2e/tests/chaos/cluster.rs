@@ -104,6 +104,32 @@ pub(crate) fn wait_replicas_hold_primary_rows(n: &str, password: &str, primary: 
 }
 
 /// The cluster's status, `None` when it could not be read (a sample to skip, not a verdict).
+/// Seconds since the Unix epoch, now.
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(f64::NAN, |d| d.as_secs_f64())
+}
+
+/// An RFC 3339 time as seconds since the Unix epoch (`date` reads it).
+pub(crate) fn unix_seconds(rfc3339: &str) -> Option<f64> {
+    let out = std::process::Command::new("date")
+        .args(["-d", rfc3339, "+%s.%N"])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+}
+
+/// When `pod`'s agent last logged that it applied `action`, in seconds since the Unix epoch
+/// (its log's own stamp: the samples above are a second or more apart).
+pub(crate) fn agent_applied_at(n: &str, pod: &str, action: &str) -> Option<f64> {
+    let log = bulwark_e2e::try_kubectl(&["logs", "-n", n, pod, "-c", "agent"]).ok()?;
+    let wanted = format!("\"action\":\"{action}\"");
+    let line = log.lines().rev().find(|l| l.contains(&wanted))?;
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    unix_seconds(v["timestamp"].as_str()?)
+}
+
 pub(crate) fn cluster_status(n: &str) -> Option<serde_json::Value> {
     get_json(n, &format!("mysqlcluster/{CLUSTER}")).map(|c| c["status"].clone())
 }

@@ -17,6 +17,7 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     let lost_node = node_of(n, old);
     let uid = bulwark_e2e::pod_uid(n, old);
     let began = Instant::now();
+    let began_unix = unix_now();
     let stopped = StoppedNode::stop(&lost_node);
     // Its server is gone with the node (so not sampling it below hides nothing): killed, it
     // takes a moment to exit (a large process tears its memory down, then waits to be reaped).
@@ -31,6 +32,8 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     // Sampled until writes land on a new primary: at most one member is writable at any time.
     let mut promoted_at = None;
     let mut counted_lost = None;
+    // When the operator dates the loss from: the primary's last answer to anyone.
+    let mut last_heard = None;
     let new = loop {
         let writable = writable_members(n, password, Some(old));
         assert!(
@@ -43,6 +46,9 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
                 (Some(p), _) if p != old => promoted_at = Some((p, began.elapsed().as_secs_f64())),
                 (_, true) if counted_lost.is_none() => {
                     counted_lost = Some(began.elapsed().as_secs_f64());
+                    last_heard = cluster_status(n)
+                        .and_then(|s| unix_seconds(s["primaryLostSince"].as_str()?))
+                        .map(|at| at - began_unix);
                 }
                 _ => {}
             }
@@ -62,10 +68,15 @@ fn the_primarys_node_stops_and_returns_without_losing_an_acknowledged_row() {
     let writable = began.elapsed().as_secs_f64();
     wait_takes_writes(n, &new, password, service);
     let writable_again = began.elapsed().as_secs_f64();
+    // To the millisecond, from the agent's log.
+    let made_writable =
+        agent_applied_at(n, &new, "set-writable").map_or(f64::NAN, |at| at - began_unix);
     bulwark_e2e::figure!(
-        "chaos, primary's node stopped: counted lost {:.1}s after {lost_node} stopped, {new} \
-         chosen at {chosen:.1}s and writable at {writable:.1}s, writes through {service} land \
-         on it at {writable_again:.1}s",
+        "chaos, primary's node stopped: {old} last heard {:.1}s after {lost_node} began to \
+         stop, counted lost at {:.1}s, {new} chosen at {chosen:.1}s and made writable at \
+         {made_writable:.2}s (seen at {writable:.1}s), writes through {service} land on it at \
+         {writable_again:.1}s",
+        last_heard.unwrap_or(f64::NAN),
         counted_lost.unwrap_or(f64::NAN)
     );
 

@@ -133,7 +133,7 @@ fn decisions() {
             "not lost while a receiving replica's agent failed to reach the primary only briefly",
             vec![
                 gone("db-0"),
-                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 3),
+                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 2),
             ],
             lost(300),
             AFTER,
@@ -143,7 +143,7 @@ fn decisions() {
             "lost once the agents of the replicas whose receivers run cannot reach the primary",
             vec![
                 gone("db-0"),
-                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 4),
+                unreachable(replica("db-1", "0-100-9", IoState::Running, true), 3),
                 unreachable(replica("db-2", "0-100-9", IoState::Running, true), 9),
             ],
             lost(31),

@@ -517,8 +517,9 @@ pub fn lost_for(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 /// How often a pass looks again while the primary is lost and no event may announce a change.
 pub const LOST_POLL: Duration = Duration::from_secs(5);
 
-/// How often a pass looks again while the primary gives no report but is not known lost yet.
-pub const SILENT_POLL: Duration = Duration::from_secs(1);
+/// How often a pass looks again while the primary gives no report but is not known lost yet
+/// (a pass itself takes over a second then: the silent member's connection times out).
+pub const SILENT_POLL: Duration = Duration::from_millis(500);
 
 /// Longest a pass waits, with the reports it read, for a lost primary's takeover time (or a
 /// lease it may hold) that runs out within it, rather than leave the decision to a pass that
