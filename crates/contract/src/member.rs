@@ -113,7 +113,8 @@ pub struct MemberReplication {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_unreachable_seconds: Option<u64>,
     /// Milliseconds since this replica's agent last had an answer from its primary's server
-    /// (the end of its last read of the primary's position that succeeded), as of the answer;
+    /// (the end of its last read of the primary's position that the server answered, an error
+    /// included), as of the answer;
     /// `None` while it does not look, or has had no answer from this primary at this epoch.
     /// The operator counts a lost primary's silence from the latest such answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]

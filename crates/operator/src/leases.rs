@@ -76,6 +76,9 @@ struct UnderWay {
     until: Instant,
     /// The renewals it asks for.
     asked: Option<Asked>,
+    /// When it was prepared: its connection is made, or it is dropped, within
+    /// [`crate::members::HEARTBEAT_CONNECT_TIMEOUT`] of its sending, which follows at once.
+    prepared: Instant,
 }
 
 /// A heartbeat answered.
@@ -256,6 +259,19 @@ impl Leases {
         (ends + LEASE_MARGIN).saturating_duration_since(Instant::now())
     }
 
+    /// When every heartbeat to `cluster`'s members under way now has either connected or been
+    /// dropped as never delivered, if one may still be connecting: a failover about to read
+    /// the leases waits for that rather than count a heartbeat that will prove never
+    /// delivered, and be put off by a whole poll.
+    pub fn connecting_until(&self, cluster: &str) -> Option<Instant> {
+        let now = Instant::now();
+        self.under_way_of(cluster)
+            .iter()
+            .map(|u| u.prepared + crate::members::HEARTBEAT_CONNECT_TIMEOUT)
+            .filter(|t| *t > now)
+            .max()
+    }
+
     /// The heartbeats to `cluster`'s members under way now.
     fn under_way_of(&self, cluster: &str) -> Vec<UnderWay> {
         self.under_way
@@ -432,6 +448,7 @@ impl Leases {
                     pod_key: format!("{cluster}/{}", holder.pod),
                     until,
                     asked,
+                    prepared: Instant::now(),
                 },
             );
         let line = Heartbeat {

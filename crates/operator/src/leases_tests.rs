@@ -267,3 +267,28 @@ fn heartbeats_under_way_count_until_settled_and_only_those_that_may_have_arrived
     assert!(outstanding(&leases) > s(23));
     assert!(leases.under_way.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_failover_knows_until_when_a_heartbeat_under_way_may_still_be_connecting() {
+    let leases = Leases::started_at(Instant::now() - MAX_FOLLOWED_FOR - Duration::from_secs(60));
+    assert_eq!(
+        leases.connecting_until("ns/quay"),
+        None,
+        "nothing under way"
+    );
+    leases.renew("ns/quay", holder("quay-0", 6), b"k".to_vec());
+    let before = Instant::now();
+    let (_, _, number) = leases.prepare("ns/quay").unwrap();
+    let until = leases
+        .connecting_until("ns/quay")
+        .expect("one is connecting");
+    assert!(until >= before + crate::members::HEARTBEAT_CONNECT_TIMEOUT);
+    assert!(until <= Instant::now() + crate::members::HEARTBEAT_CONNECT_TIMEOUT);
+    assert_eq!(
+        leases.connecting_until("ns/other"),
+        None,
+        "another cluster's"
+    );
+    leases.settle(number, false);
+    assert_eq!(leases.connecting_until("ns/quay"), None, "settled");
+}

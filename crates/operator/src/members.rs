@@ -191,6 +191,24 @@ pub async fn views(members: &dyn Members, pods: &[Pod]) -> Vec<MemberView> {
     .await
 }
 
+/// The views read again for the members that reported in them, concurrently; the others keep
+/// their failure (a member silent a moment ago is not waited on again).
+pub async fn reread(members: &dyn Members, pods: &[Pod], views: &mut [MemberView]) {
+    let fresh = futures::future::join_all(views.iter().map(|v| async move {
+        let pod = pods.iter().find(|p| p.name_any() == v.pod);
+        match (&v.report, pod) {
+            (Ok(_), Some(pod)) => Some(members.report(pod, false).await),
+            _ => None,
+        }
+    }))
+    .await;
+    for (view, report) in views.iter_mut().zip(fresh) {
+        if let Some(report) = report {
+            view.report = report;
+        }
+    }
+}
+
 /// The views as they stand `by` after they were read: the ages their reports give (of the
 /// report, of the last renewal, of the last answer from the primary) grow by it, so that a
 /// decision made later with them still dates those events right. What a report says in whole

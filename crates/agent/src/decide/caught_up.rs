@@ -97,7 +97,10 @@ pub struct SourceSamples {
     failure: Option<String>,
     /// When the reads that fail since the last one that succeeded began.
     failing_since: Option<Instant>,
-    /// When the last read that succeeded got its answer, while reads go on.
+    /// The run was begun by a read still unanswered ([`SourceSamples::unanswered`]), which
+    /// has not ended yet: undone if it ends saying nothing of the server.
+    provisional: bool,
+    /// When the last read the server answered in any way got its answer, while reads go on.
     heard: Option<Instant>,
     /// The last judgment found the replica holding what the primary lacks: a second in a row
     /// says so (MySQL adds a GTID to its set only after a semi-sync replica acknowledged it).
@@ -123,6 +126,7 @@ impl SourceSamples {
     pub fn record(&mut self, at: Instant, answered: Instant, position: String, history: String) {
         self.failure = None;
         self.failing_since = None;
+        self.provisional = false;
         self.heard = Some(answered);
         self.samples.push_back(Sample {
             at,
@@ -134,33 +138,41 @@ impl SourceSamples {
         }
     }
 
-    /// Notes a read begun at `at` that failed. Only a read of the primary's pod that nothing
-    /// answered starts (or continues) a run of failures: through the Service a primary that
-    /// is merely not ready (its agent dead, its server running) fails the same way, and a
-    /// server that answers with an error runs.
-    pub fn failed(&mut self, at: Instant, error: String, reach: Reach) {
+    /// Notes a read begun at `at` that failed, its end at `ended`. Only a read of the
+    /// primary's pod that nothing answered starts (or continues) a run of failures: through
+    /// the Service a primary that is merely not ready (its agent dead, its server running)
+    /// fails the same way, and a server that answers with an error runs (heard then).
+    pub fn failed(&mut self, at: Instant, ended: Instant, error: String, reach: Reach) {
         self.failure = Some(error);
         self.diverging = false;
+        let provisional = std::mem::replace(&mut self.provisional, false);
         match reach {
             Reach::NoAnswer if !self.through_service => {
                 self.failing_since.get_or_insert(at);
             }
             Reach::Answered => {
-                // An error answer comes at once: the ask is when it was heard.
                 self.failing_since = None;
-                self.heard = Some(at);
+                self.heard = Some(ended);
             }
+            // A run this read began while unanswered says nothing once it ends so.
+            Reach::Unknown if provisional => self.failing_since = None,
             Reach::NoAnswer | Reach::Unknown => {}
         }
     }
 
-    /// A read of the primary's pod begun at `at` still has no answer at `now`: a live server
-    /// answers within milliseconds, so one that has not for [`SLOW_ANSWER`] starts (or
+    /// A read of the primary's pod whose connection began at `at` (once its name resolved: a
+    /// slow name service says nothing of the server) still has no answer at `now`: a live
+    /// server answers within milliseconds, so one that has not for [`SLOW_ANSWER`] starts (or
     /// continues) a run of failures as a read that got none would, without waiting out the
-    /// read's own timeout. An answer that comes after all ends the run.
+    /// read's own timeout. An answer that comes after all ends the run; an end that says
+    /// nothing of the server undoes a run the read began.
     pub fn unanswered(&mut self, at: Instant, now: Instant) {
-        if !self.through_service && now.saturating_duration_since(at) >= SLOW_ANSWER {
-            self.failing_since.get_or_insert(at);
+        if !self.through_service
+            && self.failing_since.is_none()
+            && now.saturating_duration_since(at) >= SLOW_ANSWER
+        {
+            self.failing_since = Some(at);
+            self.provisional = true;
         }
     }
 
@@ -170,6 +182,7 @@ impl SourceSamples {
     pub fn not_read(&mut self) {
         self.failure = None;
         self.failing_since = None;
+        self.provisional = false;
         self.heard = None;
     }
 

@@ -206,7 +206,7 @@ fn judge() {
             samples.record(at, at, position.clone(), (*history).to_owned());
         }
         if let Some(error) = c.failure {
-            samples.failed(observed, error.to_owned(), Reach::NoAnswer);
+            samples.failed(observed, observed, error.to_owned(), Reach::NoAnswer);
         }
         let replica = Holding {
             engine: c.engine,
@@ -256,25 +256,55 @@ fn a_run_of_failed_reads_is_timed_from_its_first_unanswered_one() {
     let mut samples = SourceSamples::default();
     samples.follow("quay-0.quay-headless", 0, false);
     assert_eq!(samples.unreachable_for(t), None);
-    samples.failed(t, "timed out".into(), Reach::NoAnswer);
-    samples.failed(t + secs(5), "timed out".into(), Reach::NoAnswer);
+    samples.failed(t, t, "timed out".into(), Reach::NoAnswer);
+    samples.failed(
+        t + secs(5),
+        t + secs(5),
+        "timed out".into(),
+        Reach::NoAnswer,
+    );
     assert_eq!(samples.unreachable_for(t + secs(8)), Some(secs(8)));
     // A name that does not resolve tells nothing either way.
-    samples.failed(t + secs(8), "no such host".into(), Reach::Unknown);
+    samples.failed(
+        t + secs(8),
+        t + secs(8),
+        "no such host".into(),
+        Reach::Unknown,
+    );
     assert_eq!(samples.unreachable_for(t + secs(9)), Some(secs(9)));
     // A server that answers with an error runs.
-    samples.failed(t + secs(9), "too many connections".into(), Reach::Answered);
+    samples.failed(
+        t + secs(9),
+        t + secs(9),
+        "too many connections".into(),
+        Reach::Answered,
+    );
     assert_eq!(samples.unreachable_for(t + secs(10)), None);
-    samples.failed(t + secs(10), "refused".into(), Reach::NoAnswer);
+    samples.failed(
+        t + secs(10),
+        t + secs(10),
+        "refused".into(),
+        Reach::NoAnswer,
+    );
     samples.record(t + secs(11), t + secs(11), "0-100-5".into(), String::new());
     assert_eq!(samples.unreachable_for(t + secs(12)), None);
-    samples.failed(t + secs(13), "refused".into(), Reach::NoAnswer);
+    samples.failed(
+        t + secs(13),
+        t + secs(13),
+        "refused".into(),
+        Reach::NoAnswer,
+    );
     assert_eq!(samples.unreachable_for(t + secs(14)), Some(secs(1)));
     samples.not_read();
     assert_eq!(samples.unreachable_for(t + secs(15)), None);
     // Through the primary Service, a primary that is merely not ready fails the same way.
     samples.follow("quay-primary", 0, true);
-    samples.failed(t + secs(16), "timed out".into(), Reach::NoAnswer);
+    samples.failed(
+        t + secs(16),
+        t + secs(16),
+        "timed out".into(),
+        Reach::NoAnswer,
+    );
     assert_eq!(samples.unreachable_for(t + secs(30)), None);
 }
 
@@ -291,11 +321,21 @@ fn the_primary_was_last_heard_when_its_last_answer_came() {
         "from the answer, not the ask"
     );
     // Failed reads leave the last answer standing, and time the run apart.
-    samples.failed(t + secs(4), "timed out".into(), Reach::NoAnswer);
+    samples.failed(
+        t + secs(4),
+        t + secs(4),
+        "timed out".into(),
+        Reach::NoAnswer,
+    );
     assert_eq!(samples.heard_ago(t + secs(8)), Some(secs(7)));
     assert_eq!(samples.unreachable_for(t + secs(8)), Some(secs(4)));
     // A server that answers with an error runs: heard then.
-    samples.failed(t + secs(9), "too many connections".into(), Reach::Answered);
+    samples.failed(
+        t + secs(9),
+        t + secs(9),
+        "too many connections".into(),
+        Reach::Answered,
+    );
     assert_eq!(samples.heard_ago(t + secs(10)), Some(secs(1)));
     // Reads that stop say nothing of the primary now.
     samples.not_read();
@@ -320,7 +360,7 @@ fn a_read_long_without_an_answer_starts_a_run_of_failures_from_its_ask() {
     samples.unanswered(t, t + secs(2));
     assert_eq!(samples.unreachable_for(t + secs(3)), Some(secs(3)));
     // Its timeout later does not move the run's start.
-    samples.failed(t, "timed out".into(), Reach::NoAnswer);
+    samples.failed(t, t + secs(3), "timed out".into(), Reach::NoAnswer);
     assert_eq!(samples.unreachable_for(t + secs(4)), Some(secs(4)));
     // An answer that comes after all ends it.
     samples.record(t + secs(4), t + secs(4), "0-100-5".into(), String::new());
@@ -329,4 +369,33 @@ fn a_read_long_without_an_answer_starts_a_run_of_failures_from_its_ask() {
     samples.follow("quay-primary", 0, true);
     samples.unanswered(t + secs(6), t + secs(9));
     assert_eq!(samples.unreachable_for(t + secs(9)), None);
+}
+
+#[test]
+fn a_run_an_unanswered_read_began_is_undone_when_it_ends_saying_nothing() {
+    let t = Instant::now();
+    let mut samples = SourceSamples::default();
+    samples.follow("quay-0.quay-headless", 0, false);
+    samples.unanswered(t, t + secs(2));
+    assert_eq!(samples.unreachable_for(t + secs(2)), Some(secs(2)));
+    samples.failed(t, t + secs(3), "connection closed".into(), Reach::Unknown);
+    assert_eq!(samples.unreachable_for(t + secs(3)), None);
+    // A run that a read with no answer began stays whatever a later one says.
+    samples.failed(
+        t + secs(4),
+        t + secs(7),
+        "timed out".into(),
+        Reach::NoAnswer,
+    );
+    samples.unanswered(t + secs(8), t + secs(10));
+    samples.failed(t + secs(8), t + secs(11), "closed".into(), Reach::Unknown);
+    assert_eq!(samples.unreachable_for(t + secs(12)), Some(secs(8)));
+    // An error answer is heard when it came, not when it was asked.
+    samples.failed(
+        t + secs(12),
+        t + secs(14),
+        "too many connections".into(),
+        Reach::Answered,
+    );
+    assert_eq!(samples.heard_ago(t + secs(15)), Some(secs(1)));
 }

@@ -2,7 +2,7 @@
 //! [`topology::decide`] name the one action, and apply it. What the agent remembers between
 //! passes lives here, grouped by what it is about; failures become the not-ready reason.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bulwark_contract::order::Standing;
@@ -43,6 +43,8 @@ pub(super) struct PositionRead {
     /// The primary read and the epoch it was read at.
     of: (Source, u64),
     asked: Instant,
+    /// When its name resolved and the connection began.
+    resolved: Arc<OnceLock<Instant>>,
     /// The answer and when it came.
     task: tokio::task::JoinHandle<(PositionAnswer, Instant)>,
 }
@@ -343,11 +345,14 @@ impl Agent {
                     read.task.abort();
                 }
                 let (engine, password) = (observed.engine, creds.replication.clone());
+                let resolved = Arc::new(OnceLock::new());
+                let set = Arc::clone(&resolved);
                 PositionRead {
                     of,
                     asked: Instant::now(),
+                    resolved,
                     task: tokio::spawn(async move {
-                        let read = super::primary_position::read(engine, &source, &password);
+                        let read = super::primary_position::read(engine, &source, &password, &set);
                         (read.await, Instant::now())
                     }),
                 }
@@ -357,17 +362,22 @@ impl Agent {
             Ok(Ok((Ok((position, history)), answered))) => {
                 samples.record(read.asked, answered, position, history)
             }
-            Ok(Ok((Err((e, reach)), _))) => {
-                samples.failed(read.asked, bulwark_engine::error::chain(&e), reach)
+            Ok(Ok((Err((e, reach)), ended))) => {
+                // A run of failures starts with the connection, not the name's lookup.
+                let began = read.resolved.get().copied().unwrap_or(read.asked);
+                samples.failed(began, ended, bulwark_engine::error::chain(&e), reach)
             }
             Ok(Err(ended)) => samples.failed(
                 read.asked,
+                Instant::now(),
                 format!("the read of the primary's position ended: {ended}"),
                 crate::decide::caught_up::Reach::Unknown,
             ),
             // Still under way: this pass judges on what earlier reads found.
             Err(_) => {
-                samples.unanswered(read.asked, Instant::now());
+                if let Some(connecting) = read.resolved.get() {
+                    samples.unanswered(*connecting, Instant::now());
+                }
                 self.position_read = Some(read);
             }
         }

@@ -3,7 +3,8 @@
 //! not on the replica's idea of its lag (see [`crate::decide::caught_up`]).
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use zeroize::Zeroizing;
@@ -23,11 +24,13 @@ const READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// The primary's `(position, history)`: MariaDB `@@gtid_binlog_pos` and `@@gtid_binlog_state`,
 /// MySQL `@@gtid_executed` twice (its set is whole). On failure, what it says of the way to the
 /// primary's server: a name that does not resolve says nothing of the server (the receiver's
-/// connection, made earlier, may be fine), a server error says it runs.
+/// connection, made earlier, may be fine), a server error says it runs. `resolved` is set
+/// when the name has resolved and the connection begins.
 pub(super) async fn read(
     engine: Engine,
     source: &Source,
     password: &Zeroizing<String>,
+    resolved: &OnceLock<Instant>,
 ) -> Result<(String, String), (AgentError, Reach)> {
     let shown = format!("{}:{}", source.host, source.port);
     let failed = |source: mysql_async::Error| {
@@ -57,6 +60,7 @@ pub(super) async fn read(
     if addresses.is_empty() {
         return Err(unresolved());
     }
+    let _ = resolved.set(Instant::now());
     let read = async {
         // Each address in turn, as the server's own replication client does.
         let mut last = None;

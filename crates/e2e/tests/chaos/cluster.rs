@@ -103,7 +103,6 @@ pub(crate) fn wait_replicas_hold_primary_rows(n: &str, password: &str, primary: 
     }
 }
 
-/// The cluster's status, `None` when it could not be read (a sample to skip, not a verdict).
 /// Seconds since the Unix epoch, now.
 pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -130,6 +129,7 @@ pub(crate) fn agent_applied_at(n: &str, pod: &str, action: &str) -> Option<f64> 
     unix_seconds(v["timestamp"].as_str()?)
 }
 
+/// The cluster's status, `None` when it could not be read (a sample to skip, not a verdict).
 pub(crate) fn cluster_status(n: &str) -> Option<serde_json::Value> {
     get_json(n, &format!("mysqlcluster/{CLUSTER}")).map(|c| c["status"].clone())
 }

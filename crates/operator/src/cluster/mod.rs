@@ -89,12 +89,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         // the plan was made from, and the status says how far they got.
         let set = &applied.stateful_set;
         settled = primary::carry_out(&ctx, &written, &ns, set, &read, settled).await?;
-        (ready, _) = report(&written, &ctx, &ns, &applied, &settled).await?;
         if settled.plan.changed() {
-            // Planned again from the same reports, the transition changed again: the next
-            // pass reads the members afresh.
+            // Planned again from reports read before the leases were, the transition changed
+            // again: nothing of it is written, and the next pass reads the members afresh.
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
+        (ready, _) = report(&written, &ctx, &ns, &applied, &settled).await?;
     }
     let plan = &settled.plan;
     let hold = plan.hold();

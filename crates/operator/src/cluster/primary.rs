@@ -82,19 +82,75 @@ pub async fn settle(
         // The Ready condition and an event say so; every pass would repeat it here.
         tracing::debug!(cluster = %name, pods = ?foreign, "pods carry the cluster's labels without being its StatefulSet's; ignored");
     }
+    // Any member may still hold a lease this operator sent it (the adopted primary of a status
+    // that went back, one replaced a moment ago): a failover waits for all of them. Counted
+    // before the reports are read, so that once it is zero a renewal sent after a report was
+    // read finds the lease lapsed (what the reports say of renewals is waited out apart).
+    let reader = LeaseReader::of(cluster, ns);
+    if cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.primary_lost_since.is_some())
+    {
+        await_connecting(ctx, &reader.key).await;
+    }
+    let leases = reader.read(ctx);
     let seen = Seen {
         views: crate::members::views(ctx.members.as_ref(), &pods).await,
         at: Instant::now(),
+        leases,
         pods,
         foreign,
     };
     decide(ctx, cluster, ns, set, read, seen).await
 }
 
+/// Waits until no heartbeat to the cluster's members may still be connecting (at most
+/// [`crate::members::HEARTBEAT_CONNECT_TIMEOUT`]), while a lost primary may be replaced: one
+/// that never connects is then not counted as granted.
+async fn await_connecting(ctx: &Context, lease_key: &str) {
+    if let Some(until) = ctx.leases.connecting_until(lease_key) {
+        // Its connection attempt starts a moment after it was prepared.
+        let slack = Duration::from_millis(50);
+        tokio::time::sleep_until((until + slack).into()).await;
+    }
+}
+
+/// How a pass reads the leases the operator may have granted a cluster's members.
+struct LeaseReader {
+    /// The failover lease (none when automatic failover is off).
+    lease: Option<Duration>,
+    key: String,
+    /// Replicas whose renewals a heartbeat asks for.
+    followers: u32,
+}
+
+impl LeaseReader {
+    fn of(cluster: &MySQLCluster, ns: &str) -> LeaseReader {
+        LeaseReader {
+            lease: lease_length(cluster),
+            key: lease_key(cluster, ns),
+            followers: super::failover::followers_needed(&super::config::semi_sync(&cluster.spec)),
+        }
+    }
+
+    /// How long a lease any member may hold is outstanding, and what renewals may keep.
+    fn read(&self, ctx: &Context) -> (Duration, super::failover::RenewalTerms) {
+        self.lease
+            .map_or((Duration::ZERO, Default::default()), |lease| {
+                (
+                    ctx.leases.outstanding_any(&self.key, lease),
+                    ctx.leases.renewals(&self.key, lease, self.followers),
+                )
+            })
+    }
+}
+
 /// Moves the members once the status holds the transition `settled` planned, in the same
 /// pass: `cluster` as the status write returned it, the views the plan was made from (aged by
 /// the time since). A pass that read the members again would wait on a lost one's connection
-/// once more before the promotion.
+/// once more before the promotion. When the plan made again changes the primary or epoch once
+/// more, nothing is acted on and the caller writes nothing of it.
 pub async fn carry_out(
     ctx: &Context,
     cluster: &MySQLCluster,
@@ -110,6 +166,8 @@ pub async fn carry_out(
     let seen = Seen {
         views,
         at: Instant::now(),
+        // Nothing is failed over on these: a plan that changes again is not written.
+        leases: LeaseReader::of(cluster, ns).read(ctx),
         pods: settled.pods,
         foreign: settled.foreign,
     };
@@ -123,6 +181,8 @@ struct Seen {
     views: Vec<MemberView>,
     /// When the views' reports were read, near enough.
     at: Instant,
+    /// The leases as read before the views.
+    leases: (Duration, super::failover::RenewalTerms),
 }
 
 /// Plans the pass from what it saw and, while the primary stays, acts.
@@ -139,24 +199,13 @@ async fn decide(
         pods,
         foreign,
         mut views,
-        at: seen_at,
+        at: mut seen_at,
+        leases,
     } = seen;
-    let lease = lease_length(cluster);
-    let lease_key = lease_key(cluster, ns);
-    // Any member may still hold a lease this operator sent it (the adopted primary of a status
-    // that went back, one replaced a moment ago): a failover waits for all of them. Counted
-    // before the reports are read, so that once it is zero a renewal sent after a report was
-    // read finds the lease lapsed (what the reports say of renewals is waited out apart).
-    let followers = super::failover::followers_needed(&super::config::semi_sync(&cluster.spec));
-    let leases_now = || {
-        lease.map_or((Duration::ZERO, Default::default()), |lease| {
-            (
-                ctx.leases.outstanding_any(&lease_key, lease),
-                ctx.leases.renewals(&lease_key, lease, followers),
-            )
-        })
-    };
-    let (mut lease_outstanding, mut renewals) = leases_now();
+    let reader = LeaseReader::of(cluster, ns);
+    let (lease, lease_key) = (reader.lease, reader.key.clone());
+    let leases_now = || reader.read(ctx);
+    let (mut lease_outstanding, mut renewals) = leases;
     let renewal_wait_of = |views: &[MemberView], renewals: super::failover::RenewalTerms| {
         lease.map_or(Duration::ZERO, |lease| {
             super::renewals::renewal_wait(views, lease.max(renewals.longest))
@@ -212,8 +261,9 @@ async fn decide(
         })
     };
     let mut plan = plan_from(&status, &views, false, lease_outstanding, renewals);
-    // A lost primary's takeover time that runs out within moments is waited out here, with
-    // the reports just read (aged by the wait), the leases read again after it.
+    // A lost primary's takeover time that runs out within moments is waited out here; then
+    // the leases are read again and, after them, the reports of the members that gave one
+    // (one silent a moment ago is not waited on again).
     let due = plan
         .lost_since
         .as_ref()
@@ -224,10 +274,18 @@ async fn decide(
         })
         .filter(|left| !left.is_zero() && *left <= plan::DUE_WAIT);
     if let Some(left) = due {
-        tracing::debug!(cluster = %name, wait_ms = left.as_millis() as u64, "waiting out the lost primary's takeover time");
+        tracing::info!(
+            cluster = %name,
+            wait_ms = left.as_millis() as u64,
+            lease_outstanding_ms = lease_outstanding.as_millis() as u64,
+            renewal_wait_ms = renewal_wait.as_millis() as u64,
+            "waiting out the lost primary's takeover time"
+        );
         tokio::time::sleep(left + Duration::from_millis(20)).await;
-        crate::members::aged(&mut views, seen_at.elapsed());
+        await_connecting(ctx, &lease_key).await;
         (lease_outstanding, renewals) = leases_now();
+        crate::members::reread(ctx.members.as_ref(), &pods, &mut views).await;
+        seen_at = Instant::now();
         renewal_wait = renewal_wait_of(&views, renewals);
         plan = plan_from(&status, &views, false, lease_outstanding, renewals);
     }
@@ -249,6 +307,7 @@ async fn decide(
     // prepared before the stop is counted as under way).
     if lease.is_some() && matches!(plan.transition, Transition::Failover { .. }) {
         ctx.leases.stop(&lease_key);
+        await_connecting(ctx, &lease_key).await;
         let again = leases_now();
         if again != (lease_outstanding, renewals) {
             (lease_outstanding, renewals) = again;
