@@ -186,6 +186,11 @@ impl SourceSamples {
         self.heard = None;
     }
 
+    /// Whether the run of failures was begun by a read that has not ended yet.
+    pub fn provisional(&self) -> bool {
+        self.provisional && self.failing_since.is_some()
+    }
+
     /// How long ago, as of `now`, the primary's server last answered a read; `None` when
     /// no read of this primary at this epoch succeeded, or reads stopped.
     pub fn heard_ago(&self, now: Instant) -> Option<Duration> {

@@ -378,7 +378,9 @@ fn a_run_an_unanswered_read_began_is_undone_when_it_ends_saying_nothing() {
     samples.follow("quay-0.quay-headless", 0, false);
     samples.unanswered(t, t + secs(2));
     assert_eq!(samples.unreachable_for(t + secs(2)), Some(secs(2)));
+    assert!(samples.provisional(), "until the read ends");
     samples.failed(t, t + secs(3), "connection closed".into(), Reach::Unknown);
+    assert!(!samples.provisional());
     assert_eq!(samples.unreachable_for(t + secs(3)), None);
     // A run that a read with no answer began stays whatever a later one says.
     samples.failed(

@@ -13,16 +13,23 @@ use super::topology::{Decision, Observed};
 pub struct SourceContact {
     /// How long its reads have failed with no answer.
     pub unreachable: Option<Duration>,
-    /// How long ago the last read that succeeded got its answer.
+    /// How long ago the last read the server answered got its answer.
     pub heard_ago: Option<Duration>,
+    /// The failures were begun by a read still unanswered, which may yet be answered.
+    pub provisional: bool,
 }
 
 impl SourceContact {
-    /// The same, `by` later.
+    /// The same, `by` later. A provisional run of failures is not aged: its read may have been
+    /// answered meanwhile, which only the next pass learns.
     pub fn aged(self, by: Duration) -> SourceContact {
         SourceContact {
-            unreachable: self.unreachable.map(|d| d + by),
+            unreachable: match self.provisional {
+                true => self.unreachable,
+                false => self.unreachable.map(|d| d + by),
+            },
             heard_ago: self.heard_ago.map(|d| d + by),
+            provisional: self.provisional,
         }
     }
 }
@@ -74,5 +81,30 @@ pub fn member_status(
         takes_follows: true,
         // Counted when the report is served.
         followed_ms: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_provisional_run_of_failures_is_not_aged_when_served() {
+        let s = Duration::from_secs;
+        let contact = |provisional| SourceContact {
+            unreachable: Some(s(2)),
+            heard_ago: Some(s(4)),
+            provisional,
+        };
+        let confirmed = contact(false).aged(s(1));
+        assert_eq!(
+            (confirmed.unreachable, confirmed.heard_ago),
+            (Some(s(3)), Some(s(5)))
+        );
+        let provisional = contact(true).aged(s(1));
+        assert_eq!(
+            (provisional.unreachable, provisional.heard_ago),
+            (Some(s(2)), Some(s(5)))
+        );
     }
 }

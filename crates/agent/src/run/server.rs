@@ -152,6 +152,7 @@ pub async fn run(
         let source = SourceContact {
             unreachable: agent.primary_positions.unreachable_for(now),
             heard_ago: agent.primary_positions.heard_ago(now),
+            provisional: agent.primary_positions.provisional(),
         };
         let member = agent
             .last

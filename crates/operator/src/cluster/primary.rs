@@ -29,7 +29,7 @@ use crate::context::{Context, Reason};
 use crate::error::Result;
 use crate::leases::Holder;
 use crate::names;
-use bulwark_contract::lease::{lease_for, LEASE_WITHOUT_FAILOVER};
+use bulwark_contract::lease::{lease_for, HEARTBEAT_INTERVAL, LEASE_WITHOUT_FAILOVER};
 
 /// Fresh reports of a switchover's new primary read in one pass while it catches up.
 const SWITCHOVER_COMPARISONS: u32 = 10;
@@ -87,11 +87,17 @@ pub async fn settle(
     // before the reports are read, so that once it is zero a renewal sent after a report was
     // read finds the lease lapsed (what the reports say of renewals is waited out apart).
     let reader = LeaseReader::of(cluster, ns);
-    if cluster
-        .status
-        .as_ref()
-        .is_some_and(|s| s.primary_lost_since.is_some())
-    {
+    // While the primary may be lost (counted so, or its heartbeats unanswered lately), one
+    // under way that will prove never delivered would count for a whole lease: waited for.
+    let status = cluster.status.as_ref();
+    let unanswered = || {
+        let (primary, epoch) = (status?.current_primary.as_deref()?, status?.epoch?);
+        let epoch = u64::try_from(epoch).ok()?;
+        let at = ctx.leases.last_answer(&reader.key, primary, epoch)?;
+        Some(at.elapsed() > HEARTBEAT_INTERVAL + HEARTBEAT_INTERVAL / 2)
+    };
+    let lost = status.is_some_and(|s| s.primary_lost_since.is_some());
+    if reader.lease.is_some() && (lost || unanswered().unwrap_or(false)) {
         await_connecting(ctx, &reader.key).await;
     }
     let leases = reader.read(ctx);
