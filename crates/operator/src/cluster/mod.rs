@@ -9,6 +9,7 @@ pub mod failover;
 pub mod fencing;
 pub mod plan;
 pub mod primary;
+pub mod primary_lease;
 pub mod renewals;
 pub mod report;
 pub mod roles;

@@ -1,6 +1,7 @@
 //! Since when a silent primary counts as lost: from when it was last heard of (its last answer
 //! to a lease heartbeat, or a replica reaching its server later), so that
-//! `failoverAfterSeconds` is not lengthened by the seconds its replicas take to notice.
+//! `failoverAfterSeconds` is not lengthened by the seconds its replicas take to notice; and
+//! when a pass looks at a lost primary again.
 
 use super::*;
 
@@ -181,4 +182,75 @@ fn views_used_after_they_were_read_date_their_events_from_then() {
     let quay_2 = views[2].report.as_ref().unwrap();
     assert_eq!(quay_2.replication.as_ref().unwrap().source_heard_ms, None);
     assert!(views[0].report.is_err(), "no report stays none");
+}
+
+#[test]
+fn a_lost_primary_is_looked_at_again_when_its_takeover_time_is_up() {
+    let since = now();
+    let at = |secs: i64| since + chrono::Duration::seconds(secs);
+    let since_ms = |ms: i64| since + chrono::Duration::milliseconds(ms);
+    let after = Duration::from_secs(10);
+    // `since` in whole seconds (as the release before wrote it): a second is allowed for the
+    // cut.
+    let s = Duration::from_secs;
+    let cases = [
+        ("just lost: every poll", at(0), after, s(0), LOST_POLL),
+        (
+            "5 s left: 2 s before them, to read the members and wait out the rest",
+            at(6),
+            after,
+            s(0),
+            Duration::from_millis(3100),
+        ),
+        (
+            "1.5 s left: just after them",
+            since_ms(9500),
+            after,
+            s(0),
+            Duration::from_millis(1600),
+        ),
+        ("time up: every poll", at(11), after, s(0), LOST_POLL),
+        (
+            "time up, a lease outstanding: 2 s before it runs out",
+            at(11),
+            after,
+            s(4),
+            Duration::from_millis(2100),
+        ),
+        (
+            "a lease outstanding longer than the takeover time",
+            at(8),
+            after,
+            s(5),
+            Duration::from_millis(3100),
+        ),
+        ("far off: every poll", at(1), after, s(0), LOST_POLL),
+        ("long past: every poll", at(60), after, s(0), LOST_POLL),
+        (
+            "failover off: every poll",
+            at(3),
+            Duration::ZERO,
+            s(2),
+            LOST_POLL,
+        ),
+    ];
+    assert_eq!(
+        crate::cluster::plan::lost_for(since, at(10)),
+        Duration::from_secs(9),
+        "a count in whole seconds (the release before's): a second allowed"
+    );
+    let precise = since + chrono::Duration::milliseconds(250);
+    assert_eq!(
+        crate::cluster::plan::lost_for(precise, at(10)),
+        Duration::from_millis(9750),
+        "to the microsecond"
+    );
+    assert_eq!(
+        crate::cluster::plan::lost_for(since, at(0)),
+        Duration::ZERO,
+        "never negative"
+    );
+    for (name, now, after, outstanding, want) in cases {
+        assert_eq!(recheck_lost(since, now, after, outstanding), want, "{name}");
+    }
 }
