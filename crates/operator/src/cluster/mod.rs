@@ -84,7 +84,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
         restart_member(&cluster, &ctx, &ns, pod, &settled.pods).await?;
     }
     collect_config_maps(&ctx, &ns, &name, &applied).await?;
-    let (mut ready, written) = report(&cluster, &ctx, &ns, &applied, &settled).await?;
+    // The archiver's report, read once a pass however often the status is written.
+    let mut archiver = None;
+    let (mut ready, written) =
+        report(&cluster, &ctx, &ns, &applied, &settled, &mut archiver).await?;
     if settled.plan.changed() {
         // The status names the new primary and epoch: the members move now, with the reports
         // the plan was made from, and the status says how far they got.
@@ -95,7 +98,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             // again: nothing of it is written, and the next pass reads the members afresh.
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        (ready, _) = report(&written, &ctx, &ns, &applied, &settled).await?;
+        (ready, _) = report(&written, &ctx, &ns, &applied, &settled, &mut archiver).await?;
     }
     let plan = &settled.plan;
     let hold = plan.hold();
@@ -438,13 +441,15 @@ async fn collect_config_maps(
 }
 
 /// The cluster manager's part of the pass's status and its events: the archiver's report
-/// read (when the cluster archives), the rest decided by [`report::of_pass`].
+/// (when the cluster archives: read into `archiver` unless the pass has read it already), the
+/// rest decided by [`report::of_pass`].
 async fn report(
     cluster: &MySQLCluster,
     ctx: &Context,
     ns: &str,
     applied: &Applied,
     settled: &primary::Settled,
+    archiver: &mut Option<std::result::Result<bulwark_contract::archive::ArchiveStatus, String>>,
 ) -> Result<(bool, MySQLCluster)> {
     let st = cluster.status.clone().unwrap_or_default();
     let archive_spec = cluster
@@ -455,7 +460,10 @@ async fn report(
     let mut archive = None;
     if let Some(spec) = archive_spec {
         let name = cluster.name_any();
-        let read = archive::read(&ctx.client, ns, &name).await;
+        let read = match archiver {
+            Some(read) => read,
+            None => archiver.insert(archive::read(&ctx.client, ns, &name).await),
+        };
         let flush = spec
             .flush_every_seconds
             .unwrap_or(build::archiver::DEFAULT_FLUSH_EVERY_SECONDS);
