@@ -42,6 +42,11 @@ pub const MIN_LEASE: Duration = Duration::from_secs(4);
 /// says how long the operator may be away.
 pub const LEASE_WITHOUT_FAILOVER: Duration = Duration::from_secs(60);
 
+/// The table where a MariaDB primary's agent stamps until when the server may take writes; an
+/// event in the server fences it once the stamp is past, should the agent be down. Logical
+/// backups leave it out: it describes the server, not the data.
+pub const WATCHDOG_TABLE: &str = "mysql.bulwark_lease";
+
 /// The lease a primary is granted when a replica takes over after `failover_after`: short
 /// enough that it lapses, and the primary fences itself, before the takeover time is up.
 /// `None` when automatic failover is off (a primary then needs no lease).

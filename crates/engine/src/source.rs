@@ -365,6 +365,11 @@ pub fn logical_args(
     .iter()
     .map(|s| s.to_string())
     .collect();
+    // The agent's lease stamp describes the server it was written on, not the data.
+    args.push(format!(
+        "--ignore-table={}",
+        bulwark_contract::lease::WATCHDOG_TABLE
+    ));
     if log_bin {
         match engine {
             Engine::MariaDb => {

@@ -79,6 +79,10 @@ fn mysql_dump_flags_follow_the_server_version() {
     let nobin = logical_args(&conn, Engine::MariaDb, "10.11.6-MariaDB", false, &[]);
     assert!(!nobin.iter().any(|a| a.contains("master-data")));
     assert!(new.contains(&"--host=db".to_string()) && new.contains(&"--port=3307".to_string()));
+    // The agent's lease stamp stays out of every dump.
+    for args in [&new, &old, &maria, &nobin] {
+        assert!(args.contains(&"--ignore-table=mysql.bulwark_lease".to_string()));
+    }
 }
 
 #[test]

@@ -13,3 +13,4 @@ pub mod restored;
 pub mod sql;
 pub mod stale_dumps;
 pub mod topology;
+pub mod watchdog;

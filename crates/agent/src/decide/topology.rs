@@ -115,6 +115,9 @@ pub struct Situation<'a> {
     pub source_lag: &'a SourceLag,
     /// Replicas that must acknowledge each commit once the primary waits (0: asynchronous).
     pub semi_sync_acks: u32,
+    /// Why the server's own guard on the lease (`sql::watchdog`) is not in place where
+    /// failover needs it: a primary is not made writable without it.
+    pub watchdog_missing: Option<&'a str>,
 }
 
 /// One step towards the desired state.
@@ -418,6 +421,11 @@ fn decide_primary(s: &Situation<'_>, o: &Observed) -> Decision {
         );
     }
     if o.read_only || o.super_read_only {
+        if let Some(why) = s.watchdog_missing {
+            return wait(format!(
+                "primary: read-only until the server's lease watchdog is in place: {why}"
+            ));
+        }
         return act(Action::SetWritable, "promoting: turning read_only off");
     }
     let writable = if o.semi_sync_wait {

@@ -21,6 +21,39 @@ fn lease_decisions() {
         || LeaseState::Lapsed("the lease lapsed: no heartbeat from the operator within 6s".into());
     let cases = vec![
         Case {
+            lease: LeaseState::Held(Duration::from_secs(4)),
+            watchdog_missing: Some("failed to run `SET GLOBAL event_scheduler = ON`"),
+            ..case(
+                "a leased primary without the server's watchdog stays read-only",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(
+            None,
+            false,
+            "read-only until the server's lease watchdog is in place: failed to run",
+        ),
+        Case {
+            lease: LeaseState::Held(Duration::from_secs(4)),
+            ..case(
+                "with the watchdog in place it is made writable",
+                primary(),
+                observed(MariaDb, true, None),
+            )
+        }
+        .then(Some(SetWritable), false, "promoting"),
+        Case {
+            lease: lapsed(),
+            watchdog_missing: Some("the lease watchdog is not installed yet"),
+            ..case(
+                "a missing watchdog never holds up the agent's own fence",
+                primary(),
+                observed(MariaDb, false, None),
+            )
+        }
+        .then(Some(FenceUnleased), false, "primary fencing itself"),
+        Case {
             lease: lapsed(),
             ..case(
                 "a writable primary whose lease lapsed fences itself",

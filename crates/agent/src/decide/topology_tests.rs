@@ -60,6 +60,7 @@ struct Case {
     restored_gtid: GtidAdoption,
     semi_sync_acks: u32,
     source_lag: SourceLag,
+    watchdog_missing: Option<&'static str>,
     want_action: Option<Action>,
     want_ready: bool,
     reason_has: &'static str,
@@ -77,6 +78,7 @@ fn case(name: &'static str, role: Result<Role, String>, observed: Observed) -> C
         fence_hold: None,
         fence_unleased: false,
         lease: LeaseState::NotRequired,
+        watchdog_missing: None,
         load: LoadState::Nothing,
         restored_gtid: GtidAdoption::Nothing,
         source_lag: SourceLag::Within(Duration::from_secs(2)),
@@ -779,6 +781,7 @@ fn check(cases: Vec<Case>) {
             max_lag: Duration::from_secs(30),
             source_lag: &c.source_lag,
             semi_sync_acks: c.semi_sync_acks,
+            watchdog_missing: c.watchdog_missing,
         });
         assert_eq!(d.action, c.want_action, "{}: {d:?}", c.name);
         assert_eq!(d.ready, c.want_ready, "{}: {d:?}", c.name);

@@ -184,7 +184,7 @@ fn redact(code: u16, message: &str, secrets: &[&str]) -> String {
 }
 
 /// The values of a row as text (`None` for NULL).
-fn row_texts(row: &mysql_async::Row) -> Vec<Option<String>> {
+pub(super) fn row_texts(row: &mysql_async::Row) -> Vec<Option<String>> {
     (0..row.len())
         .map(|i| match row.as_ref(i) {
             None | Some(mysql_async::Value::NULL) => None,

@@ -62,6 +62,10 @@ pub(super) struct Converged {
     pub(super) last_start: Option<Instant>,
     /// The epoch at which replication last connected; `None` since the agent started.
     pub(super) io_epoch: Option<u64>,
+    /// The last failure to keep the lease watchdog, logged once.
+    pub(super) watchdog_failure: Option<String>,
+    /// When this server's own stamp runs out, as last read or written.
+    pub(super) stamp_end: Option<Instant>,
 }
 
 /// The role a pass acts on.
@@ -263,6 +267,9 @@ impl Agent {
             self.lease.granted(),
             refused,
         );
+        let role_now = role.as_ref().ok().copied();
+        let watchdog_missing = self.keep_watchdog(role_now, &lease, &observed).await?;
+        let c = &self.converged;
         let mut decision = topology::decide(&Situation {
             role,
             observed: &observed,
@@ -281,6 +288,7 @@ impl Agent {
             max_lag: self.config.max_replica_lag,
             source_lag: &source_lag,
             semi_sync_acks: self.config.semi_sync_acks,
+            watchdog_missing: watchdog_missing.as_deref(),
         });
         let Some(action) = decision.action.clone() else {
             return Ok(decision);

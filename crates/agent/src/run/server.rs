@@ -126,10 +126,13 @@ pub async fn run(
                 .lease
                 .deadline()
                 .filter(|d| *d > Instant::now() && agent.config.primary_lease);
+            // And moves the server's stamp before it runs out, however long the interval.
+            let restamp = agent.restamp_due();
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wake.notified() => {}
                 _ = sleep_until(lapse) => {}
+                _ = sleep_until(restamp) => {}
                 _ = &mut shutdown => break,
             }
         }

@@ -1,19 +1,22 @@
 //! The SQL the agent sends and the queries it observes with, per engine, as pure functions: no
 //! connection is made here. `accounts` converges the operator's accounts, `role` switches a
 //! server between primary and replica (read-only, semi-sync, replication, a restored GTID
-//! position, fencing), `observe` holds each query beside the parser of its answer, and `load`
-//! the start over of a logical load.
+//! position, fencing), `watchdog` keeps the server's own guard on the primary's lease,
+//! `observe` holds each query beside the parser of its answer, and `load` the start over of a
+//! logical load.
 //! Statements carrying a password keep a redacted form for messages.
 
 mod accounts;
 mod load;
 mod observe;
 mod role;
+mod watchdog;
 
 pub use accounts::*;
 pub use load::*;
 pub use observe::*;
 pub use role::*;
+pub use watchdog::*;
 
 use zeroize::Zeroizing;
 

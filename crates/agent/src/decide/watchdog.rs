@@ -1,0 +1,118 @@
+//! What a pass does with the server's own guard on the lease (`sql::watchdog`), where failover
+//! needs it: install it; keep the stamp at the lease's end and the event scheduler on while
+//! the lease is held; at a read-only replica, remove the stamp and stop the scheduler (events
+//! copied from a primary would write beside replication); remove the stamp once failover is
+//! off, so that the event never fences a server the agent means to be writable. A primary whose
+//! lease lapsed is left alone: its agent's own fence comes first, and the past stamp stays to
+//! fence it should the agent stop.
+
+use std::time::Duration;
+
+use bulwark_contract::Engine;
+
+use super::labels::Role;
+use super::lease::LeaseState;
+use super::sql::WatchdogState;
+
+/// A stamp further than this from the lease's end is written again. Heartbeats move the end
+/// every second; a smaller drift is the time between the two readings.
+pub const RESTAMP_DRIFT: Duration = Duration::from_millis(250);
+
+/// How long before the stamp runs out a pass comes to move it, whatever the pass interval:
+/// more than the event's period and a slow pass.
+pub const RESTAMP_LEAD: Duration = Duration::from_millis(1_500);
+
+/// The change a pass makes to the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StampChange {
+    /// Leave it as it is.
+    Keep,
+    /// This server may take writes for this much longer (the lease's end, read again when
+    /// the stamp is written).
+    Set(Duration),
+    /// Remove it.
+    Clear,
+}
+
+/// What a pass does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchdogPlan {
+    /// Create the table and the event.
+    pub install: bool,
+    /// The stamp's change.
+    pub stamp: StampChange,
+    /// Start (`Some(true)`) or stop the event scheduler.
+    pub scheduler: Option<bool>,
+}
+
+impl WatchdogPlan {
+    pub const NOTHING: WatchdogPlan = WatchdogPlan {
+        install: false,
+        stamp: StampChange::Keep,
+        scheduler: None,
+    };
+}
+
+/// What a pass plans from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchdogInput<'a> {
+    pub engine: Engine,
+    /// Automatic failover is on: a primary holds a lease.
+    pub lease_required: bool,
+    /// The role the pass acts on, `None` when unknown.
+    pub role: Option<Role>,
+    pub lease: &'a LeaseState,
+    pub read_only: bool,
+    /// A hold on writes runs (its global read lock would stop the change).
+    pub fenced: bool,
+    pub state: &'a WatchdogState,
+}
+
+/// Whether the pass reads the watchdog at all: not at MySQL (which has none: its agent's fence
+/// is all there is), not under a hold on writes, and not at a primary whose lease lapsed.
+pub fn looked_at(engine: Engine, role: Option<Role>, lease: &LeaseState, fenced: bool) -> bool {
+    engine == Engine::MariaDb
+        && !fenced
+        && (role == Some(Role::Replica) || lease.lapsed().is_none())
+}
+
+/// The pass's plan.
+pub fn plan(i: &WatchdogInput<'_>) -> WatchdogPlan {
+    if !looked_at(i.engine, i.role, i.lease, i.fenced) {
+        return WatchdogPlan::NOTHING;
+    }
+    let replica = i.role == Some(Role::Replica);
+    let settled_replica = replica && i.read_only;
+    let want = match i.lease {
+        // A replica's stamp goes once it is read-only; until then a past one may fence it.
+        _ if settled_replica => StampChange::Clear,
+        _ if replica => StampChange::Keep,
+        LeaseState::NotRequired => StampChange::Clear,
+        LeaseState::Held(left) => StampChange::Set(*left),
+        LeaseState::Lapsed(_) => StampChange::Keep,
+    };
+    let stamp = match (want, i.state.stamp) {
+        (StampChange::Clear, None) => StampChange::Keep,
+        (StampChange::Set(left), Some((us, true)))
+            if us.abs_diff(left.as_micros() as i64) <= RESTAMP_DRIFT.as_micros() as u64 =>
+        {
+            StampChange::Keep
+        }
+        (want, _) => want,
+    };
+    let scheduler = match want {
+        StampChange::Set(_) if i.lease_required => Some(true),
+        StampChange::Clear if i.lease_required && settled_replica => Some(false),
+        _ => None,
+    }
+    .filter(|on| *on != i.state.scheduler_on);
+    WatchdogPlan {
+        install: i.lease_required && !i.state.installed(),
+        stamp,
+        scheduler,
+    }
+}
+
+#[cfg(test)]
+#[path = "watchdog_tests.rs"]
+mod tests;
