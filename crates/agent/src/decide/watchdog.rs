@@ -18,10 +18,6 @@ use super::sql::WatchdogState;
 /// every second; a smaller drift is the time between the two readings.
 pub const RESTAMP_DRIFT: Duration = Duration::from_millis(250);
 
-/// How long before the stamp runs out a pass comes to move it, whatever the pass interval:
-/// more than the event's period and a slow pass.
-pub const RESTAMP_LEAD: Duration = Duration::from_millis(1_500);
-
 /// The change a pass makes to the stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StampChange {
@@ -74,6 +70,15 @@ pub fn looked_at(engine: Engine, role: Option<Role>, lease: &LeaseState, fenced:
     engine == Engine::MariaDb
         && !fenced
         && (role == Some(Role::Replica) || lease.lapsed().is_none())
+}
+
+/// Whether the stamp is to follow the lease between passes (the agent's keeper task): for a
+/// member the pass looked at that is not a replica and holds its lease.
+pub fn keeps_stamp(i: &WatchdogInput<'_>) -> bool {
+    looked_at(i.engine, i.role, i.lease, i.fenced)
+        && i.lease_required
+        && i.role != Some(Role::Replica)
+        && matches!(i.lease, LeaseState::Held(_))
 }
 
 /// The pass's plan.

@@ -179,3 +179,66 @@ fn the_stamp_follows_the_lease_of_a_primary_only() {
         assert_eq!(got, c.want, "{}", c.name);
     }
 }
+
+#[test]
+fn the_keeper_moves_the_stamp_of_a_leased_primary_only() {
+    let keeps = |c: &Case| {
+        keeps_stamp(&WatchdogInput {
+            engine: c.engine,
+            lease_required: c.lease != LeaseState::NotRequired,
+            role: c.role,
+            lease: &c.lease,
+            read_only: c.read_only,
+            fenced: c.fenced,
+            state: &c.state,
+        })
+    };
+    let cases = [
+        (case("a primary holding its lease"), true),
+        (
+            Case {
+                role: None,
+                ..case("role unknown, lease held")
+            },
+            true,
+        ),
+        (
+            Case {
+                lease: lapsed(),
+                ..case("lease lapsed")
+            },
+            false,
+        ),
+        (
+            Case {
+                role: Some(Role::Replica),
+                ..case("a replica")
+            },
+            false,
+        ),
+        (
+            Case {
+                fenced: true,
+                ..case("a hold on writes")
+            },
+            false,
+        ),
+        (
+            Case {
+                lease: LeaseState::NotRequired,
+                ..case("failover off")
+            },
+            false,
+        ),
+        (
+            Case {
+                engine: Engine::MySql,
+                ..case("MySQL")
+            },
+            false,
+        ),
+    ];
+    for (c, want) in cases {
+        assert_eq!(keeps(&c), want, "{}", c.name);
+    }
+}

@@ -64,8 +64,6 @@ pub(super) struct Converged {
     pub(super) io_epoch: Option<u64>,
     /// The last failure to keep the lease watchdog, logged once.
     pub(super) watchdog_failure: Option<String>,
-    /// When this server's own stamp runs out, as last read or written.
-    pub(super) stamp_end: Option<Instant>,
 }
 
 /// The role a pass acts on.
@@ -108,6 +106,8 @@ pub(super) struct Agent {
     pub(super) primary_positions: SourceSamples,
     /// The read of them still under way, if any.
     pub(super) position_read: Option<PositionRead>,
+    /// Whether the keeper task moves the lease watchdog's stamp between passes.
+    pub(super) stamp_keeper: Arc<super::watchdog::StampKeeper>,
 }
 
 impl Agent {
@@ -129,6 +129,7 @@ impl Agent {
             last: LastPass::default(),
             primary_positions: SourceSamples::default(),
             position_read: None,
+            stamp_keeper: Arc::default(),
         }
     }
 

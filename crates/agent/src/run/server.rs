@@ -113,6 +113,15 @@ pub async fn run(
             .with_file_name(bulwark_contract::paths::HANDOVER_FILE),
     );
     let mut agent = Agent::new(config, orders, lease);
+    // The lease watchdog's stamp follows the lease between passes (MariaDB, failover on).
+    let stamp_keeper = agent.config.primary_lease.then(|| {
+        tokio::spawn(super::watchdog::keep_stamp(
+            agent.config.socket.clone(),
+            agent.config.credentials_dir.clone(),
+            agent.lease.clone(),
+            agent.stamp_keeper.clone(),
+        ))
+    });
     let mut ticker = tokio::time::interval(agent.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -126,13 +135,10 @@ pub async fn run(
                 .lease
                 .deadline()
                 .filter(|d| *d > Instant::now() && agent.config.primary_lease);
-            // And moves the server's stamp before it runs out, however long the interval.
-            let restamp = agent.restamp_due();
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wake.notified() => {}
                 _ = sleep_until(lapse) => {}
-                _ = sleep_until(restamp) => {}
                 _ = &mut shutdown => break,
             }
         }
@@ -185,6 +191,9 @@ pub async fn run(
         follows.abort();
     }
     stale_dumps.abort();
+    if let Some(keeper) = stamp_keeper {
+        keeper.abort();
+    }
     let _ = stop_http.send(());
     let _ = endpoints.await;
     if let Some(metrics) = metrics {

@@ -1,21 +1,28 @@
 //! Keeps the server's own guard on the primary's lease each pass (`decide::watchdog` says what
 //! to change, `sql::watchdog` how): read where it stands, install it, move or remove the
 //! stamp, switch the event scheduler. A failure is the reason a primary stays read-only, not a
-//! lost pass, and no statement waits more than a second for a lock. A pass comes to move the
-//! stamp before it runs out, whatever the pass interval.
+//! lost pass, and no statement waits more than a second for a lock. Between passes a keeper
+//! task on a connection of its own moves the stamp with the lease.
 
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 
+use super::credentials::Credentials;
 use super::error::AgentError;
+use super::lease::Lease;
 use super::observe::{exec, row_texts, timed};
 use super::pass::Agent;
 use crate::decide::labels::Role;
 use crate::decide::lease::LeaseState;
-use crate::decide::sql::{self, WatchdogState, ER_NO_SUCH_TABLE, WATCHDOG_STATE_QUERY};
+use crate::decide::sql::{
+    self, WatchdogState, ER_NO_SUCH_TABLE, EVENT_SCHEDULER_QUERY, WATCHDOG_STATE_QUERY,
+};
 use crate::decide::topology::Observed;
-use crate::decide::watchdog::{self, StampChange, WatchdogInput, WatchdogPlan, RESTAMP_LEAD};
+use crate::decide::watchdog::{self, StampChange, WatchdogInput, WatchdogPlan, RESTAMP_DRIFT};
 
 impl Agent {
     /// Brings the watchdog where this pass wants it. `Ok(Some(why))`: a member that needs it
@@ -26,20 +33,42 @@ impl Agent {
         lease: &LeaseState,
         observed: &Observed,
     ) -> Result<Option<String>, AgentError> {
+        let mut keeps = false;
+        let outcome = self
+            .keep_watchdog_once(role, lease, observed, &mut keeps)
+            .await;
+        // Between passes the keeper moves the stamp with the lease, so a slow pass never lets
+        // it run out under a primary that holds its lease.
+        self.stamp_keeper.keep(keeps && matches!(outcome, Ok(None)));
+        outcome
+    }
+
+    async fn keep_watchdog_once(
+        &mut self,
+        role: Option<Role>,
+        lease: &LeaseState,
+        observed: &Observed,
+        keeps: &mut bool,
+    ) -> Result<Option<String>, AgentError> {
         let fenced = self.fence.as_ref().is_some_and(|f| f.remaining().is_some());
         if !watchdog::looked_at(observed.engine, role, lease, fenced) {
             return Ok(None);
         }
         let lease_required = self.config.primary_lease;
         let conn = &mut self.server().conn;
-        let read_at = Instant::now();
         let state = match timed(conn.query_first::<mysql_async::Row, _>(WATCHDOG_STATE_QUERY)).await
         {
             Ok(row) => row.map_or(WatchdogState::ABSENT, |r| {
                 WatchdogState::parse(&row_texts(&r))
             }),
             Err(mysql_async::Error::Server(e)) if e.code == ER_NO_SUCH_TABLE => {
-                WatchdogState::ABSENT
+                let scheduler: Option<String> = timed(conn.query_first(EVENT_SCHEDULER_QUERY))
+                    .await
+                    .map_err(|source| AgentError::Observe {
+                        what: "the event scheduler",
+                        source: Box::new(source),
+                    })?;
+                WatchdogState::without_table(scheduler.as_deref())
             }
             Err(mysql_async::Error::Server(e)) => {
                 let why = format!(
@@ -55,11 +84,7 @@ impl Agent {
                 })
             }
         };
-        self.converged.stamp_end = state
-            .stamp
-            .filter(|(us, ours)| *ours && *us > 0)
-            .map(|(us, _)| read_at + Duration::from_micros(us as u64));
-        let plan = watchdog::plan(&WatchdogInput {
+        let input = WatchdogInput {
             engine: observed.engine,
             lease_required,
             role,
@@ -67,7 +92,8 @@ impl Agent {
             read_only: observed.read_only,
             fenced,
             state: &state,
-        });
+        };
+        let plan = watchdog::plan(&input);
         if let Err(why) = self.carry_out_watchdog(&plan).await? {
             return Ok(self.watchdog_failed(why).filter(|_| lease_required));
         }
@@ -81,6 +107,7 @@ impl Agent {
             tracing::info!(on, "event scheduler switched for the lease watchdog");
         }
         self.converged.watchdog_failure = None;
+        *keeps = watchdog::keeps_stamp(&input);
         Ok(None)
     }
 
@@ -98,17 +125,13 @@ impl Agent {
         match plan.stamp {
             StampChange::Set(_) => {
                 let Some(end) = self.lease.deadline().filter(|d| *d > Instant::now()) else {
-                    // Run out meanwhile: the pass's decision fences.
-                    return Ok(Ok(()));
+                    // Run out since the pass began: not writable on this pass's reading.
+                    return Ok(Err("the lease ran out before the stamp was written".into()));
                 };
                 let left = end.saturating_duration_since(Instant::now());
                 statements.push(sql::stamp_watchdog(left.as_micros() as u64));
-                self.converged.stamp_end = Some(end);
             }
-            StampChange::Clear => {
-                statements.push(sql::clear_watchdog());
-                self.converged.stamp_end = None;
-            }
+            StampChange::Clear => statements.push(sql::clear_watchdog()),
             StampChange::Keep => {}
         }
         if let Some(on) = plan.scheduler {
@@ -123,20 +146,17 @@ impl Agent {
                 if e.connection_lost() {
                     return Err(e);
                 }
-                self.converged.stamp_end = None;
-                return Ok(Err(bulwark_engine::error::chain(&e)));
+                let mut why = bulwark_engine::error::chain(&e);
+                if why.contains("--event-scheduler=DISABLED") {
+                    why.push_str(
+                        "; the lease watchdog needs the event scheduler: remove \
+                         event_scheduler=DISABLED from mysqldConfig",
+                    );
+                }
+                return Ok(Err(why));
             }
         }
         Ok(Ok(()))
-    }
-
-    /// When a pass should come to move the stamp before it runs out, however long the pass
-    /// interval: [`RESTAMP_LEAD`] before its end, while that is ahead.
-    pub(super) fn restamp_due(&self) -> Option<Instant> {
-        self.converged
-            .stamp_end
-            .and_then(|end| end.checked_sub(RESTAMP_LEAD))
-            .filter(|at| *at > Instant::now())
     }
 
     /// Logs a failure once however often it repeats, and gives it as the reason (which holds
@@ -148,4 +168,99 @@ impl Agent {
         }
         Some(why)
     }
+}
+
+/// How often the keeper looks at the lease.
+const KEEPER_PERIOD: Duration = Duration::from_millis(500);
+/// A stamp is not moved this close to the lease's end (it is running out).
+const KEEPER_LAST: Duration = Duration::from_millis(300);
+
+/// Whether the keeper moves the stamp: set by each pass, for a member that holds its lease and
+/// whose stamp the pass wrote or found current.
+#[derive(Default)]
+pub(super) struct StampKeeper {
+    on: AtomicBool,
+}
+
+impl StampKeeper {
+    fn keep(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+}
+
+/// Moves the stamp to the lease's end every [`KEEPER_PERIOD`] while the pass says so, on a
+/// connection of its own: a pass that waits on a statement never lets the stamp of a primary
+/// that holds its lease run out. It stops with the agent's process, so a hung or stopped agent
+/// leaves the stamp to run out.
+pub(super) async fn keep_stamp(
+    socket: PathBuf,
+    credentials_dir: PathBuf,
+    lease: Arc<Lease>,
+    keeper: Arc<StampKeeper>,
+) {
+    let mut conn: Option<mysql_async::Conn> = None;
+    let mut written: Option<Instant> = None;
+    let mut failure: Option<String> = None;
+    loop {
+        tokio::time::sleep(KEEPER_PERIOD).await;
+        if !keeper.on.load(Ordering::Relaxed) {
+            conn = None;
+            written = None;
+            continue;
+        }
+        let now = Instant::now();
+        let Some(end) = lease.deadline().filter(|d| *d > now + KEEPER_LAST) else {
+            continue;
+        };
+        if written.is_some_and(|w| w.max(end) - w.min(end) <= RESTAMP_DRIFT) {
+            continue;
+        }
+        match stamp_once(&mut conn, &socket, &credentials_dir, end).await {
+            Ok(()) => {
+                written = Some(end);
+                failure = None;
+            }
+            Err(why) => {
+                conn = None;
+                written = None;
+                if failure.as_ref() != Some(&why) {
+                    tracing::warn!(error = %why, "cannot move the lease watchdog's stamp");
+                    failure = Some(why);
+                }
+            }
+        }
+    }
+}
+
+/// One stamp at `end`, connecting first when needed.
+async fn stamp_once(
+    conn: &mut Option<mysql_async::Conn>,
+    socket: &Path,
+    credentials_dir: &Path,
+    end: Instant,
+) -> Result<(), String> {
+    if conn.is_none() {
+        let creds =
+            Credentials::read(credentials_dir).map_err(|e| bulwark_engine::error::chain(&e))?;
+        let mut c = tokio::time::timeout(
+            KEEPER_PERIOD * 4,
+            mysql_async::Conn::new(creds.connection(socket).opts()),
+        )
+        .await
+        .map_err(|_| "no connection to mysqld within 2s".to_owned())?
+        .map_err(|e| format!("failed to connect to mysqld: {e}"))?;
+        for st in sql::session_setup() {
+            exec(&mut c, &st, &[])
+                .await
+                .map_err(|e| bulwark_engine::error::chain(&e))?;
+        }
+        *conn = Some(c);
+    }
+    let c = conn.as_mut().expect("connected");
+    let left = end.saturating_duration_since(Instant::now());
+    let st = sql::stamp_watchdog(left.as_micros() as u64);
+    tokio::time::timeout(KEEPER_PERIOD * 4, exec(c, &st, &[]))
+        .await
+        .map_err(|_| "the stamp took over 2s".to_owned())?
+        .map_err(|e| bulwark_engine::error::chain(&e))
 }

@@ -31,12 +31,16 @@ pub const ER_NO_SUCH_TABLE: u16 = 1146;
 
 /// Where the watchdog stands on the server: `@@event_scheduler`, the event's status and
 /// comment, and the stamp (microseconds until it is past, and whether this server wrote it).
-pub const WATCHDOG_STATE_QUERY: &str = "SELECT @@GLOBAL.event_scheduler, \
+pub const WATCHDOG_STATE_QUERY: &str = "SET STATEMENT lock_wait_timeout = 1, \
+     max_statement_time = 2 FOR SELECT @@GLOBAL.event_scheduler, \
      (SELECT CONCAT(STATUS, ' ', EVENT_COMMENT) FROM information_schema.EVENTS \
       WHERE EVENT_SCHEMA = 'mysql' AND EVENT_NAME = 'bulwark_lease_watchdog'), \
      (SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ends) FROM mysql.bulwark_lease WHERE id = 1), \
      (SELECT report_host = @@GLOBAL.report_host AND server_id = @@GLOBAL.server_id \
       FROM mysql.bulwark_lease WHERE id = 1)";
+
+/// `@@event_scheduler` alone, on a server without the stamp's table.
+pub const EVENT_SCHEDULER_QUERY: &str = "SELECT @@GLOBAL.event_scheduler";
 
 /// What [`WATCHDOG_STATE_QUERY`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,15 @@ impl WatchdogState {
         event_current: false,
         stamp: None,
     };
+
+    /// A server without the stamp's table, whose scheduler is `scheduler` (as
+    /// [`EVENT_SCHEDULER_QUERY`] reads it).
+    pub fn without_table(scheduler: Option<&str>) -> WatchdogState {
+        WatchdogState {
+            scheduler_on: scheduler.is_some_and(|v| v.eq_ignore_ascii_case("ON")),
+            ..WatchdogState::ABSENT
+        }
+    }
 
     /// Reads the row of [`WATCHDOG_STATE_QUERY`].
     pub fn parse(row: &[Option<String>]) -> WatchdogState {
@@ -116,7 +129,8 @@ pub fn set_event_scheduler(on: bool) -> Statement {
 
 /// The event. Sessions are ended before `read_only` is set: a commit waiting for a semi-sync
 /// acknowledgement no replica can give would hold `SET GLOBAL read_only` for ever. A session
-/// that ended meanwhile, or a lock wait, is skipped: the next run tries again. The stamp is
+/// that ended meanwhile is skipped; any other failure (a lock wait) ends the run, and the next
+/// one, a second later, tries again. The stamp is
 /// read again just before `read_only` is set, so that a run that began before the agent
 /// renewed the stamp and made the server writable does not undo that.
 fn watchdog_event() -> String {
@@ -132,14 +146,17 @@ fn watchdog_event() -> String {
                {repl}, {backup}, {exporter}) \
              AND COMMAND NOT IN ('Daemon', 'Binlog Dump', 'Binlog Dump GTID', 'Killed'); \
            DECLARE CONTINUE HANDLER FOR NOT FOUND SET done = 1; \
-           DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; \
+           DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN END; \
            IF EXISTS ({past}) THEN \
              SET SESSION lock_wait_timeout = 1; \
              OPEN sessions; \
              ending: LOOP \
                FETCH sessions INTO victim; \
-               IF done THEN LEAVE ending; END IF; \
-               KILL CONNECTION victim; \
+               IF done OR victim IS NULL THEN LEAVE ending; END IF; \
+               BEGIN \
+                 DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; \
+                 KILL CONNECTION victim; \
+               END; \
              END LOOP; \
              CLOSE sessions; \
              IF EXISTS ({past}) THEN SET GLOBAL read_only = ON; END IF; \
@@ -249,6 +266,18 @@ mod tests {
             assert!(event.contains(&quote(user)), "{user}");
         }
         assert!(WATCHDOG_STATE_QUERY.contains(WATCHDOG_TABLE));
+        assert!(WATCHDOG_STATE_QUERY.starts_with("SET STATEMENT lock_wait_timeout = 1,"));
+        assert_eq!(
+            WatchdogState::without_table(Some("ON")),
+            WatchdogState {
+                scheduler_on: true,
+                ..WatchdogState::ABSENT
+            }
+        );
+        // A failed KILL (the session ended meanwhile) goes on; any other failure ends the
+        // run rather than loop.
+        assert!(event.contains("DECLARE EXIT HANDLER FOR SQLEXCEPTION"));
+        assert!(event.contains("IF done OR victim IS NULL THEN LEAVE ending"));
         assert!(WATCHDOG_EVENT.ends_with("bulwark_lease_watchdog"));
         assert!(WATCHDOG_STATE_QUERY.contains("'bulwark_lease_watchdog'"));
         // Sessions end before read_only is set (a commit waiting for an acknowledgement would
