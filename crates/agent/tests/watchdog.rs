@@ -74,7 +74,7 @@ fn a_primary_whose_agent_is_down_is_fenced_by_its_server_when_the_lease_runs_out
             "SELECT CONCAT(STATUS, ' ', EVENT_COMMENT) FROM information_schema.EVENTS \
              WHERE EVENT_SCHEMA = 'mysql' AND EVENT_NAME = 'bulwark_lease_watchdog'"
         ),
-        "ENABLED bulwark lease watchdog v1"
+        "ENABLED bulwark lease watchdog v2"
     );
     db.sql(
         "CREATE DATABASE harbor; CREATE TABLE harbor.ships (id INT PRIMARY KEY); \
@@ -113,8 +113,8 @@ fn a_primary_whose_agent_is_down_is_fenced_by_its_server_when_the_lease_runs_out
         .unwrap();
     assert_eq!(a.post("/lease", &heartbeat()).0, 200);
     let last = Instant::now();
-    // A pass moves the stamp to this heartbeat's end (an agent killed before that leaves the
-    // stamp of the heartbeat before: an earlier fence, never a later one).
+    // The stamp follows to this heartbeat's end (an agent killed before that leaves the stamp
+    // of the heartbeat before: an earlier fence, never a later one).
     wait_for("the stamp at the last heartbeat's end", &[&a], || {
         let left = scalar(
             &db,

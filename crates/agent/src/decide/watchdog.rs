@@ -74,11 +74,17 @@ pub fn looked_at(engine: Engine, role: Option<Role>, lease: &LeaseState, fenced:
 
 /// Whether the stamp is to follow the lease between passes (the agent's keeper task): for a
 /// member the pass looked at that is not a replica and holds its lease.
-pub fn keeps_stamp(i: &WatchdogInput<'_>) -> bool {
-    looked_at(i.engine, i.role, i.lease, i.fenced)
-        && i.lease_required
-        && i.role != Some(Role::Replica)
-        && matches!(i.lease, LeaseState::Held(_))
+pub fn keeps_stamp(
+    engine: Engine,
+    lease_required: bool,
+    role: Option<Role>,
+    lease: &LeaseState,
+    fenced: bool,
+) -> bool {
+    looked_at(engine, role, lease, fenced)
+        && lease_required
+        && role != Some(Role::Replica)
+        && matches!(lease, LeaseState::Held(_))
 }
 
 /// The pass's plan.
@@ -98,8 +104,10 @@ pub fn plan(i: &WatchdogInput<'_>) -> WatchdogPlan {
     };
     let stamp = match (want, i.state.stamp) {
         (StampChange::Clear, None) => StampChange::Keep,
+        // Never later than the lease: only a stamp at most a little short of its end stays.
         (StampChange::Set(left), Some((us, true)))
-            if us.abs_diff(left.as_micros() as i64) <= RESTAMP_DRIFT.as_micros() as u64 =>
+            if us <= left.as_micros() as i64
+                && left.as_micros() as i64 - us <= RESTAMP_DRIFT.as_micros() as i64 =>
         {
             StampChange::Keep
         }

@@ -25,7 +25,7 @@ fn case(name: &'static str) -> Case {
         lease: LeaseState::Held(S4),
         read_only: false,
         fenced: false,
-        state: running(Some((4_100_000, true))),
+        state: running(Some((3_900_000, true))),
         want: WatchdogPlan::NOTHING,
     }
 }
@@ -71,6 +71,11 @@ fn the_stamp_follows_the_lease_of_a_primary_only() {
             ..case("held, a stamp beyond the lease: brought back to it")
         },
         Case {
+            state: running(Some((4_100_000, true))),
+            want: wants(false, StampChange::Set(S4), None),
+            ..case("held, a stamp a little beyond the lease: brought back to it too")
+        },
+        Case {
             read_only: true,
             state: running(Some((4_000_000, false))),
             want: wants(false, StampChange::Set(S4), None),
@@ -85,7 +90,7 @@ fn the_stamp_follows_the_lease_of_a_primary_only() {
         Case {
             state: WatchdogState {
                 scheduler_on: false,
-                ..running(Some((4_000_000, true)))
+                ..running(Some((3_900_000, true)))
             },
             want: wants(false, StampChange::Keep, Some(true)),
             ..case("held, the scheduler stopped by hand: started again")
@@ -93,7 +98,7 @@ fn the_stamp_follows_the_lease_of_a_primary_only() {
         Case {
             state: WatchdogState {
                 event_current: false,
-                ..running(Some((4_000_000, true)))
+                ..running(Some((3_900_000, true)))
             },
             want: wants(true, StampChange::Keep, None),
             ..case("held, the event dropped by hand: installed again")
@@ -183,15 +188,13 @@ fn the_stamp_follows_the_lease_of_a_primary_only() {
 #[test]
 fn the_keeper_moves_the_stamp_of_a_leased_primary_only() {
     let keeps = |c: &Case| {
-        keeps_stamp(&WatchdogInput {
-            engine: c.engine,
-            lease_required: c.lease != LeaseState::NotRequired,
-            role: c.role,
-            lease: &c.lease,
-            read_only: c.read_only,
-            fenced: c.fenced,
-            state: &c.state,
-        })
+        keeps_stamp(
+            c.engine,
+            c.lease != LeaseState::NotRequired,
+            c.role,
+            &c.lease,
+            c.fenced,
+        )
     };
     let cases = [
         (case("a primary holding its lease"), true),
@@ -229,6 +232,13 @@ fn the_keeper_moves_the_stamp_of_a_leased_primary_only() {
                 ..case("failover off")
             },
             false,
+        ),
+        (
+            Case {
+                state: WatchdogState::ABSENT,
+                ..case("leased, the watchdog not in place yet (its install may fail)")
+            },
+            true,
         ),
         (
             Case {

@@ -33,24 +33,17 @@ impl Agent {
         lease: &LeaseState,
         observed: &Observed,
     ) -> Result<Option<String>, AgentError> {
-        let mut keeps = false;
-        let outcome = self
-            .keep_watchdog_once(role, lease, observed, &mut keeps)
-            .await;
-        // Between passes the keeper moves the stamp with the lease, so a slow pass never lets
-        // it run out under a primary that holds its lease.
-        self.stamp_keeper.keep(keeps && matches!(outcome, Ok(None)));
-        outcome
-    }
-
-    async fn keep_watchdog_once(
-        &mut self,
-        role: Option<Role>,
-        lease: &LeaseState,
-        observed: &Observed,
-        keeps: &mut bool,
-    ) -> Result<Option<String>, AgentError> {
         let fenced = self.fence.as_ref().is_some_and(|f| f.remaining().is_some());
+        // Between passes the keeper moves the stamp with the lease, so a slow pass never lets
+        // it run out under a primary that holds its lease. Whether it does rests on the lease
+        // alone: a failure here (a lock wait) must not leave the stamp to run out.
+        self.stamp_keeper.keep(watchdog::keeps_stamp(
+            observed.engine,
+            self.config.primary_lease,
+            role,
+            lease,
+            fenced,
+        ));
         if !watchdog::looked_at(observed.engine, role, lease, fenced) {
             return Ok(None);
         }
@@ -107,7 +100,6 @@ impl Agent {
             tracing::info!(on, "event scheduler switched for the lease watchdog");
         }
         self.converged.watchdog_failure = None;
-        *keeps = watchdog::keeps_stamp(&input);
         Ok(None)
     }
 
@@ -212,7 +204,8 @@ pub(super) async fn keep_stamp(
         let Some(end) = lease.deadline().filter(|d| *d > now + KEEPER_LAST) else {
             continue;
         };
-        if written.is_some_and(|w| w.max(end) - w.min(end) <= RESTAMP_DRIFT) {
+        // Never later than the lease: a stamp past its end (the end moved back) is rewritten.
+        if written.is_some_and(|w| end >= w && end - w <= RESTAMP_DRIFT) {
             continue;
         }
         match stamp_once(&mut conn, &socket, &credentials_dir, end).await {

@@ -21,7 +21,7 @@ pub const WATCHDOG_EVENT: &str = "mysql.bulwark_lease_watchdog";
 
 /// The event's comment: a different one (an older agent's, or a hand-edited event) means the
 /// event is created again.
-pub const WATCHDOG_VERSION: &str = "bulwark lease watchdog v1";
+pub const WATCHDOG_VERSION: &str = "bulwark lease watchdog v2";
 
 /// How often the event looks at the stamp: a server is fenced within this after it is past.
 pub const WATCHDOG_PERIOD_SECONDS: u32 = 1;
@@ -173,13 +173,20 @@ fn watchdog_event() -> String {
     )
 }
 
-/// Stamps this server writable for `left_us` microseconds from now.
+/// Stamps this server writable for `left_us` microseconds from now. Messages show the
+/// statement without the number, so that a failure repeated with another one reads the same.
 pub fn stamp_watchdog(left_us: u64) -> Statement {
-    briefly(format!(
-        "REPLACE INTO {WATCHDOG_TABLE} (id, report_host, server_id, ends) VALUES \
-         (1, @@GLOBAL.report_host, @@GLOBAL.server_id, \
-         UTC_TIMESTAMP(6) + INTERVAL {left_us} MICROSECOND)"
-    ))
+    let stamp = |left: &str| {
+        briefly(format!(
+            "REPLACE INTO {WATCHDOG_TABLE} (id, report_host, server_id, ends) VALUES \
+             (1, @@GLOBAL.report_host, @@GLOBAL.server_id, \
+             UTC_TIMESTAMP(6) + INTERVAL {left} MICROSECOND)"
+        ))
+    };
+    Statement {
+        shown: stamp("<the lease's remainder>").shown,
+        sql: stamp(&left_us.to_string()).sql,
+    }
 }
 
 /// Removes the stamp: the server is not a primary that needs one.
