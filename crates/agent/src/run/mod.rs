@@ -4,7 +4,8 @@
 //! [`fence`]s a demoted primary (or one whose [`lease`] lapsed), takes [`orders`], and serves
 //! [`http`] endpoints, the exporter's [`metrics`] and [`clone`]s; a replica reads its
 //! `primary_position` (a pass waits briefly for each read), and `stale_dumps` ends the dump
-//! threads of replicas cut off, and `watchdog` keeps the server's own guard on the lease. The subcommands that prepare a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
+//! threads of replicas cut off, and `watchdog` keeps the server's own guard on the lease (its stamp moved between passes by
+//! `stamp_keeper`). The subcommands that prepare a datadir before mysqld starts: [`init`] (with the exporter's option file, [`exporter`]),
 //! [`bootstrap`] (restore), [`seed`], and [`pending`] (the logical load a bootstrap leaves).
 //! Files the agent keeps go through [`files`].
 
@@ -33,6 +34,7 @@ mod restoring;
 pub mod seed;
 mod server;
 mod stale_dumps;
+mod stamp_keeper;
 mod watchdog;
 
 pub use config::AgentConfig;

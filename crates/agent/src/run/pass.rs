@@ -107,7 +107,7 @@ pub(super) struct Agent {
     /// The read of them still under way, if any.
     pub(super) position_read: Option<PositionRead>,
     /// Whether the keeper task moves the lease watchdog's stamp between passes.
-    pub(super) stamp_keeper: Arc<super::watchdog::StampKeeper>,
+    pub(super) stamp_keeper: Arc<super::stamp_keeper::StampKeeper>,
 }
 
 impl Agent {

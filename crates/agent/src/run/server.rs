@@ -115,7 +115,7 @@ pub async fn run(
     let mut agent = Agent::new(config, orders, lease);
     // The lease watchdog's stamp follows the lease between passes (MariaDB, failover on).
     let stamp_keeper = agent.config.primary_lease.then(|| {
-        tokio::spawn(super::watchdog::keep_stamp(
+        tokio::spawn(super::stamp_keeper::keep_stamp(
             agent.config.socket.clone(),
             agent.config.credentials_dir.clone(),
             agent.lease.clone(),
