@@ -64,6 +64,9 @@ pub(super) struct Converged {
     pub(super) io_epoch: Option<u64>,
     /// The last failure to keep the lease watchdog, logged once.
     pub(super) watchdog_failure: Option<String>,
+    /// With failover off, a leftover stamp was looked for (and removed) on this connection:
+    /// nothing writes one since, so it is not looked for every pass.
+    pub(super) watchdog_cleared: bool,
 }
 
 /// The role a pass acts on.
@@ -213,6 +216,7 @@ impl Agent {
     fn disconnect(&mut self) {
         self.server = None;
         self.converged.accounts_digest = None;
+        self.converged.watchdog_cleared = false;
     }
 
     /// Closes the connection to mysqld at shutdown, waiting briefly for the server's goodbye.
@@ -232,6 +236,7 @@ impl Agent {
             }
             self.server = Some(server);
             self.converged.accounts_digest = None;
+            self.converged.watchdog_cleared = false;
         }
         let observed = super::observe::observe(self.server()).await?;
         let observed_at = Instant::now();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::credentials::Credentials;
 use super::lease::Lease;
-use super::observe::exec;
+use super::observe::{self, exec};
 use crate::decide::sql;
 use crate::decide::watchdog::RESTAMP_DRIFT;
 
@@ -87,19 +87,10 @@ async fn stamp_once(
     if conn.is_none() {
         let creds =
             Credentials::read(credentials_dir).map_err(|e| bulwark_engine::error::chain(&e))?;
-        let mut c = tokio::time::timeout(
-            KEEPER_PERIOD * 4,
-            mysql_async::Conn::new(creds.connection(socket).opts()),
-        )
-        .await
-        .map_err(|_| "no connection to mysqld within 2s".to_owned())?
-        .map_err(|e| format!("failed to connect to mysqld: {e}"))?;
-        for st in sql::session_setup() {
-            exec(&mut c, &st, &[])
-                .await
-                .map_err(|e| bulwark_engine::error::chain(&e))?;
-        }
-        *conn = Some(c);
+        let server = observe::connect(socket, &creds)
+            .await
+            .map_err(|e| bulwark_engine::error::chain(&e))?;
+        *conn = Some(server.conn);
     }
     let c = conn.as_mut().expect("connected");
     let left = end.saturating_duration_since(Instant::now());

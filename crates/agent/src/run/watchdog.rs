@@ -29,20 +29,22 @@ impl Agent {
         observed: &Observed,
     ) -> Result<Option<String>, AgentError> {
         let fenced = self.fence.as_ref().is_some_and(|f| f.remaining().is_some());
+        let lease_required = self.config.primary_lease;
         // Between passes the keeper moves the stamp with the lease, so a slow pass never lets
         // it run out under a primary that holds its lease. Whether it does rests on the lease
         // alone: a failure here (a lock wait) must not leave the stamp to run out.
         self.stamp_keeper.keep(watchdog::keeps_stamp(
             observed.engine,
-            self.config.primary_lease,
+            lease_required,
             role,
             lease,
             fenced,
         ));
-        if !watchdog::looked_at(observed.engine, role, lease, fenced) {
+        if !watchdog::looked_at(observed.engine, role, lease, fenced)
+            || (!lease_required && self.converged.watchdog_cleared)
+        {
             return Ok(None);
         }
-        let lease_required = self.config.primary_lease;
         let conn = &mut self.server().conn;
         let state = match timed(conn.query_first::<mysql_async::Row, _>(WATCHDOG_STATE_QUERY)).await
         {
@@ -63,7 +65,7 @@ impl Agent {
                     "failed to read the lease watchdog: error {}: {}",
                     e.code, e.message
                 );
-                return Ok(self.watchdog_failed(why).filter(|_| lease_required));
+                return Ok(self.watchdog_failed(why));
             }
             Err(source) => {
                 return Err(AgentError::Observe {
@@ -83,7 +85,7 @@ impl Agent {
         };
         let plan = watchdog::plan(&input);
         if let Err(why) = self.carry_out_watchdog(&plan).await? {
-            return Ok(self.watchdog_failed(why).filter(|_| lease_required));
+            return Ok(self.watchdog_failed(why));
         }
         if plan.install {
             tracing::info!("lease watchdog installed in the server");
@@ -95,6 +97,7 @@ impl Agent {
             tracing::info!(on, "event scheduler switched for the lease watchdog");
         }
         self.converged.watchdog_failure = None;
+        self.converged.watchdog_cleared = !lease_required;
         Ok(None)
     }
 
@@ -146,13 +149,13 @@ impl Agent {
         Ok(Ok(()))
     }
 
-    /// Logs a failure once however often it repeats, and gives it as the reason (which holds
-    /// a primary read-only only where failover needs the watchdog).
+    /// Logs a failure once however often it repeats, and gives it as the reason, which holds
+    /// a primary read-only only where failover needs the watchdog.
     fn watchdog_failed(&mut self, why: String) -> Option<String> {
         if self.converged.watchdog_failure.as_ref() != Some(&why) {
             tracing::warn!(error = %why, "cannot keep the lease watchdog");
             self.converged.watchdog_failure = Some(why.clone());
         }
-        Some(why)
+        self.config.primary_lease.then_some(why)
     }
 }
