@@ -85,9 +85,7 @@ fn a_primary_takes_writes_only_while_it_holds_the_operators_lease() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let a_db = instance_server(w, "quay-0");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds = creds.to_str().unwrap().to_owned();
+    let creds = credentials_with_order_key(w);
     let mut a_labels = Labels::new(w.join("podinfo-a"));
     a_labels.set(Some("primary"));
     let key = b"order-key";
@@ -255,9 +253,7 @@ fn a_primary_its_replicas_renew_outlasts_the_operators_heartbeat() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let db = instance_server(w, "quay-0");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds = creds.to_str().unwrap().to_owned();
+    let creds = credentials_with_order_key(w);
     let mut labels = Labels::new(w.join("podinfo"));
     labels.set(Some("primary"));
     let key = b"order-key";

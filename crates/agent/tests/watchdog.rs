@@ -49,9 +49,7 @@ fn a_primary_whose_agent_is_down_is_fenced_by_its_server_when_the_lease_runs_out
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let db = instance_server(w, "quay-0");
-    let creds = credentials(w, "");
-    std::fs::write(creds.join("orders"), "order-key\n").unwrap();
-    let creds = creds.to_str().unwrap().to_owned();
+    let creds = credentials_with_order_key(w);
     let mut labels = Labels::new(w.join("podinfo"));
     labels.set(Some("primary"));
     let start = |name: &str, lease: bool| {

@@ -138,17 +138,6 @@ fn decisions() {
     demoted.gtid_logged = "0-101-42".into();
     let mut mysql_half_read_only = observed(MySql, true, running());
     mysql_half_read_only.super_read_only = false;
-    let restored = |g: &str| RestoredGtid {
-        backup_id: "B1".into(),
-        gtid_set: g.into(),
-        gtid_history: String::new(),
-    };
-    let waiting = |g: &str| GtidAdoption::Waiting(restored(g));
-    let mut adopted = observed(MariaDb, true, None);
-    adopted.gtid_logged = "0-1-500".into();
-    let mut logged_more = observed(MariaDb, true, None);
-    logged_more.gtid_logged = "0-100-501".into();
-
     let mut waiting_read_only = observed(MariaDb, true, None);
     waiting_read_only.semi_sync_wait = true;
     let with_clients = |clients: u32, waiting: bool, r: Option<ReplicaStatus>| {
@@ -644,103 +633,6 @@ fn decisions() {
             false,
             "discarding pending backup B1",
         ),
-        Case {
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "restored primary adopts the backup's position first",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(
-            Some(AdoptRestoredGtid {
-                restored: restored("0-1-500"),
-                stop_replication: false,
-            }),
-            false,
-            "adopting the GTID position 0-1-500 of restored backup B1",
-        ),
-        Case {
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "restored replica adopts it before replicating",
-                replica(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(
-            Some(AdoptRestoredGtid {
-                restored: restored("0-1-500"),
-                stop_replication: false,
-            }),
-            false,
-            "adopting",
-        ),
-        Case {
-            restored_gtid: waiting(""),
-            ..case(
-                "replication that came with the backup is removed",
-                primary(),
-                observed(MySql, true, running()),
-            )
-        }
-        .then(
-            Some(AdoptRestoredGtid {
-                restored: restored(""),
-                stop_replication: true,
-            }),
-            false,
-            "adopting the GTID position (none)",
-        ),
-        Case {
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "adopted once already: again, harmlessly",
-                primary(),
-                adopted.clone(),
-            )
-        }
-        .then(
-            Some(AdoptRestoredGtid {
-                restored: restored("0-1-500"),
-                stop_replication: false,
-            }),
-            false,
-            "adopting",
-        ),
-        Case {
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "a server that logged more is never reset",
-                primary(),
-                logged_more,
-            )
-        }
-        .then(None, false, "has logged 0-100-501 since"),
-        Case {
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "the role comes first",
-                Err("role unknown: no label".into()),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(None, false, "role unknown"),
-        Case {
-            accounts: false,
-            restored_gtid: waiting("0-1-500"),
-            ..case(
-                "accounts before the position",
-                primary(),
-                observed(MariaDb, true, None),
-            )
-        }
-        .then(Some(EnsureAccounts), false, "accounts"),
-        Case {
-            restored_gtid: GtidAdoption::Failed("cannot remove".into()),
-            ..case("an unfinished adoption waits", primary(), adopted)
-        }
-        .then(None, false, "restored GTID position: cannot remove"),
         case(
             "a MariaDB with lossy crash recovery is never made primary",
             primary(),
@@ -799,3 +691,6 @@ mod lease;
 
 #[path = "topology_load_tests.rs"]
 mod load;
+
+#[path = "topology_restored_tests.rs"]
+mod restored;

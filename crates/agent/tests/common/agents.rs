@@ -220,6 +220,14 @@ pub fn credentials(dir: &Path, root: &str) -> PathBuf {
     c
 }
 
+/// [`credentials`] with no root password and the order key `order-key`, which signs the
+/// operator's heartbeats and orders; its path as an argument.
+pub fn credentials_with_order_key(dir: &Path) -> String {
+    let c = credentials(dir, "");
+    std::fs::write(c.join("orders"), "order-key\n").unwrap();
+    c.to_str().unwrap().to_owned()
+}
+
 /// The server options `bulwark-agent init` writes for `pod`.
 pub fn instance_args(work: &Path, pod: &str) -> Vec<String> {
     let config = work.join("my.cnf");
