@@ -107,6 +107,48 @@ fn a_backup_being_restored_is_kept_by_prune_and_delete_until_the_restore_ends() 
     target.stop().unwrap();
 }
 
+/// A restore to the archive's latest point holds its backup, and so the archived segments
+/// its replay reads: `prune` keeping only a newer backup removes neither while it runs, the
+/// replay finds every segment, and once it is over the same prune removes both.
+#[test]
+fn segments_a_restore_to_a_point_in_time_reads_are_kept_while_it_runs() {
+    use common::pitr::*;
+    let a = archived_source(&[], "", "a");
+    let k = a.key.to_str().unwrap();
+    let first: Vec<Row> = (0..3).map(|_| write_row(&a.source)).collect();
+    wait_archived_at(&a.repo, &first[2].gtid, &a.archiver);
+    backup(
+        &a.repo,
+        &a.source,
+        &["--method", "logical", "--encryption-key-file", k],
+        &[],
+    );
+    let last = write_row(&a.source);
+    wait_archived_at(&a.repo, &last.gtid, &a.archiver);
+    let segments = |repo: &str| list(repo, &[])["archives"]["default"]["segments"].clone();
+    let before = segments(&a.repo);
+
+    let mut target = MariaDb::start().unwrap();
+    let (restore, server_pid, _) = paused_restore(
+        &a.repo,
+        &a.backup_id,
+        &target,
+        &["--encryption-key-file", k, "--until", "latest"],
+    );
+    let pruned = prune_keeping_one(&a.repo, &["--encryption-key-file", k]);
+    assert!(pruned["removed"].as_array().unwrap().is_empty(), "{pruned}");
+    assert_eq!(segments(&a.repo), before, "{pruned}");
+    signal(server_pid, "-CONT");
+    finish(restore, "the restore");
+    assert_eq!(ids(&target), ids(&a.source));
+
+    let pruned = prune_keeping_one(&a.repo, &["--encryption-key-file", k]);
+    assert_eq!(pruned["removed"][0], a.backup_id.as_str(), "{pruned}");
+    assert_ne!(segments(&a.repo), before, "{pruned}");
+    a.archiver.stop();
+    target.stop().unwrap();
+}
+
 /// A key rotation while a restore reads the backup: the rewrap replaces the manifest (the
 /// restore read it and unwrapped its data key at the start) and never the data, so the restore
 /// finishes whole, and the backup is on the new key afterwards.

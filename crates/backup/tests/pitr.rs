@@ -305,9 +305,17 @@ fn a_killed_archiver_resumes_without_duplicates_a_purge_is_a_gap_and_tampering_i
     );
     let text = ok(cli(&["list", "--repo", &repo]));
     assert!(text.contains("binlog archive default GAP"), "{text}");
-    let (latest, _) = restore_until(&repo, &key, &first_backup, &["--until", "latest"]);
+    let (latest, out) = restore_until(&repo, &key, &first_backup, &["--until", "latest"]);
     let want: BTreeSet<u64> = before.iter().chain(&rows).map(|r| r.id).collect();
     assert_eq!(ids(&latest), want, "replay stops at the gap");
+    // Said, not silent: the archive goes on past what this backup can reach.
+    assert!(
+        out.contains(&format!(
+            "the archive has a gap after {continuous_to}: it goes on from {}",
+            lost.last().unwrap().gtid
+        )),
+        "{out}"
+    );
 
     // The window restarts at the next backup.
     let b = backup(

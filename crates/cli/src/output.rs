@@ -120,9 +120,20 @@ pub fn human_bytes(n: u64) -> String {
 
 /// Peak resident memory of this process (not of the tools it runs), in bytes.
 pub fn peak_rss_bytes() -> u64 {
+    max_rss(libc::RUSAGE_SELF)
+}
+
+/// Peak resident memory of the largest child process waited for (the tools a restore or
+/// replay runs: `mariadb-binlog`, the client, a scratch server), in bytes: they share the
+/// container's memory limit with this process.
+pub fn peak_child_rss_bytes() -> u64 {
+    max_rss(libc::RUSAGE_CHILDREN)
+}
+
+fn max_rss(who: libc::c_int) -> u64 {
     // SAFETY: getrusage fills the struct it is given and has no other effect.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
         return 0;
     }
     (usage.ru_maxrss as u64) * 1024

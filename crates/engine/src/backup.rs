@@ -5,11 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bulwark_contract::Engine;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::crypto::{DataKey, MasterKey};
 use crate::error::{Error, Result};
-use crate::format::{self, Chunking, EncryptionInfo, Manifest, Method, PlaintextInfo, SourceInfo};
+use crate::format::{
+    self, Chunking, ConsistentPoint, EncryptionInfo, Manifest, Method, PlaintextInfo, SourceInfo,
+};
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::series;
@@ -38,6 +40,30 @@ pub struct BackupRequest {
     pub id: Option<String>,
     /// The binlog archive that continues this backup (`None`: the repository's default one).
     pub binlog_archive: Option<String>,
+    /// Asked, once the copy is complete, which timeline of that archive its consistent point
+    /// belongs to (`None`: nothing is recorded).
+    pub timeline: Option<TimelineProbe>,
+}
+
+/// The longest a [`TimelineProbe`] may take.
+const TIMELINE_PROBE_LIMIT: std::time::Duration = std::time::Duration::from_secs(45);
+
+/// What a timeline probe answers: the timeline, or `None` when the archive cannot say.
+pub type TimelineAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Option<u32>> + Send>>;
+
+/// Given the consistent point, when the backup started and the key manifests are checked
+/// under (bound to the repository), the timeline of the binlog archive it belongs to. The
+/// engine knows no archive; the caller that does answers.
+pub struct TimelineProbe(pub Box<TimelineAsk>);
+
+/// The question a [`TimelineProbe`] answers.
+pub type TimelineAsk =
+    dyn FnOnce(ConsistentPoint, DateTime<Utc>, Option<MasterKey>) -> TimelineAnswer + Send;
+
+impl std::fmt::Debug for TimelineProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TimelineProbe")
+    }
 }
 
 /// A committed backup.
@@ -53,10 +79,11 @@ pub struct BackupOutcome {
 /// committed.
 pub async fn run(
     repo: &Repository,
-    req: BackupRequest,
+    mut req: BackupRequest,
     progress: Arc<Progress>,
-    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    mut shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> Result<BackupOutcome> {
+    let timeline_probe = req.timeline.take();
     // A key other than the repository's, or none for an encrypted repository, is refused
     // before anything is streamed.
     // The key signs the manifest bound to this repository.
@@ -170,7 +197,7 @@ pub async fn run(
         );
         let written = tokio::select! {
             w = stream => w,
-            _ = shutdown => Err(Error::Interrupted),
+            _ = &mut shutdown => Err(Error::Interrupted),
         };
         let written = match written {
             Ok(w) => w,
@@ -213,13 +240,29 @@ pub async fn run(
             }),
             _ => None,
         };
+        // The copy is durably stored now; the probe's wait is no part of it.
+        let finished_at = Utc::now();
+        // Bounded, and stopped with the backup: a slow listing never holds a finished copy.
+        let binlog_timeline = match timeline_probe {
+            Some(probe) => {
+                let asked = (probe.0)(consistent_point.clone(), started_at, key.clone());
+                tokio::select! {
+                    t = tokio::time::timeout(TIMELINE_PROBE_LIMIT, asked) => t.unwrap_or_else(|_| {
+                        tracing::warn!(backup_id = %id, "the binlog archive did not say in time which timeline the backup belongs to; none is recorded");
+                        None
+                    }),
+                    _ = &mut shutdown => return Err(Error::Interrupted),
+                }
+            }
+            None => None,
+        };
         let manifest = Manifest {
             format: format::FORMAT_NAME.into(),
             format_version: format::FORMAT_VERSION,
             id: id.clone(),
             method: req.method,
             started_at,
-            finished_at: Utc::now(),
+            finished_at,
             source: SourceInfo {
                 host: server.hostname.clone(),
                 engine: server.engine,
@@ -229,6 +272,7 @@ pub async fn run(
             },
             consistent_point,
             binlog_archive: req.binlog_archive.clone(),
+            binlog_timeline,
             chunking: Chunking {
                 chunk_size: req.write.chunk_size as u64,
                 compression: "zstd".into(),

@@ -70,6 +70,11 @@ pub struct Manifest {
     /// The binlog archive that continues this backup (`None`: the repository's default one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<String>,
+    /// The timeline of that archive the consistent point belongs to, as the archive showed
+    /// it when the backup ended (`None`: it could not say). Two branches of history can hold
+    /// the same GTIDs; a restore continues this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_timeline: Option<u32>,
     /// How plaintext was cut and compressed.
     pub chunking: Chunking,
     /// Present when chunks are encrypted.

@@ -301,6 +301,10 @@ impl Repository {
             },
             _ => Ok(()),
         };
+        if checked.is_ok() && self.key.is_none() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::warn!("the repository is not encrypted: its SHA-256 digests catch damage, not an attacker who can write to it (who can change what a restore or replay applies); use --encryption-key-file for a repository nobody can rewrite without the key"));
+        }
         checked.map(|()| self)
     }
 

@@ -8,12 +8,16 @@ use bulwark_cli::args::{
 };
 use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
 use bulwark_cli::progress::Reporter;
-use bulwark_engine::backup::{self, BackupRequest};
+use bulwark_engine::backup::{self, BackupRequest, TimelineProbe};
 use bulwark_engine::format::{self, Method};
 use bulwark_engine::progress::Progress;
 use bulwark_engine::repo::CompleteBackup;
+use bulwark_engine::store::Store;
 use bulwark_engine::writer::WriteOptions;
 use bulwark_engine::{report, Error};
+use bulwark_pitr::archive::manifest::DEFAULT_ARCHIVE;
+use bulwark_pitr::archive::{belonging, segments};
+use bulwark_pitr::binlog::GtidPos;
 use clap::Args;
 
 #[derive(Args)]
@@ -93,6 +97,53 @@ pub async fn cmd_backup(a: BackupArgs) -> anyhow::Result<()> {
     outcome.map(drop)
 }
 
+/// Asks the backup's binlog archive, once the copy is complete, which of its timelines the
+/// consistent point belongs to ([`belonging::backup_timeline`]). A repository without that
+/// archive, a point that is no MariaDB GTID position, or a listing that fails records none.
+fn timeline_probe(store: std::sync::Arc<dyn Store>, archive: Option<String>) -> TimelineProbe {
+    TimelineProbe(Box::new(move |point, started, key| {
+        Box::pin(async move {
+            let point = GtidPos::parse(point.gtid_set.as_deref()?).ok()?;
+            let archive = archive.as_deref().unwrap_or(DEFAULT_ARCHIVE);
+            let deadline = tokio::time::Instant::now() + TIMELINE_WAIT;
+            loop {
+                let listing = match segments::list(&store, archive, key.as_ref()).await {
+                    Ok(listing) => listing,
+                    Err(e) => {
+                        tracing::warn!(archive, error = %bulwark_engine::error::chain(&e), "failed to list the binlog archive; the backup records no timeline");
+                        return None;
+                    }
+                };
+                let seen = belonging::last_seen(&listing.segments, listing.coverage.as_ref());
+                // An archiver seen lately but not since the backup began is waited for: a
+                // quiet server's is seen every 10 s, one reconnecting after a crash once it
+                // follows the server's history again.
+                let lately = seen.is_some_and(|at| {
+                    at < started && chrono::Utc::now() - at < chrono::Duration::minutes(2)
+                });
+                if lately && tokio::time::Instant::now() < deadline {
+                    // Each listing reads every segment manifest: not more often than this.
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    continue;
+                }
+                let timeline = belonging::backup_timeline(
+                    &listing.segments,
+                    listing.coverage.as_ref(),
+                    &point,
+                    started,
+                );
+                if timeline.is_none() && !listing.segments.is_empty() {
+                    tracing::info!(archive, last_seen = ?seen, "the binlog archive cannot say which timeline the backup belongs to (its archiver was not seen following the server since the backup began, or no timeline holds the backup's point); none is recorded");
+                }
+                return timeline;
+            }
+        })
+    }))
+}
+
+/// How long a backup waits at its end for its archive to show it follows the server.
+const TIMELINE_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
+
 /// Takes the backup and prints the summary; returns the report for the result file.
 async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
     if a.chunk_size == 0 || a.chunk_size > (256 << 20) {
@@ -118,6 +169,7 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
     }
     let key = a.key.load()?;
     let repo = create_repo(&a.repo, a.segment_size).await?;
+    let timeline = timeline_probe(repo.store().clone(), a.binlog_archive.clone());
     let req = BackupRequest {
         method: a.method,
         connection: a.conn.connection()?,
@@ -140,6 +192,7 @@ async fn run_backup(a: BackupArgs) -> anyhow::Result<report::BackupResult> {
         },
         key,
         binlog_archive: a.binlog_archive,
+        timeline: Some(timeline),
         id: a.backup_id,
     };
     let progress = Progress::new();

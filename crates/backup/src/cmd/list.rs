@@ -51,6 +51,11 @@ pub async fn cmd_list(a: ListArgs) -> anyhow::Result<()> {
             .map(|b| {
                 let mut v =
                     serde_json::to_value(report::backup_result(b, None)).expect("serializes");
+                if let Some(timeline) = b.manifest.binlog_timeline {
+                    // The branch of history the backup's point is on, as recorded when it
+                    // ended: the one a restore continues.
+                    v["binlogTimeline"] = timeline.into();
+                }
                 if let Some(w) = archive.windows.get(&b.manifest.id) {
                     v["recoveryWindow"] = pitr::window_json(w);
                 }

@@ -261,6 +261,12 @@ pub fn print_outcome(o: &ReplayOutcome, json: bool) {
                 .map(|t| format!(", last commit stamped {}", t.format("%Y-%m-%dT%H:%M:%SZ")))
                 .unwrap_or_default()
         );
+        if let Some(resumed) = &o.resumes_past_gap {
+            println!(
+                "the archive has a gap after {}: it goes on from {resumed}, which no history from backup {} reaches; restore a backup taken after the gap for later transactions",
+                o.reached, o.backup_id
+            );
+        }
     }
 }
 

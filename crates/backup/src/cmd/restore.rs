@@ -6,7 +6,7 @@ use bulwark_cli::args::{
     absolute, parse_archive_name, shutdown_signal, BackupSelector, ConnArgs, KeyArgs, ProgressArgs,
     RepoArgs,
 };
-use bulwark_cli::output::{human_bytes, peak_rss_bytes, print_json};
+use bulwark_cli::output::{human_bytes, peak_child_rss_bytes, peak_rss_bytes, print_json};
 use bulwark_cli::progress::Reporter;
 use bulwark_engine::progress::Progress;
 use bulwark_engine::restore::{self, Destination};
@@ -261,6 +261,7 @@ pub async fn cmd_restore(a: RestoreArgs) -> anyhow::Result<()> {
             v["replay"] = serde_json::to_value(r)?;
         }
         v["peakRssBytes"] = peak_rss_bytes().into();
+        v["peakChildRssBytes"] = peak_child_rss_bytes().into();
         print_json(&v);
     } else {
         println!(

@@ -136,11 +136,20 @@ pub(super) async fn finalize(
                 .await;
                 release(backup, api).await
             } else if is("Failed") {
+                // The tool's own cause (a backup a restore holds is left alone, and says so).
+                // Unreadable, the event goes without it: the retry matters more.
+                let pod = super::job_pod(ctx, ns, &j).await.ok().flatten();
+                let cause = pod
+                    .as_ref()
+                    .and_then(|p| outcome::termination_message(p, "delete"))
+                    .and_then(outcome::last_line)
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default();
                 ctx.event(
                     backup,
                     Reason::BackupDataDeleteFailed,
                     format!(
-                        "deleting backup {id} from storage {} failed; retrying",
+                        "deleting backup {id} from storage {} failed{cause}; retrying",
                         storage.name
                     ),
                 )

@@ -54,6 +54,28 @@ pub fn termination_message<'a>(pod: &'a Pod, container: &str) -> Option<&'a str>
         .filter(|m| !m.is_empty())
 }
 
+/// The last line a tool wrote before it failed, from a termination message that holds its
+/// log's tail: the one-line cause (`error: …`, or a log line's message without its timestamp
+/// and level, in text or JSON), at most 300 characters.
+pub fn last_line(message: &str) -> Option<String> {
+    let line = message.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    if let Ok(serde_json::Value::Object(logged)) = serde_json::from_str(line) {
+        if let Some(m) = logged.get("message").and_then(|m| m.as_str()) {
+            return Some(m.chars().take(300).collect());
+        }
+    }
+    // A tracing line: `<RFC 3339 stamp> <level padded to 5> <message>`.
+    let logged = line.split_once(' ').and_then(|(stamp, rest)| {
+        chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
+        let (level, message) = rest.trim_start().split_once(' ')?;
+        ["ERROR", "WARN", "INFO", "DEBUG"]
+            .contains(&level)
+            .then(|| message.trim())
+    });
+    let line = logged.unwrap_or(line);
+    Some(line.chars().take(300).collect())
+}
+
 /// How a Job ended, as its conditions say (the tool's own account is in its pod).
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobEnd {
@@ -182,6 +204,37 @@ pub fn parse_progress(log: &str) -> Option<BackupProgress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_tool_is_known_by_its_last_line() {
+        let cases = [
+            (
+                "a log's tail ending in the cause",
+                "2026-11-28T11:00:00.1Z  INFO starting\nerror: backup 20261128T110000Z-aaaaaa is held by restore on db-0: it is left alone\n",
+                Some("error: backup 20261128T110000Z-aaaaaa is held by restore on db-0: it is left alone"),
+            ),
+            (
+                "a JSON log line",
+                "{\"timestamp\":\"2026-11-28T11:00:00Z\",\"level\":\"ERROR\",\"message\":\"the bucket is gone\"}",
+                Some("the bucket is gone"),
+            ),
+            (
+                "a logged error line",
+                "2026-11-28T11:00:00.123456Z ERROR failed to reach storage\n\n",
+                Some("failed to reach storage"),
+            ),
+            (
+                "a level padded to five",
+                "2026-11-28T11:00:00.123456Z  WARN the data stays",
+                Some("the data stays"),
+            ),
+            ("nothing", "  \n ", None),
+        ];
+        for (what, message, want) in cases {
+            assert_eq!(last_line(message).as_deref(), want, "{what}");
+        }
+        assert_eq!(last_line(&"x".repeat(400)).map(|l| l.len()), Some(300));
+    }
 
     fn job(conditions: serde_json::Value) -> Job {
         serde_json::from_value(serde_json::json!({

@@ -1,7 +1,8 @@
 //! Which archived segments continue which position: the chain a restore replays from a
-//! backup's consistent point (exact continuity, one branch of history, the newest timeline or
-//! the branch holding a GTID target), every segment any branch reaches (what retention keeps),
-//! and the gaps in the archive. Pure; table-tested.
+//! backup's consistent point (exact continuity, one branch of history, the backup's own
+//! timeline where branches hold the same GTIDs, the newest timeline or the branch holding a
+//! GTID target), every segment any branch reaches (what retention keeps), and the gaps in the
+//! archive. Pure; table-tested.
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -44,15 +45,48 @@ pub fn chain_toward(
     start: &GtidPos,
     target: Option<&GtidPos>,
 ) -> Chain {
+    chain_for(segments, start, None, target)
+}
+
+/// [`chain_toward`] for a start that belongs to timeline `belongs_to` (what a backup records,
+/// [`super::belonging::backup_timeline`]). Two branches can hold the same GTIDs (a server that
+/// lost its last transactions in a crash writes their numbers again under its own id), and
+/// then the GTIDs cannot tell them apart; the timeline can. A later timeline that stepped back
+/// to before the start (the start's own timeline or an older one holds transactions after
+/// where it began, which it did not take) never continues it; one that simply went on (a
+/// switchover, a failover that lost nothing) does. A path from exactly the start, or that
+/// reaches the start's own timeline or a later one, comes before one that stays on an older
+/// branch.
+pub fn chain_for(
+    segments: &[SegmentManifest],
+    start: &GtidPos,
+    belongs_to: Option<u32>,
+    target: Option<&GtidPos>,
+) -> Chain {
     let held: Vec<_> = segments.iter().map(history::held).collect();
     let starting_at = starting_at(segments);
+    let stepped_back_before_start = |s: &SegmentManifest| {
+        belongs_to.is_some_and(|t| {
+            s.timeline > t
+                && s.after != *start
+                && segments
+                    .iter()
+                    .zip(&held)
+                    .any(|(older, h)| older.timeline <= t && history::continues(older, h, &s.after))
+        })
+    };
     let heads: Vec<usize> = (0..segments.len())
-        .filter(|i| history::continues(&segments[*i], &held[*i], start))
+        .filter(|i| {
+            let s = &segments[*i];
+            !stepped_back_before_start(s) && history::continues(s, &held[*i], start)
+        })
         .collect();
     let mut paths = Paths {
         segments,
         held: &held,
         starting_at,
+        start,
+        belongs_to,
         target,
         memo: HashMap::new(),
         walking: HashSet::new(),
@@ -114,6 +148,10 @@ struct Paths<'a> {
     segments: &'a [SegmentManifest],
     held: &'a [history::Held<'a>],
     starting_at: HashMap<&'a GtidPos, Vec<usize>>,
+    /// Where the chain starts.
+    start: &'a GtidPos,
+    /// The start's own timeline, when known.
+    belongs_to: Option<u32>,
     target: Option<&'a GtidPos>,
     /// The best path from each fork's branch.
     memo: HashMap<usize, Rc<Vec<usize>>>,
@@ -196,18 +234,25 @@ impl Paths<'_> {
         })
     }
 
-    /// What makes a path better: holding more of the target's GTIDs exactly (those before a
-    /// fork count for every branch alike), then reaching the highest timeline, then ending with
-    /// the segment received last.
-    fn rank(&self, path: &[usize]) -> (usize, u32, DateTime<Utc>, String) {
+    /// What makes a path better: starting exactly at the start or reaching its own timeline
+    /// or a later one (a path that stays on an older branch may hold other transactions under
+    /// the same numbers), then holding more of the target's GTIDs exactly (those before a fork
+    /// count for every branch alike), then reaching the highest timeline, then ending with the
+    /// segment received last.
+    fn rank(&self, path: &[usize]) -> (bool, usize, u32, DateTime<Utc>, String) {
+        let own = self.belongs_to.is_none_or(|t| {
+            path.first()
+                .is_some_and(|i| self.segments[*i].after == *self.start)
+                || path.iter().any(|i| self.segments[*i].timeline >= t)
+        });
         let held = self.target.map_or(0, |t| {
             t.gtids()
                 .filter(|g| path.iter().any(|i| self.held[*i].holds(*g)))
                 .count()
         });
         match path.last().map(|i| &self.segments[*i]) {
-            Some(s) => (held, s.timeline, s.received_at, s.id.clone()),
-            None => (0, 0, DateTime::<Utc>::MIN_UTC, String::new()),
+            Some(s) => (own, held, s.timeline, s.received_at, s.id.clone()),
+            None => (false, 0, 0, DateTime::<Utc>::MIN_UTC, String::new()),
         }
     }
 }
@@ -383,6 +428,64 @@ mod tests {
             names(reachable(&segs, &pos("0-1-101"))),
             vec!["lost1", "lost2"]
         );
+    }
+
+    #[test]
+    fn a_backup_continues_its_own_timeline_where_two_hold_the_same_gtids() {
+        // Server 1 archived 0-1-101..104 on timeline 1, lost 0-1-102..104 in a crash, and
+        // after its restart wrote 0-1-102..103 again: timeline 2, from 0-1-101. The GTIDs of
+        // the two branches are the same; their transactions are not.
+        let segs = vec![
+            exact("base", "0-1-90", &["0-1-100", "0-1-101"], 1, 10),
+            exact("lost", "0-1-101", &["0-1-102", "0-1-103", "0-1-104"], 1, 11),
+            exact("again", "0-1-101", &["0-1-102", "0-1-103"], 2, 40),
+        ];
+        // (start, its timeline, GTID target, chain)
+        type Case<'a> = (&'a str, Option<u32>, Option<&'a str>, &'a [&'a str]);
+        let cases: [Case; 7] = [
+            // A backup taken before the crash, at a point timeline 2 wrote again.
+            ("0-1-102", Some(1), None, &["lost"]),
+            ("0-1-102", Some(1), Some("0-1-104"), &["lost"]),
+            // One taken after the restart, on the new history, toward a GTID only the lost
+            // tail has: not the lost tail (the target is then refused as not reached).
+            ("0-1-102", Some(2), Some("0-1-104"), &["again"]),
+            ("0-1-102", Some(2), None, &["again"]),
+            // At the branch point both continue it; the newest is taken.
+            ("0-1-101", Some(1), None, &["again"]),
+            // Unknown (a backup from before timelines were recorded): the newest, as before.
+            ("0-1-102", None, None, &["again"]),
+            // At the branch point, toward the lost tail's last GTID: the lost tail.
+            ("0-1-101", Some(2), Some("0-1-104"), &["lost"]),
+        ];
+        for (start, belongs_to, target, want) in cases {
+            let target = target.map(pos);
+            let chain = chain_for(&segs, &pos(start), belongs_to, target.as_ref());
+            assert_eq!(
+                ids(&segs, &chain),
+                want,
+                "from {start} on {belongs_to:?} toward {target:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_timeline_that_went_on_without_a_loss_continues_a_backup() {
+        // The archive was at 0-1-101 on timeline 1 when the backup at 0-1-103 ended; a
+        // switchover then started timeline 2 at 0-1-101, losing nothing.
+        let segs = vec![
+            exact("t1", "0-1-90", &["0-1-100", "0-1-101"], 1, 10),
+            exact("t2", "0-1-101", &["0-1-102", "0-1-103", "0-1-104"], 2, 40),
+        ];
+        let chain = chain_for(&segs, &pos("0-1-103"), Some(1), None);
+        assert_eq!(ids(&segs, &chain), ["t2"]);
+        // A replica's point naming a domain of its own, at the end of timeline 1; timeline 2
+        // began exactly there.
+        let segs = vec![
+            exact("t1", "0-1-90", &["0-1-100", "0-1-101"], 1, 10),
+            exact("t2", "0-1-101", &["0-2-102", "0-2-103"], 2, 40),
+        ];
+        let chain = chain_for(&segs, &pos("0-1-101,7-9-5"), Some(1), None);
+        assert_eq!(ids(&segs, &chain), ["t2"]);
     }
 
     #[test]

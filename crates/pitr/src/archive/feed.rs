@@ -24,6 +24,8 @@ pub struct Feed<'a> {
     at: GtidPos,
     /// The GTID target the chain was chosen toward, if any.
     toward: Option<GtidPos>,
+    /// The timeline the position is on, when known ([`window::chain_for`]).
+    timeline: Option<u32>,
 }
 
 /// One segment of the chain.
@@ -56,7 +58,15 @@ impl<'a> Feed<'a> {
             queue: chain.into(),
             at: from,
             toward,
+            timeline: None,
         }
+    }
+
+    /// The feed of a chain whose start belongs to `timeline` (what the backup recorded): a
+    /// chain listed again follows that history.
+    pub fn on_timeline(mut self, timeline: Option<u32>) -> Self {
+        self.timeline = timeline;
+        self
     }
 
     /// The next segment; `None` at the end of the chain.
@@ -79,6 +89,7 @@ impl<'a> Feed<'a> {
     fn advance(&mut self, seg: SegmentManifest, plain: Result<Spool>) -> Fed {
         if plain.is_ok() {
             self.at = seg.through.clone();
+            self.timeline = Some(seg.timeline);
         }
         Fed {
             id: seg.id,
@@ -94,7 +105,12 @@ impl<'a> Feed<'a> {
         let listing = segments::list(self.store, self.archive, self.key)
             .await
             .ok()?;
-        let chain = window::chain_toward(&listing.segments, &self.at, self.toward.as_ref());
+        let chain = window::chain_for(
+            &listing.segments,
+            &self.at,
+            self.timeline,
+            self.toward.as_ref(),
+        );
         let mut again: VecDeque<SegmentManifest> = chain
             .segments
             .iter()

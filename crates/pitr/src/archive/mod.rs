@@ -5,6 +5,7 @@
 
 pub mod archiver;
 pub mod audit;
+pub mod belonging;
 pub mod chain;
 pub mod compact;
 mod connect;

@@ -41,6 +41,10 @@ pub struct ReplayOutcome {
     pub reached: String,
     /// Commit stamp of the last transaction applied.
     pub last_commit: Option<DateTime<Utc>>,
+    /// For `latest`: where the archive goes on after a gap this backup's history cannot cross
+    /// (transactions archived later that this restore does not hold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumes_past_gap: Option<String>,
 }
 
 /// Why a replay failed, when it did: the cause, not its echoes. A damaged segment stops the
@@ -92,8 +96,9 @@ pub fn window_of(
     window_toward(backup, segments, &RecoveryTarget::Latest)
 }
 
-/// The recovery window of `backup` and the segments of its chain, along the branch of history
-/// that holds `target` when it is a GTID position ([`window::chain_toward`]).
+/// The recovery window of `backup` and the segments of its chain, along the history of the
+/// timeline it recorded and the branch that holds `target` when it is a GTID position
+/// ([`window::chain_for`]).
 pub fn window_toward(
     backup: &CompleteBackup,
     segments: &[SegmentManifest],
@@ -101,7 +106,7 @@ pub fn window_toward(
 ) -> Result<(Window, Vec<usize>)> {
     let m = &backup.manifest;
     let start = backup_point(backup)?;
-    let chain = window::chain_toward(segments, &start, target.gtid());
+    let chain = window::chain_for(segments, &start, m.binlog_timeline, target.gtid());
     // A GTID target within the chain's numbers must be one of its transactions exactly:
     // refused here, before anything is loaded, rather than by the replay halfway.
     for g in target.gtid().into_iter().flat_map(GtidPos::gtids) {
@@ -176,6 +181,13 @@ pub async fn apply(
     let (window, chain) = window_toward(backup, segments, target)?;
     let window = window.covered(coverage);
     window.check(target).map_err(Error::PointInTime)?;
+    let resumes_past_gap = match target {
+        RecoveryTarget::Latest => past_gap(segments, &chain, backup.manifest.finished_at),
+        _ => None,
+    };
+    if let Some(resumed) = &resumes_past_gap {
+        tracing::warn!(backup_id = %backup.manifest.id, reached = %window.to, %resumed, "`latest` from this backup ends at a gap in the archive: the archive goes on from a later position no chain from this backup reaches; a backup taken after the gap restores past it");
+    }
     let mut selector =
         Selector::new(window.from.clone(), target.clone()).started_by(backup.manifest.finished_at);
     match logged {
@@ -268,7 +280,8 @@ pub async fn apply(
         chain,
         window.from.clone(),
         target.gtid().cloned(),
-    );
+    )
+    .on_timeline(backup.manifest.binlog_timeline);
     let producer = async move {
         while let Some(fed) = feed.next().await {
             let failed = fed.plain.is_err();
@@ -359,7 +372,28 @@ pub async fn apply(
         bytes,
         reached: selector.reached().to_string(),
         last_commit: selector.last_commit,
+        resumes_past_gap,
     })
+}
+
+/// Where the archive resumes after a gap, when segments were received after the last of
+/// `chain` (or after the backup finished, for an empty chain) beyond one: what `latest` from
+/// its start does not reach.
+fn past_gap(
+    segments: &[SegmentManifest],
+    chain: &[usize],
+    finished: DateTime<Utc>,
+) -> Option<String> {
+    let last = chain
+        .iter()
+        .map(|i| segments[*i].received_at)
+        .max()
+        .unwrap_or(finished);
+    window::gaps(segments)
+        .into_iter()
+        .filter(|g| g.resumed_received > last)
+        .max_by_key(|g| g.resumed_received)
+        .map(|g| g.resumed_at.to_string())
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub struct BackupPoint {
     pub point: Option<GtidPos>,
     /// When it finished.
     pub finished: DateTime<Utc>,
+    /// The archive's timeline it recorded (`None`: none).
+    pub timeline: Option<u32>,
     /// Whether the retention rules keep it.
     pub kept: bool,
 }
@@ -27,6 +29,7 @@ impl BackupPoint {
         BackupPoint {
             id: backup.manifest.id.clone(),
             finished: backup.manifest.finished_at,
+            timeline: backup.manifest.binlog_timeline,
             point: backup
                 .manifest
                 .consistent_point
@@ -58,7 +61,8 @@ pub fn window_base<'a>(
         .max_by_key(|s| (s.received_at, s.id.clone()))?;
     newest_of(backups.iter().filter_map(|b| {
         let point = b.point.as_ref()?;
-        let reaches = window::chain_from(segments, point).reached == newest.through;
+        let reaches =
+            window::chain_for(segments, point, b.timeline, None).reached == newest.through;
         reaches.then_some(((b.finished, b.id.as_str()), b, point))
     }))
 }
@@ -136,6 +140,7 @@ mod tests {
             id: id.into(),
             point: Some(GtidPos::parse(point).unwrap()),
             finished: at(finished),
+            timeline: None,
             kept,
         }
     }
@@ -196,6 +201,7 @@ mod tests {
             id: "bx".into(),
             point: None,
             finished: at(0),
+            timeline: None,
             kept: true,
         };
         let base = |backups: &[BackupPoint]| window_base(backups, &segs).map(|b| b.id.clone());

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-pub use super::chain::{chain_from, chain_toward, gaps, reachable, Chain, Gap};
+pub use super::chain::{chain_for, chain_from, chain_toward, gaps, reachable, Chain, Gap};
 use crate::binlog::GtidPos;
 
 /// What a point-in-time restore replays up to.
