@@ -99,6 +99,24 @@ fn failover_with_orphans(orphan_rows: usize, survivor_rows: usize) {
         &["--branch-on-divergence"],
     );
     wait_archived_at(&repo, &at, &a);
+    // The archiver's report (the cluster status shows it) names the lost branch, once it has
+    // listed the archive again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report = a.report();
+        let lost = &report["lostBranches"];
+        if lost.as_array().is_some_and(|l| !l.is_empty()) {
+            assert_eq!(lost[0]["timeline"], 2, "{report}");
+            assert_eq!(lost[0]["branchedFrom"], 1, "{report}");
+            assert_eq!(lost[0]["through"], lost_head.as_str(), "{report}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lost branch reported: {report}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let log = a.stop();
     assert!(log.contains("a new timeline starts"), "{log}");
     let listing = list(&repo, &[]);

@@ -62,4 +62,25 @@ pub struct ArchiveStatus {
     /// archived, restorable by their GTIDs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left_behind_through: Option<String>,
+    /// Every branch a timeline left behind, oldest first (the newest [`MAX_LOST_BRANCHES`]):
+    /// what earlier failovers lost stays findable after later ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_branches: Vec<LostBranch>,
+}
+
+/// How many lost branches a report names.
+pub const MAX_LOST_BRANCHES: usize = 10;
+
+/// Transactions archived on one timeline that the next one did not take (a failover lost them).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LostBranch {
+    /// The timeline that went on without them.
+    pub timeline: u32,
+    /// Where it began (GTID position): the point the branches share.
+    pub began_at: String,
+    /// The timeline holding them.
+    pub branched_from: u32,
+    /// How far they reach (GTID position): restoring to it recovers them.
+    pub through: String,
 }

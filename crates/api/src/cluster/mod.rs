@@ -25,8 +25,8 @@ pub use backup_spec::{
 };
 pub use drill::{DrillPhase, DrillRecord, DrillSpec, DrillSummary, DrillsStatus};
 pub use status::{
-    BackupRecord, BinlogArchiveStatus, FailoverRecord, MySQLClusterStatus, ScheduleStatus,
-    SwitchoverRecord,
+    BackupRecord, BinlogArchiveStatus, FailoverRecord, LostBranchStatus, MySQLClusterStatus,
+    ScheduleStatus, SwitchoverRecord,
 };
 
 /// The pattern of [`MANAGED_OPTIONS_PATTERN`], as a literal for `concat!`.

@@ -160,6 +160,24 @@ pub struct BinlogArchiveStatus {
     /// How far the branch left behind reaches: restoring to this GTID position recovers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left_behind_through: Option<String>,
+    /// Every branch a failover left behind, oldest first (the newest ten), so what an earlier
+    /// failover lost stays findable after later ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_branches: Vec<LostBranchStatus>,
+}
+
+/// Transactions archived on one timeline that the next one did not take (a failover lost them).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LostBranchStatus {
+    /// The timeline that went on without them.
+    pub timeline: i64,
+    /// Where it began (GTID position): the point the branches share.
+    pub began_at: String,
+    /// The timeline holding them.
+    pub branched_from: i64,
+    /// How far they reach (GTID position): restoring to it recovers them.
+    pub through: String,
 }
 
 /// A successful backup, as recorded in a cluster's status.

@@ -2,7 +2,7 @@
 //! becomes `status.binlogArchive`, the `BinlogArchiveHealthy` condition and a lag metric; a
 //! new gap is announced by an event. The decision is pure; reading the report is the thin edge.
 
-use bulwark_api::cluster::BinlogArchiveStatus;
+use bulwark_api::cluster::{BinlogArchiveStatus, LostBranchStatus};
 use bulwark_contract::archive::{ArchiveStatus, STATUS_PATH};
 use bulwark_contract::ports;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -115,18 +115,31 @@ pub fn observe(
     });
     // An archiver that just started reports no timeline until it has read the archive: what
     // the status showed stands until then.
-    let (timeline, began_at, branched_from, left_behind) = match report.timeline {
+    let (timeline, began_at, branched_from, left_behind, lost_branches) = match report.timeline {
         Some(t) => (
             Some(i64::from(t)),
             report.timeline_began_at.clone(),
             report.branched_from.map(i64::from),
             report.left_behind_through.clone(),
+            report
+                .lost_branches
+                .iter()
+                .map(|b| LostBranchStatus {
+                    timeline: i64::from(b.timeline),
+                    began_at: b.began_at.clone(),
+                    branched_from: i64::from(b.branched_from),
+                    through: b.through.clone(),
+                })
+                .collect(),
         ),
         None => (
             previous_timeline,
             previous.and_then(|a| a.timeline_began_at.clone()),
             previous.and_then(|a| a.branched_from),
             previous.and_then(|a| a.left_behind_through.clone()),
+            previous
+                .map(|a| a.lost_branches.clone())
+                .unwrap_or_default(),
         ),
     };
     let changed = previous_timeline.is_some_and(|p| timeline.is_some_and(|t| t != p));
@@ -155,6 +168,7 @@ pub fn observe(
             timeline_began_at: began_at,
             branched_from,
             left_behind_through: left_behind,
+            lost_branches,
         }),
         new_gap,
         new_branch,
@@ -288,6 +302,7 @@ mod tests {
             timeline_began_at: Some("0-101-1".into()),
             branched_from: None,
             left_behind_through: None,
+            lost_branches: Vec::new(),
         }
     }
 
@@ -364,6 +379,21 @@ mod tests {
             .is_none());
         r.branched_from = Some(2);
         r.left_behind_through = Some("0-101-460".into());
+        // An earlier failover's loss, and this one's.
+        r.lost_branches = vec![
+            bulwark_contract::archive::LostBranch {
+                timeline: 2,
+                began_at: "0-101-300".into(),
+                branched_from: 1,
+                through: "0-101-320".into(),
+            },
+            bulwark_contract::archive::LostBranch {
+                timeline: 3,
+                began_at: "0-101-450".into(),
+                branched_from: 2,
+                through: "0-101-460".into(),
+            },
+        ];
         let o = observe(Ok(&r), 5, Some(&previous(0, 2)), "ledger");
         let message = o.new_branch.expect("announced");
         assert!(
@@ -381,6 +411,12 @@ mod tests {
             ),
             (Some(3), Some(2), Some("0-101-460"))
         );
+        let lost: Vec<_> = shown
+            .lost_branches
+            .iter()
+            .map(|b| (b.timeline, b.branched_from, b.through.as_str()))
+            .collect();
+        assert_eq!(lost, [(2, 1, "0-101-320"), (3, 2, "0-101-460")]);
         assert!(observe(Ok(&r), 5, Some(&previous(0, 3)), "ledger")
             .new_branch
             .is_none());
@@ -390,8 +426,10 @@ mod tests {
         fresh.timeline = None;
         fresh.branched_from = None;
         fresh.left_behind_through = None;
+        fresh.lost_branches.clear();
         let kept = observe(Ok(&fresh), 5, o.status.as_ref(), "ledger");
         assert_eq!(kept.status.as_ref().unwrap().timeline, Some(3));
+        assert_eq!(kept.status.as_ref().unwrap().lost_branches.len(), 2);
         assert!(kept.new_branch.is_none());
         assert!(observe(Ok(&r), 5, kept.status.as_ref(), "ledger")
             .new_branch

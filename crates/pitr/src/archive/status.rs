@@ -6,7 +6,7 @@ use crate::binlog::GtidPos;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bulwark_contract::archive::ArchiveStatus;
+use bulwark_contract::archive::{ArchiveStatus, LostBranch, MAX_LOST_BRANCHES};
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::manifest::SegmentManifest;
@@ -204,11 +204,21 @@ impl ArchiverRecord {
             .iter()
             .max_by_key(|s| (s.received_at, s.id.clone()));
         let current = window(backups, segments);
-        let timeline = newest.and_then(|n| {
-            super::history::timelines(segments)
-                .into_iter()
-                .find(|t| t.timeline == n.timeline)
-        });
+        let timelines = super::history::timelines(segments);
+        let timeline = newest.and_then(|n| timelines.iter().find(|t| t.timeline == n.timeline));
+        let lost: Vec<LostBranch> = timelines
+            .iter()
+            .filter_map(|t| {
+                let (from, end) = t.left_behind.as_ref()?;
+                Some(LostBranch {
+                    timeline: t.timeline,
+                    began_at: t.began_at.to_string(),
+                    branched_from: *from,
+                    through: end.to_string(),
+                })
+            })
+            .collect();
+        let lost = lost[lost.len().saturating_sub(MAX_LOST_BRANCHES)..].to_vec();
         self.with(|s| {
             s.oldest_pending = uncommitted_since;
             if let Some(n) = newest {
@@ -221,9 +231,10 @@ impl ArchiverRecord {
             s.report.recoverable_from_backup = current.as_ref().map(|c| c.from_backup.clone());
             s.report.recoverable_to = current.as_ref().map(|c| stamp(c.to));
             s.report.window_base_backup = current.map(|c| c.base_backup);
-            s.report.timeline = timeline.as_ref().map(|t| t.timeline);
-            s.report.timeline_began_at = timeline.as_ref().map(|t| t.began_at.to_string());
-            let left = timeline.as_ref().and_then(|t| t.left_behind.as_ref());
+            s.report.timeline = timeline.map(|t| t.timeline);
+            s.report.timeline_began_at = timeline.map(|t| t.began_at.to_string());
+            s.report.lost_branches = lost;
+            let left = timeline.and_then(|t| t.left_behind.as_ref());
             s.report.branched_from = left.map(|(from, _)| *from);
             s.report.left_behind_through = left.map(|(_, end)| end.to_string());
         });
