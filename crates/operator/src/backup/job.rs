@@ -235,6 +235,8 @@ pub fn backup_job(input: &BackupJobInput<'_>) -> Job {
         tolerations: input.cluster.spec.tolerations.clone(),
         security_context: Some(podspec::server_user()),
         enable_service_links: Some(false),
+        // Nothing in it talks to the Kubernetes API: no token to steal.
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     };
     job(
@@ -274,6 +276,8 @@ pub fn delete_job(
         volumes: Some(volumes),
         security_context: Some(podspec::server_user()),
         enable_service_links: Some(false),
+        // Nothing in it talks to the Kubernetes API: no token to steal.
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     };
     let mut j = job(job_meta(backup, name, cluster), pod, Some(3600));

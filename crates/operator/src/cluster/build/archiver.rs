@@ -127,6 +127,8 @@ pub fn binlog_archiver(
                     node_selector: cluster.spec.node_selector.clone(),
                     security_context: Some(podspec::server_user()),
                     enable_service_links: Some(false),
+                    // Nothing in it talks to the Kubernetes API: no token to steal.
+                    automount_service_account_token: Some(false),
                     termination_grace_period_seconds: Some(30),
                     ..PodSpec::default()
                 }),

@@ -160,6 +160,8 @@ fn pod_template(
             security_context: Some(podspec::server_user()),
             termination_grace_period_seconds: Some(300),
             enable_service_links: Some(false),
+            // Nothing in it talks to the Kubernetes API: no token to steal.
+            automount_service_account_token: Some(false),
             ..PodSpec::default()
         }),
     }
