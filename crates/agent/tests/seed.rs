@@ -104,12 +104,34 @@ fn a_member_added_after_the_binary_logs_were_purged_is_seeded_from_a_replica() {
             member: "intruder".into(),
             donor: donor.into(),
             issued_at: bulwark_agent::run::clone::unix_now(),
+            nonce: bulwark_agent::run::clone::fresh_nonce().unwrap(),
         };
         writeln!(asked, "{}", request.sign(key)).unwrap();
         let mut answer = String::new();
         BufReader::new(asked).read_line(&mut answer).unwrap();
         assert_eq!(answer.trim(), refusal);
     }
+    // A request served once (its copy begins, and the receiver goes) is refused when sent
+    // again: one captured on the network gives nobody a copy.
+    let request = bulwark_contract::clone::CloneRequest {
+        member: "quay-9".into(),
+        donor: a_clone.clone(),
+        issued_at: bulwark_agent::run::clone::unix_now(),
+        nonce: bulwark_agent::run::clone::fresh_nonce().unwrap(),
+    };
+    let line = request.sign(b"order-key");
+    let first_line = |line: &str| {
+        let mut asked = std::net::TcpStream::connect(a_clone.as_str()).unwrap();
+        writeln!(asked, "{line}").unwrap();
+        let mut answer = String::new();
+        BufReader::new(asked).read_line(&mut answer).unwrap();
+        answer
+    };
+    assert!(first_line(&line).starts_with("streaming "), "served once");
+    assert_eq!(
+        first_line(&line).trim(),
+        "refused: the clone request was served before: a replay"
+    );
 
     // The new member: an empty volume, seeded from the replica, or from the primary when the
     // replica's report did not come in time (a loaded machine; the preference is in the

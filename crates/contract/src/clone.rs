@@ -2,11 +2,13 @@
 //! for a copy of its data (a physical backup streamed as it is taken) on [`crate::ports::CLONE`].
 //!
 //! The request is one line of JSON signed with the cluster's order key (only pods that mount
-//! it, the cluster's own, can read a member's data) and dated, so that a captured request
-//! cannot be replayed for long. The answer is a line (`streaming <proof>`, the proof an HMAC of
+//! it, the cluster's own, can read a member's data), dated, and made once (a random nonce the
+//! donor remembers while the request is valid), so that a captured request cannot be replayed. The answer is a line (`streaming <proof>`, the proof an HMAC of
 //! the request under the same key, so that only a member can answer; or `refused: <reason>`),
 //! then frames (a 4-byte big-endian length and that many bytes of xbstream), a frame of length
 //! 0, and a last line: `complete`, or `failed: <reason>`.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +35,12 @@ pub struct CloneRequest {
     pub donor: String,
     /// Unix seconds when it was made.
     pub issued_at: i64,
+    /// Random, new for each request ([`NONCE_HEX_LEN`] hex digits): a donor serves it once.
+    pub nonce: String,
 }
+
+/// Length of a request's nonce: 128 random bits in hex.
+pub const NONCE_HEX_LEN: usize = 32;
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -41,6 +48,8 @@ struct Signed {
     member: String,
     donor: String,
     issued_at: i64,
+    #[serde(default)]
+    nonce: String,
     mac: String,
 }
 
@@ -60,13 +69,17 @@ pub enum CloneRequestError {
          cluster's labels?)"
     )]
     DonorUnproven,
+    #[error("the clone request carries no nonce of {NONCE_HEX_LEN} hex digits")]
+    NoNonce,
+    #[error("the clone request was served before: a replay")]
+    Replayed,
 }
 
 impl CloneRequest {
     fn signed_text(&self) -> String {
         format!(
-            "bulwark-clone-request\n{}\n{}\n{}",
-            self.member, self.donor, self.issued_at
+            "bulwark-clone-request\n{}\n{}\n{}\n{}",
+            self.member, self.donor, self.issued_at, self.nonce
         )
     }
 
@@ -102,6 +115,7 @@ impl CloneRequest {
             member: self.member.clone(),
             donor: self.donor.clone(),
             issued_at: self.issued_at,
+            nonce: self.nonce.clone(),
             mac: mac(key, &self.signed_text()),
         })
         .unwrap_or_default()
@@ -122,9 +136,14 @@ impl CloneRequest {
             member: signed.member,
             donor: signed.donor,
             issued_at: signed.issued_at,
+            nonce: signed.nonce,
         };
         if !mac_matches(key, &request.signed_text(), &signed.mac) {
             return Err(CloneRequestError::BadSignature);
+        }
+        let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+        if request.nonce.len() != NONCE_HEX_LEN || !request.nonce.chars().all(hex) {
+            return Err(CloneRequestError::NoNonce);
         }
         if request.donor != donor {
             return Err(CloneRequestError::OtherDonor {
@@ -143,9 +162,79 @@ impl CloneRequest {
     }
 }
 
+/// The requests a donor served while they could still be valid: each is served once.
+#[derive(Debug, Default)]
+pub struct ServedRequests {
+    /// Nonce → the request's date.
+    served: HashMap<String, i64>,
+}
+
+impl ServedRequests {
+    /// Records `request` as served at `now` (Unix seconds), or refuses it as a replay. A
+    /// request dated further back than [`REQUEST_VALIDITY_SECONDS`] is refused as stale
+    /// anyway, so older nonces are forgotten.
+    pub fn admit(&mut self, request: &CloneRequest, now: i64) -> Result<(), CloneRequestError> {
+        self.served
+            .retain(|_, issued| now.saturating_sub(*issued) <= 2 * REQUEST_VALIDITY_SECONDS);
+        if self.served.contains_key(&request.nonce) {
+            return Err(CloneRequestError::Replayed);
+        }
+        self.served.insert(request.nonce.clone(), request.issued_at);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NONCE: &str = "00112233445566778899aabbccddeeff";
+
+    #[test]
+    fn a_request_is_served_once_and_needs_a_nonce() {
+        let request = CloneRequest {
+            member: "quay-2".into(),
+            donor: "10.0.0.5:9082".into(),
+            issued_at: 1_800_000_000,
+            nonce: NONCE.into(),
+        };
+        let mut served = ServedRequests::default();
+        assert_eq!(served.admit(&request, 1_800_000_001), Ok(()));
+        assert_eq!(
+            served.admit(&request, 1_800_000_200),
+            Err(CloneRequestError::Replayed)
+        );
+        let another = CloneRequest {
+            nonce: "ffeeddccbbaa99887766554433221100".into(),
+            ..request.clone()
+        };
+        assert_eq!(served.admit(&another, 1_800_000_200), Ok(()));
+        // Forgotten only once the request is stale anyway.
+        assert_eq!(served.admit(&request, 1_800_000_601), Ok(()));
+        // The nonce is signed, and must be one.
+        let line = request.sign(b"order-key");
+        let other = line.replace(NONCE, "ffeeddccbbaa99887766554433221100");
+        assert_eq!(
+            CloneRequest::verify(&other, b"order-key", "10.0.0.5:9082", 1_800_000_000),
+            Err(CloneRequestError::BadSignature)
+        );
+        for nonce in ["", "short", "00112233445566778899AABBCCDDEEFF"] {
+            let bare = CloneRequest {
+                nonce: nonce.into(),
+                ..request.clone()
+            };
+            assert_eq!(
+                CloneRequest::verify(
+                    &bare.sign(b"order-key"),
+                    b"order-key",
+                    "10.0.0.5:9082",
+                    1_800_000_000
+                ),
+                Err(CloneRequestError::NoNonce),
+                "{nonce:?}"
+            );
+        }
+    }
 
     #[test]
     fn only_a_donor_holding_the_key_can_answer_a_request() {
@@ -153,6 +242,7 @@ mod tests {
             member: "quay-2".into(),
             donor: "10.0.0.5:9082".into(),
             issued_at: 1_800_000_000,
+            nonce: NONCE.into(),
         };
         let line = request.streaming_line(b"order-key");
         assert!(
@@ -193,6 +283,7 @@ mod tests {
             member: "quay-2".into(),
             donor: "10.0.0.5:9082".into(),
             issued_at: 1_800_000_000,
+            nonce: NONCE.into(),
         };
         let line = request.sign(b"order-key");
         assert!(!line.contains('\n'));

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulwark_contract::clone::{CloneRequest, COMPLETE, MAX_FRAME_BYTES, MAX_REQUEST_BYTES};
+use bulwark_contract::clone::{
+    CloneRequest, ServedRequests, COMPLETE, MAX_FRAME_BYTES, MAX_REQUEST_BYTES,
+};
 use bulwark_contract::order::ORDER_KEY;
 use bulwark_contract::Account;
 use bulwark_engine::source::{self, Connection, DefaultsFile, ToolIo, ToolJob};
@@ -49,6 +51,7 @@ pub struct Donor {
 /// Serves copies, one at a time, until the listener fails or the task is dropped.
 pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
     let busy = Arc::new(tokio::sync::Semaphore::new(1));
+    let served = Arc::new(std::sync::Mutex::new(ServedRequests::default()));
     let admission = bulwark_http::Admission::new(MAX_CONNECTIONS, MAX_PER_PEER);
     loop {
         let (stream, peer, place) = match admission.accept(&listener).await {
@@ -67,8 +70,9 @@ pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
         };
         let donor = donor.clone();
         let busy = busy.clone();
+        let served = served.clone();
         tokio::spawn(async move {
-            if let Err(reason) = answer(stream, peer, &donor, &busy).await {
+            if let Err(reason) = answer(stream, peer, &donor, &busy, &served).await {
                 tracing::warn!(peer = %peer, reason = %reason, "copy for a new member not served");
             }
             drop(place);
@@ -81,6 +85,7 @@ async fn answer(
     peer: SocketAddr,
     donor: &Donor,
     busy: &tokio::sync::Semaphore,
+    served: &std::sync::Mutex<ServedRequests>,
 ) -> Result<(), String> {
     let mut line = String::new();
     let read = {
@@ -101,10 +106,19 @@ async fn answer(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let request = match CloneRequest::verify(&line, &key, &me, unix_now()) {
+    let now = unix_now();
+    let request = match CloneRequest::verify(&line, &key, &me, now) {
         Ok(r) => r,
         Err(e) => return refuse(&mut stream, e.to_string()).await,
     };
+    // Once, whatever follows: a receiver that is refused asks again with a new request.
+    let admitted = served
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .admit(&request, now);
+    if let Err(e) = admitted {
+        return refuse(&mut stream, e.to_string()).await;
+    }
     let Ok(_permit) = busy.try_acquire() else {
         let reason = "the donor is already copying its data for another member".to_owned();
         return refuse(&mut stream, reason).await;
@@ -132,6 +146,13 @@ async fn refuse(stream: &mut TcpStream, reason: String) -> Result<(), String> {
         .write_all(format!("refused: {reason}\n").as_bytes())
         .await;
     Err(reason)
+}
+
+/// A new request's nonce: 128 bits from the kernel's random source, in hex.
+pub fn fresh_nonce() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Seconds since the Unix epoch.

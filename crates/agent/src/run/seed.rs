@@ -90,6 +90,8 @@ pub enum SeedError {
     NoPosition,
     #[error("failed to receive the copy: the receiving task ended abnormally")]
     ReceiverTask(#[source] tokio::task::JoinError),
+    #[error("failed to draw a clone request's nonce from /dev/urandom")]
+    Nonce(#[source] std::io::Error),
 }
 
 /// Seeds the datadir when it is empty and a member has data.
@@ -230,6 +232,7 @@ async fn copy(
         member: cfg.pod_name.clone(),
         donor: addr.to_string(),
         issued_at: clone::unix_now(),
+        nonce: clone::fresh_nonce().map_err(SeedError::Nonce)?,
     };
     let into = staging.clone();
     let key = key.to_vec();
