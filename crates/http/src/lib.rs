@@ -3,7 +3,10 @@
 //! route is answered 405, another path 404) in one plain-text line, served on hyper with one
 //! request per connection and connections bounded in number, in time and per client address,
 //! so a slow or silent client cannot hold the endpoint, and one that opens many connections
-//! holds no more than its share (the kubelet's probes come from another address).
+//! holds no more than its share. Every connection is accepted at once and those over a bound
+//! are closed at once (never left waiting in the backlog), and a reserve of places is kept for
+//! addresses that hold none, so many clients together cannot starve a newcomer (the kubelet's
+//! probes, the operator's reads) either.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,16 +35,35 @@ pub struct Limits {
     pub header: Duration,
     /// Longest a connection is served, response included.
     pub connection: Duration,
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections served at once from any address (beyond them, a reserve for addresses
+    /// that hold none; more are closed when accepted).
     pub max_connections: usize,
     /// Connections served at once from one client address; more are closed when accepted.
     pub max_per_peer: usize,
 }
 
-/// Connections being served, per client address, each address up to a share.
+/// Connections being served, in all and per client address, each address up to a share.
 struct PeerShares {
     most: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    /// Places for anyone.
+    normal: usize,
+    /// Places beyond those, for an address that holds none.
+    reserve: usize,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    total: usize,
+    by_peer: HashMap<IpAddr, usize>,
+}
+
+/// Why a connection is not served.
+enum Refusal {
+    /// Its address holds its share.
+    OverShare,
+    /// Every place is taken.
+    Full,
 }
 
 /// One connection's place in its address' share, given back when dropped.
@@ -51,23 +73,32 @@ struct PeerSlot {
 }
 
 impl PeerShares {
-    /// Shares of `most` connections per address.
-    fn new(most: usize) -> Arc<PeerShares> {
+    /// `normal` places, shares of `most` per address, and `reserve` places more for addresses
+    /// that hold none.
+    fn new(normal: usize, most: usize, reserve: usize) -> Arc<PeerShares> {
         Arc::new(PeerShares {
             most,
-            held: Mutex::new(HashMap::new()),
+            normal,
+            reserve,
+            held: Mutex::new(Held::default()),
         })
     }
 
-    /// A place for one more connection from `ip`; `None` while `ip` holds its share.
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+    /// A place for one more connection from `ip`.
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Result<PeerSlot, Refusal> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(ip).or_insert(0);
-        if *n >= self.most {
-            return None;
+        let mine = held.by_peer.get(&ip).copied().unwrap_or(0);
+        if mine >= self.most {
+            return Err(Refusal::OverShare);
         }
-        *n += 1;
-        Some(PeerSlot {
+        let room =
+            held.total < self.normal || (mine == 0 && held.total < self.normal + self.reserve);
+        if !room {
+            return Err(Refusal::Full);
+        }
+        held.total += 1;
+        *held.by_peer.entry(ip).or_insert(0) += 1;
+        Ok(PeerSlot {
             shares: self.clone(),
             ip,
         })
@@ -77,10 +108,11 @@ impl PeerShares {
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let mut held = self.shares.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.ip) {
+        held.total = held.total.saturating_sub(1);
+        if let Some(n) = held.by_peer.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                held.remove(&self.ip);
+                held.by_peer.remove(&self.ip);
             }
         }
     }
@@ -124,13 +156,11 @@ async fn only_get(request: Request, next: Next) -> Response {
 /// The connections a listener serves at once, in all and per client address (the HTTP
 /// endpoints here, and the agent's copy port, which is not HTTP).
 pub struct Admission {
-    slots: Arc<tokio::sync::Semaphore>,
     shares: Arc<PeerShares>,
 }
 
 /// An admitted connection's place, given back when dropped.
 pub struct Admitted {
-    _slot: tokio::sync::OwnedSemaphorePermit,
     _share: PeerSlot,
 }
 
@@ -140,37 +170,36 @@ pub enum Accepted {
     Admitted(TcpStream, SocketAddr, Admitted),
     /// Its address holds its share already: the caller closes it (saying why, if it likes).
     OverShare(TcpStream, SocketAddr),
+    /// Every place is taken: the caller closes it at once.
+    Full(TcpStream, SocketAddr),
 }
 
+/// Places kept, beyond `max_connections`, for addresses that hold none, per normal place:
+/// many clients holding their shares together fill the normal places, and a newcomer (the
+/// kubelet's probe) still gets in, unless as many more addresses hold one each.
+const RESERVE_PER_PLACE: usize = 3;
+
 impl Admission {
-    /// `max_connections` in all, `max_per_peer` from one address.
+    /// `max_connections` in all (and a reserve for addresses that hold none), `max_per_peer`
+    /// from one address.
     pub fn new(max_connections: usize, max_per_peer: usize) -> Admission {
         Admission {
-            slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
-            shares: PeerShares::new(max_per_peer),
+            shares: PeerShares::new(
+                max_connections,
+                max_per_peer,
+                max_connections * RESERVE_PER_PLACE,
+            ),
         }
     }
 
-    /// Waits for a free place (more clients wait in the listen backlog), then takes the next
-    /// connection.
+    /// Takes the next connection, at once, and decides whether it is served: nothing waits
+    /// in the listen backlog behind connections being served.
     pub async fn accept(&self, listener: &TcpListener) -> std::io::Result<Accepted> {
-        let slot = self
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
         let (stream, peer) = listener.accept().await?;
         Ok(match self.shares.take(peer.ip()) {
-            Some(share) => Accepted::Admitted(
-                stream,
-                peer,
-                Admitted {
-                    _slot: slot,
-                    _share: share,
-                },
-            ),
-            None => Accepted::OverShare(stream, peer),
+            Ok(share) => Accepted::Admitted(stream, peer, Admitted { _share: share }),
+            Err(Refusal::OverShare) => Accepted::OverShare(stream, peer),
+            Err(Refusal::Full) => Accepted::Full(stream, peer),
         })
     }
 }
@@ -196,6 +225,13 @@ pub async fn serve(
                 // Closed at once, the slot free for others at once.
                 if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                     tracing::warn!(peer = %peer.ip(), most = limits.max_per_peer, "a client holds its share of connections; closing its others");
+                    refused_logged = Some(std::time::Instant::now());
+                }
+                continue;
+            }
+            Ok(Accepted::Full(_, peer)) => {
+                if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(peer = %peer.ip(), most = limits.max_connections, "every connection place is taken; closing new ones");
                     refused_logged = Some(std::time::Instant::now());
                 }
                 continue;
@@ -369,6 +405,96 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "{back:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Connects from `ip` (a loopback address), silent after a partial request line.
+    async fn silent_from(ip: &str, addr: SocketAddr) -> Option<tokio::net::TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        let mut s = socket.connect(addr).await.ok()?;
+        s.write_all(b"GET /hello HTTP/1.1\r\n").await.ok()?;
+        Some(s)
+    }
+
+    #[tokio::test]
+    async fn many_clients_holding_their_shares_do_not_starve_a_newcomer() {
+        // The agent's own bounds.
+        let limits = Limits {
+            header: Duration::from_secs(30),
+            connection: Duration::from_secs(60),
+            max_connections: 64,
+            max_per_peer: 6,
+        };
+        let (addr, _stop) = start_with(limits).await;
+        // Hundreds of silent connections from 100 addresses, each its whole share: together
+        // far more than the places.
+        let mut silent = Vec::new();
+        for host in 2..102 {
+            for _ in 0..limits.max_per_peer {
+                silent.extend(silent_from(&format!("127.0.0.{host}"), addr).await);
+            }
+        }
+        assert!(silent.len() >= 500, "{} connected", silent.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A newcomer is answered at once, not after the 30 s header timeout, and not left
+        // waiting in the backlog.
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            exchange(addr, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n"),
+        )
+        .await
+        .expect("answered while the others hold their places");
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Served: the normal places (the first 11 addresses) and one place each for the
+        // others, from the reserve; the rest were closed when accepted, never held.
+        let mut closed = 0;
+        for s in &mut silent {
+            let mut byte = [0u8; 1];
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(Duration::from_millis(20), s.read(&mut byte)).await
+            {
+                closed += 1;
+            }
+        }
+        let served = silent.len() - closed;
+        let first = limits.max_connections.div_ceil(limits.max_per_peer);
+        assert_eq!(
+            served,
+            limits.max_connections + (100 - first),
+            "{closed} closed of {}",
+            silent.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn past_every_place_a_newcomer_is_closed_at_once_not_queued() {
+        let (addr, _stop) = start_with(Limits {
+            header: Duration::from_secs(30),
+            ..LIMITS
+        })
+        .await;
+        // Enough addresses to fill the normal places and then the reserve, one each.
+        let needed = LIMITS.max_connections.div_ceil(LIMITS.max_per_peer)
+            + LIMITS.max_connections * RESERVE_PER_PLACE;
+        let mut silent = Vec::new();
+        for host in 2..(2 + needed + 2) {
+            for _ in 0..LIMITS.max_per_peer {
+                silent.extend(silent_from(&format!("127.0.0.{host}"), addr).await);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut newcomer = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = newcomer
+            .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await;
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(2), newcomer.read_to_end(&mut out))
+            .await
+            .expect("closed at once, not queued behind the silent ones")
+            .ok();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     }
 
     #[tokio::test]

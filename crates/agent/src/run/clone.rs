@@ -62,6 +62,11 @@ pub async fn serve(listener: TcpListener, donor: Arc<Donor>) {
                 let _ = stream.try_write(b"refused: too many connections from your address\n");
                 continue;
             }
+            Ok(Accepted::Full(stream, peer)) => {
+                tracing::debug!(peer = %peer, "every copy connection place is taken");
+                let _ = stream.try_write(b"refused: too many connections\n");
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "clone listener failed to accept");
                 tokio::time::sleep(Duration::from_millis(200)).await;
