@@ -28,8 +28,15 @@ pub const CONFIG_DIR: &str = "/etc/bulwark/config";
 pub const CONFIG_FILE: &str = "/etc/bulwark/config/my.cnf";
 /// Key of the my.cnf in the ConfigMap (its file name in [`CONFIG_DIR`]).
 pub const CONFIG_KEY: &str = "my.cnf";
-/// Password files of the server pods, one per account (named by `Account::key`).
+/// Password files of the server pods, one per account (named by `Account::key`), and the
+/// order key: the agent's and the tools'.
 pub const CREDENTIALS_DIR: &str = "/etc/bulwark/credentials";
+/// What the server container itself mounts of them: root's password file alone, which the
+/// image reads to initialize a datadir.
+pub const SERVER_CREDENTIALS_DIR: &str = "/etc/bulwark/server-credentials";
+/// The one directory the server reads and writes files in for clients (`secure_file_priv`):
+/// `LOAD_FILE`, `LOAD DATA INFILE` and `SELECT … INTO OUTFILE` reach nothing else.
+pub const SERVER_FILES_DIR: &str = "/var/lib/mysql-files";
 /// The pod's labels (downward API), from which the agent learns the pod's role.
 pub const PODINFO_DIR: &str = "/etc/podinfo";
 /// The labels file in [`PODINFO_DIR`].

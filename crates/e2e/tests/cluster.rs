@@ -69,6 +69,42 @@ fn a_three_member_mariadb_cluster_takes_writes_and_serves_reads_through_its_serv
         primary, "harbor-0",
         "the primary Service leads to the primary"
     );
+    // The server container mounts root's password file alone, and reads files for clients
+    // only in a directory of its own: an account with FILE (root here) reads neither the
+    // order key nor a password.
+    let files = sql(
+        n,
+        "harbor-0",
+        &password,
+        "localhost",
+        "SELECT LOAD_FILE('/etc/bulwark/credentials/orders') IS NULL, \
+         LOAD_FILE('/etc/bulwark/server-credentials/root') IS NULL, @@secure_file_priv",
+    )
+    .unwrap();
+    assert_eq!(
+        files.split_whitespace().collect::<Vec<_>>(),
+        ["1", "1", "/var/lib/mysql-files/"],
+        "{files}"
+    );
+    let listed = bulwark_e2e::kubectl(&[
+        "exec",
+        "-n",
+        n,
+        "harbor-0",
+        "-c",
+        "mysqld",
+        "--",
+        "ls",
+        "/etc/bulwark",
+    ])
+    .output()
+    .expect("kubectl exec");
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        "server-credentials",
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     // Reads through the replicas Service land on a read-only replica and see the rows once
     // replication has applied them.
     let seen = wait_for(

@@ -18,6 +18,11 @@ fn defaults(engine: Engine) -> BTreeMap<&'static str, &'static str> {
         ("sync_binlog", "1"),
         ("binlog_expire_logs_seconds", "604800"),
         ("max_connections", "300"),
+        // An account with FILE reads no file of the pod's (the mounted passwords above all).
+        (
+            "secure_file_priv",
+            bulwark_contract::paths::SERVER_FILES_DIR,
+        ),
     ]);
     if engine == Engine::MySql {
         d.insert("mysqlx", "OFF");
@@ -225,6 +230,7 @@ mod tests {
             rpl_semi_sync_master_wait_no_slave = ON\n\
             rpl_semi_sync_master_wait_point = AFTER_SYNC\n\
             rpl_semi_sync_slave_enabled = ON\n\
+            secure_file_priv = /var/lib/mysql-files\n\
             skip_name_resolve = ON\n\
             sync_binlog = 1\n\
             zz_last = x\n";

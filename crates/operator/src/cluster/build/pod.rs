@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::{
     DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, ExecAction, HTTPGetAction, KeyToPath,
     Lifecycle, LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
-    ResourceRequirements, SecretProjection, Volume, VolumeMount, VolumeProjection,
-    VolumeResourceRequirements,
+    ResourceRequirements, SecretProjection, SecretVolumeSource, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -182,7 +182,10 @@ fn volumes(cluster: &MySQLCluster, validated: &Validated, config_map_name: &str)
         empty_dir("conf"),
         empty_dir("run"),
         empty_dir("tmp"),
+        empty_dir("server-tmp"),
+        empty_dir("server-files"),
         credentials_volume(cluster, validated),
+        server_credentials_volume(validated),
         Volume {
             name: "podinfo".to_owned(),
             downward_api: Some(DownwardAPIVolumeSource {
@@ -283,7 +286,7 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
         Engine::MariaDb => "MARIADB_ROOT_PASSWORD_FILE",
         Engine::MySql => "MYSQL_ROOT_PASSWORD_FILE",
     };
-    let root_file = format!("{}/{}", paths::CREDENTIALS_DIR, Account::Root.key());
+    let root_file = format!("{}/{}", paths::SERVER_CREDENTIALS_DIR, Account::Root.key());
     Container {
         name: "mysqld".to_owned(),
         image: Some(validated.server_image.clone()),
@@ -303,12 +306,15 @@ fn mysqld_container(cluster: &MySQLCluster, validated: &Validated) -> Container 
         readiness_probe: Some(http_probe("/readyz", 1, 1, 2)),
         resources: cluster.spec.resources.clone(),
         lifecycle: Some(wait_for_handover()),
+        // Nothing of the agent's: not the other accounts' passwords nor the order key, and a
+        // temporary directory of its own.
         volume_mounts: Some(vec![
             datadir_mount(),
             mount("conf", paths::CONF_DIR, true),
-            mount("credentials", paths::CREDENTIALS_DIR, true),
+            mount("server-credentials", paths::SERVER_CREDENTIALS_DIR, true),
+            mount("server-files", paths::SERVER_FILES_DIR, false),
             mount("run", paths::RUN_DIR, false),
-            mount("tmp", podspec::TMP_DIR, false),
+            mount("server-tmp", podspec::TMP_DIR, false),
         ]),
         security_context: Some(restricted()),
         ..Container::default()
@@ -511,6 +517,25 @@ fn credentials_volume(cluster: &MySQLCluster, validated: &Validated) -> Volume {
                     })
                     .collect(),
             ),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Root's password file alone, for the server container.
+fn server_credentials_volume(validated: &Validated) -> Volume {
+    let src = validated.credentials.source(Account::Root);
+    Volume {
+        name: "server-credentials".to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(src.name.clone()),
+            items: Some(vec![KeyToPath {
+                key: src.key.clone(),
+                path: Account::Root.key().to_owned(),
+                mode: Some(0o400),
+            }]),
+            default_mode: Some(0o400),
+            optional: Some(false),
         }),
         ..Volume::default()
     }
