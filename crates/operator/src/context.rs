@@ -20,6 +20,8 @@ pub struct Config {
     pub backup_images: BackupImages,
     /// Image of the Prometheus mysqld exporter sidecar.
     pub exporter_image: String,
+    /// The server images a cluster's `spec.image` may name.
+    pub server_images: crate::server_images::ServerImages,
     /// Namespaces to watch; empty: all of them.
     pub namespaces: Vec<String>,
 }

@@ -22,4 +22,5 @@ pub mod podspec;
 pub mod rbac;
 pub mod run;
 pub mod schedule;
+pub mod server_images;
 pub mod storage;

@@ -70,6 +70,14 @@ struct RunArgs {
         env = "MYSQL_OPERATOR_EXPORTER_IMAGE"
     )]
     exporter_image: String,
+    /// Repositories a cluster's `spec.image` may name, comma-separated (registry/path, no tag
+    /// or digest), or `*` for any image.
+    #[arg(
+        long,
+        default_value = bulwark_operator::server_images::DEFAULT_REPOSITORIES,
+        env = "MYSQL_OPERATOR_SERVER_IMAGE_REPOSITORIES"
+    )]
+    server_image_repositories: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -109,6 +117,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         &args.backup_images,
     )
     .map_err(|e| anyhow::anyhow!("invalid backup image settings: {e}"))?;
+    let server_images =
+        bulwark_operator::server_images::ServerImages::parse(&args.server_image_repositories)
+            .map_err(|e| anyhow::anyhow!("invalid server image settings: {e}"))?;
     let listener = bulwark_operator::http::bind(args.listen)
         .await
         .with_context(|| format!("failed to listen on {}", args.listen))?;
@@ -119,6 +130,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config {
         backup_images,
         exporter_image: args.exporter_image,
+        server_images,
         namespaces: args
             .namespaces
             .split(',')

@@ -400,7 +400,7 @@ async fn an_invalid_spec_is_explained_by_a_false_condition() {
         (
             "True".to_owned(),
             "InvalidSpec".to_owned(),
-            "secret vault named by credentials.root does not exist".to_owned()
+            "secret vault named by credentials.root cannot be used: it must be a Secret of this namespace, not one the operator generated for another cluster, holding a non-empty key root-password".to_owned()
         )
     );
     assert_eq!(condition(&c, "Ready").unwrap().0, "False");

@@ -371,6 +371,7 @@ async fn a_namespaced_operator_works_with_a_role_in_its_namespace_only() {
     let config = Config {
         backup_images: BackupImages::parse(BACKUP_IMAGE, "mariadb-11.4", "").unwrap(),
         exporter_image: EXPORTER_IMAGE.to_owned(),
+        server_images: Default::default(),
         namespaces: vec![n.clone()],
     };
     let metrics = Arc::new(Metrics::default());

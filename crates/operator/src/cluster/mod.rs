@@ -58,6 +58,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             None => Ok(v),
         }
     });
+    let checked = checked.and_then(|v| match ctx.config.server_images.check(&cluster) {
+        Some(problem) => Err(problem),
+        None => Ok(v),
+    });
     let validated = match checked {
         Ok(v) => v,
         Err(message) => {

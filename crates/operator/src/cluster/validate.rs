@@ -11,6 +11,7 @@ use bulwark_api::{BackupPhase, MySQLBackup, MySQLCluster, SecretKeyReference};
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::credentials::{self, credential_sources, Account, Credentials};
+use crate::names;
 
 /// Longest cluster name: `<name>-<ordinal>` pods carry a `controller-revision-hash` label of
 /// `<name>-<10 characters>` that must fit in 63.
@@ -112,7 +113,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     let credentials = credential_sources(cluster);
     for account in Account::ALL {
         if let Some(r) = credentials::given(cluster, account) {
-            if let Some(p) = check_secret_key(refs, r, credentials::spec_field(account)) {
+            if let Some(p) = check_secret_key(name, refs, r, credentials::spec_field(account)) {
                 problems.push(p);
             }
         }
@@ -130,17 +131,16 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     if let Some(backup) = &spec.backup {
         if let Some(enc) = &backup.encryption {
             let r = &enc.key_secret_ref;
-            match check_secret_key(refs, r, "backup.encryption.keySecretRef") {
-                Some(p) => problems.push(p),
-                None => {
-                    let raw = secret_value(refs, r).unwrap_or_default();
-                    if !is_master_key(&raw) {
-                        problems.push(format!(
-                            "key {} of secret {} (backup.encryption.keySecretRef) is not a base64-encoded 32-byte key; create one with `openssl rand -base64 32`",
-                            r.key, r.name
-                        ));
-                    }
-                }
+            let field = "backup.encryption.keySecretRef";
+            // One message whether the key is missing or malformed: nothing about a Secret's
+            // content is told beyond "not usable".
+            let usable = check_secret_key(name, refs, r, field).is_none()
+                && secret_value(refs, r).is_some_and(|raw| is_master_key(&raw));
+            if !usable {
+                problems.push(format!(
+                    "{}; create the key with `openssl rand -base64 32`",
+                    unusable(r, field, " (32 bytes, or their base64)")
+                ));
             }
         }
         for s in &backup.storages {
@@ -151,7 +151,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                         key: key.to_owned(),
                     };
                     let field = format!("backup.storages[{}].s3.credentialsSecret", s.name);
-                    if let Some(p) = check_secret_key(refs, &r, &field) {
+                    if let Some(p) = check_secret_key(name, refs, &r, &field) {
                         problems.push(p);
                     }
                 }
@@ -285,21 +285,34 @@ fn secret_value(refs: &Refs, r: &SecretKeyReference) -> Option<Vec<u8>> {
         .map(|v| v.as_bytes().to_vec())
 }
 
-fn check_secret_key(refs: &Refs, r: &SecretKeyReference, field: &str) -> Option<String> {
-    if !refs.secrets.contains_key(&r.name) {
-        return Some(format!("secret {} named by {field} does not exist", r.name));
-    }
-    match secret_value(refs, r) {
-        None => Some(format!(
-            "secret {} named by {field} has no key {}",
-            r.name, r.key
-        )),
-        Some(v) if v.iter().all(|b| b.is_ascii_whitespace()) => Some(format!(
-            "key {} of secret {} named by {field} is empty",
-            r.key, r.name
-        )),
-        Some(_) => None,
-    }
+/// Why the Secret key `r` cannot be used by cluster `cluster`, if it cannot: it must exist,
+/// hold a non-empty value, and not be a Secret the operator generated for another cluster
+/// (whose order key signs copy requests for that cluster's data). The message is the same
+/// whatever the reason, so that validation tells whoever edits a cluster nothing about Secrets
+/// they may not read.
+fn check_secret_key(
+    cluster: &str,
+    refs: &Refs,
+    r: &SecretKeyReference,
+    field: &str,
+) -> Option<String> {
+    let Some(secret) = refs.secrets.get(&r.name) else {
+        return Some(unusable(r, field, ""));
+    };
+    let labels = secret.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let another_clusters = label(names::MANAGED_BY_LABEL) == Some(names::MANAGED_BY)
+        && label(names::INSTANCE_LABEL) != Some(cluster);
+    let filled = secret_value(refs, r).is_some_and(|v| !v.iter().all(|b| b.is_ascii_whitespace()));
+    (another_clusters || !filled).then(|| unusable(r, field, ""))
+}
+
+/// The one message for a Secret key that cannot be used, `what` saying what its value must be.
+fn unusable(r: &SecretKeyReference, field: &str, what: &str) -> String {
+    format!(
+        "secret {} named by {field} cannot be used: it must be a Secret of this namespace, not one the operator generated for another cluster, holding a non-empty key {}{what}",
+        r.name, r.key
+    )
 }
 
 /// Whether `raw` is what `mysql-backup --encryption-key-file` accepts: 32 raw bytes or their
@@ -367,9 +380,9 @@ spec:
         let err = validate(&c, &Refs::default()).unwrap_err();
         assert_eq!(
             err,
-            "secret vault named by credentials.root does not exist; \
+            "secret vault named by credentials.root cannot be used: it must be a Secret of this namespace, not one the operator generated for another cluster, holding a non-empty key pw; \
              mysqldConfig key \"bad key\" is not an option name (letters, digits, '_', '-', '.'); \
-             secret enc named by backup.encryption.keySecretRef does not exist; \
+             secret enc named by backup.encryption.keySecretRef cannot be used: it must be a Secret of this namespace, not one the operator generated for another cluster, holding a non-empty key k (32 bytes, or their base64); create the key with `openssl rand -base64 32`; \
              persistentvolumeclaim dumps of backup storage nas does not exist; \
              schedule nightly: invalid cron expression \"61 * * * *\"; \
              drills: unknown time zone \"Mars/Olympus\"; \
@@ -386,7 +399,10 @@ spec:
         refs.claims.insert("dumps".into());
         refs.secrets.extend([secret("enc", &[("k", b"too short")])]);
         let err = validate(&c, &refs).unwrap_err();
-        assert!(err.contains("is not a base64-encoded 32-byte key"), "{err}");
+        assert!(
+            err.contains("holding a non-empty key k (32 bytes, or their base64)"),
+            "{err}"
+        );
         assert!(
             !err.contains("too short"),
             "secret values never appear: {err}"
@@ -411,6 +427,65 @@ spec:
         assert_eq!(
             validate(&custom, &Refs::default()).unwrap().server_image,
             "registry.local/mariadb:10.6"
+        );
+    }
+
+    #[test]
+    fn a_secret_is_usable_or_not_and_the_message_never_says_why() {
+        let c = cluster(&format!(
+            "{BASE}  credentials:\n    root: {{name: vault, key: pw}}\n"
+        ));
+        let generated = |instance: &str| {
+            let (name, mut s) = secret("vault", &[("pw", b"secret")]);
+            s.metadata.labels = Some(
+                [
+                    (
+                        names::MANAGED_BY_LABEL.to_owned(),
+                        names::MANAGED_BY.to_owned(),
+                    ),
+                    (names::INSTANCE_LABEL.to_owned(), instance.to_owned()),
+                ]
+                .into(),
+            );
+            (name, s)
+        };
+        // (what, the Secret there, usable)
+        let cases = [
+            ("missing", None, false),
+            (
+                "no such key",
+                Some(secret("vault", &[("other", b"x")])),
+                false,
+            ),
+            ("empty", Some(secret("vault", &[("pw", b" \n")])), false),
+            (
+                "another cluster's generated one",
+                Some(generated("quay")),
+                false,
+            ),
+            (
+                "a user's",
+                Some(secret("vault", &[("pw", b"secret")])),
+                true,
+            ),
+            ("its own generated one", Some(generated("ledger")), true),
+        ];
+        let mut messages = BTreeSet::new();
+        for (what, present, usable) in cases {
+            let mut refs = Refs::default();
+            refs.secrets.extend(present);
+            match validate(&c, &refs) {
+                Ok(_) => assert!(usable, "{what}: accepted"),
+                Err(e) => {
+                    assert!(!usable, "{what}: {e}");
+                    messages.insert(e);
+                }
+            }
+        }
+        assert_eq!(
+            messages.len(),
+            1,
+            "one message for every reason: {messages:?}"
         );
     }
 

@@ -156,6 +156,7 @@ pub fn operator() {
                     )
                     .unwrap(),
                     exporter_image: EXPORTER_IMAGE.to_owned(),
+                    server_images: Default::default(),
                     namespaces: Vec::new(),
                 };
                 // As an operator that has run for long: right after a start, a forced failover
