@@ -37,6 +37,9 @@ impl ServerImages {
         if entries == ["*"] {
             return Ok(ServerImages::Any);
         }
+        if entries.contains(&"*") {
+            return Err("server image repository * allows any image: give it alone".into());
+        }
         let mut repositories = BTreeSet::new();
         for e in entries {
             if e.contains('@') || e.rsplit('/').next().is_some_and(|last| last.contains(':')) {
@@ -52,10 +55,15 @@ impl ServerImages {
         Ok(ServerImages::Repositories(repositories))
     }
 
-    /// Why `cluster` may not run its `spec.image`, if it may not (an unset one runs the
-    /// official image, always allowed).
-    pub fn check(&self, cluster: &MySQLCluster) -> Option<String> {
+    /// Why `cluster` may not run its `spec.image`, if it may not: an unset one runs the
+    /// official image, always allowed, and so is the image the cluster's server already runs
+    /// (`running`, as the operator last set it), so that a cluster made before the operator
+    /// allowed less keeps being managed (failover, backups) until its image is changed.
+    pub fn check(&self, cluster: &MySQLCluster, running: Option<&str>) -> Option<String> {
         let image = cluster.spec.image.as_deref()?;
+        if running.is_some_and(|r| r == image || r == qualified(image)) {
+            return None;
+        }
         match self {
             ServerImages::Any => None,
             ServerImages::Repositories(allowed) => {
@@ -71,24 +79,55 @@ impl ServerImages {
     }
 }
 
-/// The repository of image reference `image`, as the container runtime resolves it: without
-/// tag or digest, on `docker.io` when no registry is named, under `library/` for a bare name.
+/// The repository of image reference `image`, as Docker Hub's conventions resolve it: without
+/// tag or digest, on `docker.io` when no registry is named (`index.docker.io` and
+/// `registry-1.docker.io` are its other names), under `library/` for a name of one part.
 pub fn repository(image: &str) -> String {
-    let without_digest = image.split('@').next().unwrap_or_default();
-    let without_tag = match without_digest.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => repo,
-        _ => without_digest,
+    split(image).0
+}
+
+/// `image` fully qualified ([`repository`], then its tag and digest as given): what the pod
+/// runs, so that no runtime resolves a short name through search registries of its own.
+pub fn qualified(image: &str) -> String {
+    let (repository, suffix) = split(image);
+    format!("{repository}{suffix}")
+}
+
+/// The normalized repository of `image`, and its tag and digest (`:tag`, `@digest`, both, or
+/// nothing) as given.
+fn split(image: &str) -> (String, &str) {
+    let image = image.trim();
+    let digest_at = image.find('@').unwrap_or(image.len());
+    let name = &image[..digest_at];
+    let tag_at = match name.rfind(':') {
+        Some(at) if !name[at..].contains('/') => at,
+        _ => name.len(),
     };
-    let (first, rest) = match without_tag.split_once('/') {
+    let repo = &name[..tag_at];
+    let suffix = &image[tag_at..];
+    let (first, rest) = match repo.split_once('/') {
         Some((first, rest)) => (first, Some(rest)),
-        None => (without_tag, None),
+        None => (repo, None),
     };
     let is_registry = first.contains('.') || first.contains(':') || first == "localhost";
-    match (is_registry, rest) {
-        (true, Some(rest)) => format!("{}/{rest}", first.to_ascii_lowercase()),
-        (false, Some(_)) => format!("docker.io/{without_tag}"),
-        (_, None) => format!("docker.io/library/{without_tag}"),
-    }
+    let registry = if is_registry {
+        match first.to_ascii_lowercase().as_str() {
+            "index.docker.io" | "registry-1.docker.io" => "docker.io".to_owned(),
+            other => other.to_owned(),
+        }
+    } else {
+        "docker.io".to_owned()
+    };
+    let path = match (is_registry, rest) {
+        (true, Some(rest)) => rest,
+        _ => repo,
+    };
+    let path = if registry == "docker.io" && !path.contains('/') {
+        format!("library/{path}")
+    } else {
+        path.to_owned()
+    };
+    (format!("{registry}/{path}"), suffix)
 }
 
 #[cfg(test)]
@@ -114,6 +153,17 @@ mod tests {
                 "registry.test:5000/db/mariadb",
             ),
             ("localhost/mariadb", "localhost/mariadb"),
+            ("docker.io/mariadb:11", "docker.io/library/mariadb"),
+            (
+                "index.docker.io/library/mariadb:11",
+                "docker.io/library/mariadb",
+            ),
+            ("registry-1.docker.io/mariadb", "docker.io/library/mariadb"),
+            ("Registry.Test/db/mariadb", "registry.test/db/mariadb"),
+            (
+                "docker.io/library/mariadb:11.4@sha256:00",
+                "docker.io/library/mariadb",
+            ),
             // Names that only begin like an allowed one are other repositories.
             (
                 "docker.io/library/mariadb-evil:1",
@@ -122,6 +172,21 @@ mod tests {
         ];
         for (image, want) in cases {
             assert_eq!(repository(image), want, "{image}");
+        }
+        for (image, want) in [
+            ("mariadb:11.4", "docker.io/library/mariadb:11.4"),
+            ("mariadb@sha256:00", "docker.io/library/mariadb@sha256:00"),
+            (
+                "mariadb:11.4@sha256:00",
+                "docker.io/library/mariadb:11.4@sha256:00",
+            ),
+            (
+                "registry.test:5000/db/mariadb",
+                "registry.test:5000/db/mariadb",
+            ),
+            ("docker.io/library/mysql:8.4", "docker.io/library/mysql:8.4"),
+        ] {
+            assert_eq!(qualified(image), want, "{image}");
         }
     }
 
@@ -179,11 +244,20 @@ mod tests {
             ),
         ];
         for (what, allowed, image, refused) in cases {
-            let got = allowed.check(&with_image(image));
+            let got = allowed.check(&with_image(image), None);
             assert_eq!(got.is_some(), refused, "{what}: {got:?}");
         }
+        // What a cluster runs already stays allowed; a change to another is refused.
+        let running = Some("registry.old/mariadb:10.11");
+        assert_eq!(
+            defaults.check(&with_image(Some("registry.old/mariadb:10.11")), running),
+            None
+        );
+        assert!(defaults
+            .check(&with_image(Some("registry.old/mariadb:11.4")), running)
+            .is_some());
         let message = defaults
-            .check(&with_image(Some("evil.test/shell:1")))
+            .check(&with_image(Some("evil.test/shell:1")), None)
             .unwrap();
         assert!(
             message.starts_with("spec.image evil.test/shell:1 is of repository evil.test/shell, which the operator does not allow (it allows docker.io/library/mariadb, docker.io/library/mysql)"),
@@ -194,6 +268,7 @@ mod tests {
             " , ",
             "mariadb:11.4",
             "docker.io/library/mariadb@sha256:00",
+            "*,docker.io/library/mariadb",
         ] {
             assert!(ServerImages::parse(bad).is_err(), "{bad:?}");
         }

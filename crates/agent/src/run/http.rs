@@ -109,7 +109,8 @@ pub(crate) async fn status(mut p: Passes, query: Option<String>) -> Response {
 
 /// Time a client has to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once (more wait in the backlog). `/healthz` checks are coalesced
+/// Connections served at once (beyond them a reserve for addresses holding few; more are
+/// closed when accepted, `bulwark_http::Admission`). `/healthz` checks are coalesced
 /// ([`Coalesced`]), so the server sees at most one check connection whatever this is.
 const MAX_CONNECTIONS: usize = 64;
 /// Connections served at once from one address: the operator asks for a report and sends an

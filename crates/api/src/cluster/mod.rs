@@ -35,7 +35,7 @@ macro_rules! managed_options_pattern {
         "^(loose_)?(maximum_)?((skip|disable|enable)_)?(bind_address|binlog_format|datadir|\
          enforce_gtid_consistency|gtid_domain_id|gtid_mode|gtid_strict_mode|log_bin|log_bin_index|\
          log_replica_updates|log_slave_updates|port|read_only|relay_log|relay_log_index|\
-         report_host|server_id|skip_grant_tables|skip_networking|skip_replica_start|\
+         report_host|secure_file_priv|server_id|skip_grant_tables|skip_networking|skip_replica_start|\
          skip_slave_start|socket|super_read_only|rpl_semi_sync_[a-z0-9_]+)$"
     };
 }

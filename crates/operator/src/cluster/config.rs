@@ -116,6 +116,8 @@ pub const MANAGED_OPTIONS: &[&str] = &[
     "relay_log",
     "relay_log_index",
     "report_host",
+    // Where the server reads and writes files for clients: nowhere else in the pod.
+    "secure_file_priv",
     "server_id",
     "skip_grant_tables",
     "skip_networking",

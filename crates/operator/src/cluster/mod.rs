@@ -58,10 +58,18 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
             None => Ok(v),
         }
     });
-    let checked = checked.and_then(|v| match ctx.config.server_images.check(&cluster) {
-        Some(problem) => Err(problem),
-        None => Ok(v),
-    });
+    let running = existing_set
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.template.spec.as_ref())
+        .and_then(|p| p.containers.iter().find(|c| c.name == "mysqld"))
+        .and_then(|c| c.image.clone());
+    let checked =
+        checked.and_then(
+            |v| match ctx.config.server_images.check(&cluster, running.as_deref()) {
+                Some(problem) => Err(problem),
+                None => Ok(v),
+            },
+        );
     let validated = match checked {
         Ok(v) => v,
         Err(message) => {

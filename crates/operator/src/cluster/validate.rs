@@ -246,11 +246,12 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     })
 }
 
-/// The image of the server: `spec.image`, else the engine's official image at `spec.version`.
+/// The image of the server: `spec.image` fully qualified, else the engine's official image at
+/// `spec.version`.
 pub fn server_image(cluster: &MySQLCluster) -> String {
     let spec = &cluster.spec;
     if let Some(i) = &spec.image {
-        return i.clone();
+        return crate::server_images::qualified(i);
     }
     let version = spec.version.as_deref().unwrap_or("latest");
     match spec.engine {

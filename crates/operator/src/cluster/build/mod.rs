@@ -34,9 +34,18 @@ pub struct Images {
     pub exporter: String,
 }
 
+/// Annotation of the server pods' template naming [`POD_LAYOUT`].
+pub const POD_LAYOUT_ANNOTATION: &str = "mysql.bulwark.dev/pod-layout";
+
+/// The version of the server pods' layout: raised when the pods must run the operator's own
+/// images even though no command changed (mounts an older agent would not expect, fixes an
+/// existing cluster must get, as when the server container lost the agent's secrets and the
+/// agent began to refuse replayed copy requests).
+pub const POD_LAYOUT: &str = "2";
+
 /// The StatefulSet `build` makes, with the images of the running one (`existing`) when its
-/// containers' commands and the server's image stay as they are: an operator upgrade then
-/// restarts no server. When an operator lays the pod out differently (flags an older agent
+/// containers' commands, the server's image and the pod layout ([`POD_LAYOUT`]) stay as they
+/// are: an operator upgrade then restarts no server. When an operator lays the pod out differently (flags an older agent
 /// would refuse, as when the agent began to serve the exporter's metrics), or the spec changes
 /// a command or the server's image (another series needs its own backup tool), the pods
 /// restart anyway and run the operator's `defaults`, the images made for them. Commands and
@@ -49,11 +58,25 @@ pub fn keeping_running_images(
 ) -> StatefulSet {
     let running = Images::pinned(existing, defaults);
     let kept = build(&running);
-    if running == *defaults || existing.is_some_and(|e| commands(e) == commands(&kept)) {
+    let same = |e: &StatefulSet| commands(e) == commands(&kept) && layout(e) == layout(&kept);
+    if running == *defaults || existing.is_some_and(same) {
         kept
     } else {
         build(defaults)
     }
+}
+
+/// The layout version a StatefulSet's pod template names (`None` before there was one).
+fn layout(set: &StatefulSet) -> Option<String> {
+    set.spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(POD_LAYOUT_ANNOTATION)
+        .cloned()
 }
 
 /// A container's name, image, command and arguments.
@@ -342,6 +365,20 @@ mod tests {
         // layout is not run with the old agent, which would refuse flags it does not know.
         let older_layout = with_container(&running, "agent", |c| c.args = Some(Vec::new()));
         let upgraded = keeping_running_images(Some(&older_layout), &new, build);
+        assert_eq!(template_images(&upgraded), new);
+        // An older layout version (here: none, as before there was one) with the same
+        // commands: the pods must run the fixes of the operator's own images.
+        let mut older_version = running.clone();
+        if let Some(meta) = older_version
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.metadata.as_mut())
+        {
+            meta.annotations
+                .get_or_insert_with(Default::default)
+                .remove(POD_LAYOUT_ANNOTATION);
+        }
+        let upgraded = keeping_running_images(Some(&older_version), &new, build);
         assert_eq!(template_images(&upgraded), new);
         // The server's image changes (another version): the backup tool in the agent's image
         // must match it, so the operator's image for the series is taken.

@@ -128,18 +128,26 @@ fn pod_template(
             }),
             ..Volume::default()
         });
+        // A third-party image too: not the agent's temporary directory, where option files
+        // with passwords are written.
+        volumes.push(empty_dir("exporter-tmp"));
     }
     let mut labels = names::labels(name, component::DATABASE);
     labels.extend(names::selector_labels(name));
-    let annotations = spec.metrics.enabled.then(|| {
-        BTreeMap::from([
+    let mut annotations = BTreeMap::from([(
+        super::POD_LAYOUT_ANNOTATION.to_owned(),
+        super::POD_LAYOUT.to_owned(),
+    )]);
+    if spec.metrics.enabled {
+        annotations.extend([
             ("prometheus.io/scrape".to_owned(), "true".to_owned()),
             (
                 "prometheus.io/port".to_owned(),
                 names::EXPORTER_PORT.to_string(),
             ),
-        ])
-    });
+        ]);
+    }
+    let annotations = Some(annotations);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
@@ -183,7 +191,14 @@ fn volumes(cluster: &MySQLCluster, validated: &Validated, config_map_name: &str)
         empty_dir("run"),
         empty_dir("tmp"),
         empty_dir("server-tmp"),
-        empty_dir("server-files"),
+        Volume {
+            name: "server-files".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity(SERVER_FILES_LIMIT.to_owned())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
         credentials_volume(cluster, validated),
         server_credentials_volume(validated),
         Volume {
@@ -425,7 +440,7 @@ fn exporter_container(images: &Images) -> Container {
             ),
         ]),
         volume_mounts: Some(vec![
-            mount("tmp", podspec::TMP_DIR, false),
+            mount("exporter-tmp", podspec::TMP_DIR, false),
             mount("exporter-config", paths::EXPORTER_CONFIG_DIR, true),
         ]),
         security_context: Some(restricted()),
@@ -540,6 +555,10 @@ fn server_credentials_volume(validated: &Validated) -> Volume {
         ..Volume::default()
     }
 }
+
+/// Room for the files clients read and write through the server (`SELECT … INTO OUTFILE`):
+/// past it the pod is evicted rather than the node's disk filled.
+const SERVER_FILES_LIMIT: &str = "1Gi";
 
 fn empty_dir(name: &str) -> Volume {
     Volume {
