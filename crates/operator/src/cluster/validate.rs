@@ -111,9 +111,24 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
     }
 
     let credentials = credential_sources(cluster);
+    // A copy of another cluster keeps that cluster's root password (a physical backup brings
+    // its privilege tables): its root may come from the source's generated Secret, the one
+    // borrowing allowed, and only from the cluster whose backup `backupRef` names (once the
+    // copy was built, from what it was built with).
+    let bootstrap_ref = spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.backup_ref.as_ref());
+    let root_source = match (&refs.bootstrap_backup, bootstrap_ref, refs.bootstrapped) {
+        (_, Some(_), true) => Some(Foreign::AnyCluster),
+        (Some(b), Some(_), false) => Some(Foreign::Cluster(b.spec.cluster_ref.name.clone())),
+        _ => None,
+    };
     for account in Account::ALL {
         if let Some(r) = credentials::given(cluster, account) {
-            if let Some(p) = check_secret_key(name, refs, r, credentials::spec_field(account)) {
+            let foreign = root_source.as_ref().filter(|_| account == Account::Root);
+            let field = credentials::spec_field(account);
+            if let Some(p) = check_secret_key(name, refs, r, field, foreign) {
                 problems.push(p);
             }
         }
@@ -134,7 +149,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
             let field = "backup.encryption.keySecretRef";
             // One message whether the key is missing or malformed: nothing about a Secret's
             // content is told beyond "not usable".
-            let usable = check_secret_key(name, refs, r, field).is_none()
+            let usable = check_secret_key(name, refs, r, field, None).is_none()
                 && secret_value(refs, r).is_some_and(|raw| is_master_key(&raw));
             if !usable {
                 problems.push(format!(
@@ -151,7 +166,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
                         key: key.to_owned(),
                     };
                     let field = format!("backup.storages[{}].s3.credentialsSecret", s.name);
-                    if let Some(p) = check_secret_key(name, refs, &r, &field) {
+                    if let Some(p) = check_secret_key(name, refs, &r, &field, None) {
                         problems.push(p);
                     }
                 }
@@ -286,24 +301,40 @@ fn secret_value(refs: &Refs, r: &SecretKeyReference) -> Option<Vec<u8>> {
         .map(|v| v.as_bytes().to_vec())
 }
 
+/// Another cluster whose generated Secret a reference may name.
+enum Foreign {
+    /// This one.
+    Cluster(String),
+    /// Whichever it was when the cluster was built.
+    AnyCluster,
+}
+
 /// Why the Secret key `r` cannot be used by cluster `cluster`, if it cannot: it must exist,
 /// hold a non-empty value, and not be a Secret the operator generated for another cluster
-/// (whose order key signs copy requests for that cluster's data). The message is the same
-/// whatever the reason, so that validation tells whoever edits a cluster nothing about Secrets
-/// they may not read.
+/// (whose order key signs copy requests for that cluster's data) but `foreign`. The message
+/// is the same whatever the reason, so that validation tells whoever edits a cluster nothing
+/// about Secrets they may not read.
 fn check_secret_key(
     cluster: &str,
     refs: &Refs,
     r: &SecretKeyReference,
     field: &str,
+    foreign: Option<&Foreign>,
 ) -> Option<String> {
     let Some(secret) = refs.secrets.get(&r.name) else {
         return Some(unusable(r, field, ""));
     };
     let labels = secret.metadata.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let owner = label(names::INSTANCE_LABEL);
+    let allowed = match foreign {
+        None => false,
+        Some(Foreign::AnyCluster) => true,
+        Some(Foreign::Cluster(c)) => owner == Some(c.as_str()),
+    };
     let another_clusters = label(names::MANAGED_BY_LABEL) == Some(names::MANAGED_BY)
-        && label(names::INSTANCE_LABEL) != Some(cluster);
+        && owner != Some(cluster)
+        && !allowed;
     let filled = secret_value(refs, r).is_some_and(|v| !v.iter().all(|b| b.is_ascii_whitespace()));
     (another_clusters || !filled).then(|| unusable(r, field, ""))
 }
@@ -488,6 +519,67 @@ spec:
             1,
             "one message for every reason: {messages:?}"
         );
+        // A copy of cluster quay, from its backup: quay's root, and nothing else of quay's.
+        let backup: MySQLBackup = serde_yaml::from_str(
+            "apiVersion: mysql.bulwark.dev/v1alpha1\nkind: MySQLBackup\nmetadata: {name: nightly}\nspec: {clusterRef: {name: quay}, storage: nas, method: logical}\nstatus: {phase: Succeeded, backupId: 20261101T000000Z-0a0b, recordedStorage: {name: nas, pvc: {claimName: dumps}}}\n",
+        )
+        .unwrap();
+        let copy = |credentials: &str| {
+            cluster(&format!(
+                "{BASE}  credentials:\n{credentials}  bootstrap:\n    fromBackup: {{backupRef: {{name: nightly}}}}\n"
+            ))
+        };
+        let quays = |backup: Option<MySQLBackup>, bootstrapped: bool| {
+            let mut refs = Refs {
+                bootstrap_backup: backup,
+                bootstrapped,
+                ..Refs::default()
+            };
+            let (_, mut s) = generated("quay");
+            s.data = Some(
+                [
+                    ("pw".to_owned(), ByteString(b"secret".to_vec())),
+                    ("orders".to_owned(), ByteString(b"key".to_vec())),
+                ]
+                .into(),
+            );
+            refs.secrets.insert("vault".to_owned(), s);
+            refs
+        };
+        let root = "    root: {name: vault, key: pw}\n";
+        let backup_account = "    backup: {name: vault, key: orders}\n";
+        // (what, credentials, the named backup, built already, usable)
+        let cases = [
+            ("its root", root, Some(backup.clone()), false, true),
+            (
+                "its order key as a password",
+                backup_account,
+                Some(backup.clone()),
+                false,
+                false,
+            ),
+            ("its root, once built", root, None, true, true),
+            (
+                "its root, with no backup to say whose",
+                root,
+                None,
+                false,
+                false,
+            ),
+        ];
+        for (what, credentials, named, bootstrapped, usable) in cases {
+            let got = validate(&copy(credentials), &quays(named, bootstrapped));
+            let refused = got
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.contains("cannot be used"));
+            assert_eq!(refused, !usable, "{what}: {:?}", got.err());
+        }
+        // Another cluster's root than the backup's.
+        let mut other = backup.clone();
+        other.spec.cluster_ref.name = "pier".into();
+        let got = validate(&copy(root), &quays(Some(other), false));
+        assert!(got.unwrap_err().contains("cannot be used"));
     }
 
     #[test]
