@@ -192,6 +192,11 @@ fn deployment_runs_the_operator_with_the_configured_images() {
             "MYSQL_OPERATOR_EXPORTER_IMAGE",
             "docker.io/prom/mysqld-exporter:v0.17.2",
         ),
+        // The chart's default is the operator's own.
+        (
+            "MYSQL_OPERATOR_SERVER_IMAGE_REPOSITORIES",
+            bulwark_operator::server_images::DEFAULT_REPOSITORIES,
+        ),
         ("MYSQL_OPERATOR_LOG_FORMAT", "json"),
         ("MYSQL_OPERATOR_LOG", "info"),
     ]

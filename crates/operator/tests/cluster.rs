@@ -192,15 +192,42 @@ async fn the_server_pod_takes_secrets_from_files_never_from_its_environment() {
         ("/var/lib/mysql", Some("mysql")),
         "the datadir is a subdirectory of the volume, never its root"
     );
-    // The root password reaches the server as a file of the credentials volume, never as
-    // an environment value.
+    // The root password reaches the server as a file of a volume of its own (root's alone,
+    // never the other accounts' or the order key), never as an environment value.
     let root_env = &mysqld.env.as_ref().unwrap()[0];
     assert_eq!(
         (root_env.name.as_str(), root_env.value.as_deref()),
         (
             "MARIADB_ROOT_PASSWORD_FILE",
-            Some("/etc/bulwark/credentials/root")
+            Some("/etc/bulwark/server-credentials/root")
         )
+    );
+    let server_secrets = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "server-credentials")
+        .and_then(|v| v.secret.as_ref())
+        .unwrap();
+    let items: Vec<(&str, &str)> = server_secrets
+        .items
+        .iter()
+        .flatten()
+        .map(|i| (i.key.as_str(), i.path.as_str()))
+        .collect();
+    assert_eq!(
+        (server_secrets.secret_name.as_deref(), items),
+        (Some("ledger-credentials"), vec![("root", "root")])
+    );
+    let mysqld_volumes: Vec<&str> = mysqld
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert!(
+        !mysqld_volumes.contains(&"credentials") && !mysqld_volumes.contains(&"tmp"),
+        "{mysqld_volumes:?}"
     );
     assert!(mysqld.env.iter().flatten().all(|e| e.value_from.is_none()));
     let credentials = pod
