@@ -5,7 +5,7 @@
 //! so a slow or silent client cannot hold the endpoint, and one that opens many connections
 //! holds no more than its share. Every connection is accepted at once and those over a bound
 //! are closed at once (never left waiting in the backlog), and a reserve of places is kept for
-//! addresses that hold none, so many clients together cannot starve a newcomer (the kubelet's
+//! addresses that hold few, so many clients together cannot starve a newcomer (the kubelet's
 //! probes, the operator's reads) either.
 
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ pub struct Limits {
     /// Longest a connection is served, response included.
     pub connection: Duration,
     /// Connections served at once from any address (beyond them, a reserve for addresses
-    /// that hold none; more are closed when accepted).
+    /// that hold few; more are closed when accepted).
     pub max_connections: usize,
     /// Connections served at once from one client address; more are closed when accepted.
     pub max_per_peer: usize,
@@ -74,7 +74,7 @@ struct PeerSlot {
 
 impl PeerShares {
     /// `normal` places, shares of `most` per address, and `reserve` places more for addresses
-    /// that hold none.
+    /// that hold fewer than [`RESERVE_SHARE`].
     fn new(normal: usize, most: usize, reserve: usize) -> Arc<PeerShares> {
         Arc::new(PeerShares {
             most,

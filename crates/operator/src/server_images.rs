@@ -109,7 +109,10 @@ fn split(image: &str) -> (String, &str) {
         Some((first, rest)) => (first, Some(rest)),
         None => (repo, None),
     };
-    let is_registry = first.contains('.') || first.contains(':') || first == "localhost";
+    // Only a first part followed by more names a registry (`my.image:1` is an image on
+    // Docker Hub, as every runtime reads it).
+    let is_registry =
+        rest.is_some() && (first.contains('.') || first.contains(':') || first == "localhost");
     let registry = if is_registry {
         match first.to_ascii_lowercase().as_str() {
             "index.docker.io" | "registry-1.docker.io" => "docker.io".to_owned(),
@@ -153,6 +156,8 @@ mod tests {
                 "registry.test:5000/db/mariadb",
             ),
             ("localhost/mariadb", "localhost/mariadb"),
+            ("my.image:1", "docker.io/library/my.image"),
+            ("localhost", "docker.io/library/localhost"),
             ("docker.io/mariadb:11", "docker.io/library/mariadb"),
             (
                 "index.docker.io/library/mariadb:11",

@@ -51,6 +51,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     let existing_set = apply::get_opt(&sets, &name).await?;
     let mut refs = dereference(&cluster, &ctx, &ns).await?;
     refs.bootstrapped = existing_set.is_some();
+    refs.built_root = existing_set.as_ref().and_then(build::root_password_source);
     let checked = validate::validate(&cluster, &refs).and_then(|v| {
         let images = &ctx.config.backup_images;
         match images.check_cluster(&cluster, refs.bootstrap_backup.as_ref(), refs.bootstrapped) {

@@ -30,6 +30,9 @@ pub struct Refs {
     /// Whether the cluster's StatefulSet exists: its bootstrap source was resolved then and is
     /// kept from it, whatever happens to the backup object later.
     pub bootstrapped: bool,
+    /// The Secret and key the existing StatefulSet takes root's password from: a copy may keep
+    /// naming its source's generated Secret for it, and no other.
+    pub built_root: Option<(String, String)>,
 }
 
 impl Refs {
@@ -102,6 +105,11 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
         ));
     }
 
+    if spec.image.as_deref().is_some_and(|i| i.trim().is_empty()) {
+        problems.push(
+            "spec.image is blank: name an image, or leave it unset for the official one".to_owned(),
+        );
+    }
     if let Some(v) = &spec.version {
         if spec.image.is_none() {
             if let Some(p) = check_version(spec.engine, v) {
@@ -120,7 +128,7 @@ pub fn validate(cluster: &MySQLCluster, refs: &Refs) -> Result<Validated, String
         .as_ref()
         .and_then(|b| b.from_backup.backup_ref.as_ref());
     let root_source = match (&refs.bootstrap_backup, bootstrap_ref, refs.bootstrapped) {
-        (_, Some(_), true) => Some(Foreign::AnyCluster),
+        (_, Some(_), true) => refs.built_root.clone().map(Foreign::Built),
         (Some(b), Some(_), false) => Some(Foreign::Cluster(b.spec.cluster_ref.name.clone())),
         _ => None,
     };
@@ -301,12 +309,13 @@ fn secret_value(refs: &Refs, r: &SecretKeyReference) -> Option<Vec<u8>> {
         .map(|v| v.as_bytes().to_vec())
 }
 
-/// Another cluster whose generated Secret a reference may name.
+/// Another cluster's generated Secret a reference may name, by its key for root's password
+/// only.
 enum Foreign {
-    /// This one.
+    /// That of this cluster.
     Cluster(String),
-    /// Whichever it was when the cluster was built.
-    AnyCluster,
+    /// This Secret and key, which the cluster was built with.
+    Built((String, String)),
 }
 
 /// Why the Secret key `r` cannot be used by cluster `cluster`, if it cannot: it must exist,
@@ -327,10 +336,11 @@ fn check_secret_key(
     let labels = secret.metadata.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     let owner = label(names::INSTANCE_LABEL);
+    let root_key = r.key == Account::Root.key();
     let allowed = match foreign {
         None => false,
-        Some(Foreign::AnyCluster) => true,
-        Some(Foreign::Cluster(c)) => owner == Some(c.as_str()),
+        Some(Foreign::Cluster(c)) => root_key && owner == Some(c.as_str()),
+        Some(Foreign::Built((name, key))) => root_key && r.name == *name && r.key == *key,
     };
     let another_clusters = label(names::MANAGED_BY_LABEL) == Some(names::MANAGED_BY)
         && owner != Some(cluster)
@@ -533,12 +543,13 @@ spec:
             let mut refs = Refs {
                 bootstrap_backup: backup,
                 bootstrapped,
+                built_root: bootstrapped.then(|| ("vault".to_owned(), "root".to_owned())),
                 ..Refs::default()
             };
             let (_, mut s) = generated("quay");
             s.data = Some(
                 [
-                    ("pw".to_owned(), ByteString(b"secret".to_vec())),
+                    ("root".to_owned(), ByteString(b"secret".to_vec())),
                     ("orders".to_owned(), ByteString(b"key".to_vec())),
                 ]
                 .into(),
@@ -546,7 +557,8 @@ spec:
             refs.secrets.insert("vault".to_owned(), s);
             refs
         };
-        let root = "    root: {name: vault, key: pw}\n";
+        let root = "    root: {name: vault, key: root}\n";
+        let orders_as_root = "    root: {name: vault, key: orders}\n";
         let backup_account = "    backup: {name: vault, key: orders}\n";
         // (what, credentials, the named backup, built already, usable)
         let cases = [
@@ -558,7 +570,14 @@ spec:
                 false,
                 false,
             ),
-            ("its root, once built", root, None, true, true),
+            (
+                "its order key as root",
+                orders_as_root,
+                Some(backup.clone()),
+                false,
+                false,
+            ),
+            ("its root, once built with it", root, None, true, true),
             (
                 "its root, with no backup to say whose",
                 root,
@@ -575,6 +594,12 @@ spec:
                 .is_some_and(|e| e.contains("cannot be used"));
             assert_eq!(refused, !usable, "{what}: {:?}", got.err());
         }
+        // Built with quay's root, then switched to another generated Secret: refused.
+        let mut built = quays(None, true);
+        built.built_root = Some(("pier-credentials".to_owned(), "root".to_owned()));
+        assert!(validate(&copy(root), &built)
+            .unwrap_err()
+            .contains("cannot be used"));
         // Another cluster's root than the backup's.
         let mut other = backup.clone();
         other.spec.cluster_ref.name = "pier".into();

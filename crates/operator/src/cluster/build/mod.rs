@@ -20,7 +20,7 @@ use k8s_openapi::ByteString;
 use kube::Resource;
 
 pub use archiver::binlog_archiver;
-pub use pod::stateful_set;
+pub use pod::{root_password_source, stateful_set};
 
 use super::validate::Validated;
 use crate::names::{self, component};
@@ -391,6 +391,23 @@ mod tests {
             template_images(&keeping_running_images(None, &new, build)),
             new
         );
+    }
+
+    #[test]
+    fn the_root_password_source_of_a_built_set_is_found_in_either_layout() {
+        let c = cluster();
+        let v = validate(&c, &Refs::default()).unwrap();
+        let set = stateful_set(&c, &v, "ledger-config-x", &images("0.1.0", "1"), None);
+        let want = Some(("ledger-credentials".to_owned(), "root".to_owned()));
+        assert_eq!(root_password_source(&set), want);
+        // Built before the server had a volume of its own: the shared one's root item.
+        let mut older = set.clone();
+        if let Some(pod) = older.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            pod.volumes
+                .get_or_insert_with(Vec::new)
+                .retain(|v| v.name != "server-credentials");
+        }
+        assert_eq!(root_password_source(&older), want);
     }
 
     #[test]

@@ -537,6 +537,46 @@ fn credentials_volume(cluster: &MySQLCluster, validated: &Validated) -> Volume {
     }
 }
 
+/// The Secret and key a built StatefulSet takes root's password from: its server's own volume,
+/// or (built before there was one) the root item of the shared credentials volume.
+pub fn root_password_source(set: &StatefulSet) -> Option<(String, String)> {
+    let volumes = set
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .volumes
+        .as_ref()?;
+    let own = volumes
+        .iter()
+        .filter(|v| v.name == "server-credentials")
+        .filter_map(|v| v.secret.as_ref())
+        .find_map(|s| {
+            Some((
+                s.secret_name.clone()?,
+                s.items.as_ref()?.first()?.key.clone(),
+            ))
+        });
+    let shared = || {
+        volumes
+            .iter()
+            .filter(|v| v.name == "credentials")
+            .filter_map(|v| v.projected.as_ref()?.sources.as_ref())
+            .flatten()
+            .filter_map(|p| p.secret.as_ref())
+            .find_map(|s| {
+                let item = s
+                    .items
+                    .as_ref()?
+                    .iter()
+                    .find(|i| i.path == Account::Root.key())?;
+                Some((s.name.clone(), item.key.clone()))
+            })
+    };
+    own.or_else(shared)
+}
+
 /// Root's password file alone, for the server container.
 fn server_credentials_volume(validated: &Validated) -> Volume {
     let src = validated.credentials.source(Account::Root);
