@@ -105,38 +105,46 @@ fn timeline_probe(store: std::sync::Arc<dyn Store>, archive: Option<String>) -> 
         Box::pin(async move {
             let point = GtidPos::parse(point.gtid_set.as_deref()?).ok()?;
             let archive = archive.as_deref().unwrap_or(DEFAULT_ARCHIVE);
+            let list = || async {
+                segments::list(&store, archive, key.as_ref())
+                    .await
+                    .map_err(|e| tracing::warn!(archive, error = %bulwark_engine::error::chain(&e), "failed to list the binlog archive; the backup records no timeline"))
+                    .ok()
+            };
+            let changed = || async { segments::last_changed(&store, archive).await.ok().flatten() };
+            let mut listing = list().await?;
+            let mut listed_change = changed().await;
+            // An archiver seen lately but not since the backup began is waited for: a quiet
+            // server's is seen every 10 s, one reconnecting after a crash once it follows the
+            // server's history again. The manifests are read again only once something of the
+            // archive was written (a listing reads every one).
             let deadline = tokio::time::Instant::now() + TIMELINE_WAIT;
-            loop {
-                let listing = match segments::list(&store, archive, key.as_ref()).await {
-                    Ok(listing) => listing,
-                    Err(e) => {
-                        tracing::warn!(archive, error = %bulwark_engine::error::chain(&e), "failed to list the binlog archive; the backup records no timeline");
-                        return None;
-                    }
-                };
-                let seen = belonging::last_seen(&listing.segments, listing.coverage.as_ref());
-                // An archiver seen lately but not since the backup began is waited for: a
-                // quiet server's is seen every 10 s, one reconnecting after a crash once it
-                // follows the server's history again.
-                let lately = seen.is_some_and(|at| {
+            let seen = |l: &segments::ArchiveListing| {
+                belonging::last_seen(&l.segments, l.coverage.as_ref())
+            };
+            let lately = |at: Option<chrono::DateTime<chrono::Utc>>| {
+                at.is_some_and(|at| {
                     at < started && chrono::Utc::now() - at < chrono::Duration::minutes(2)
-                });
-                if lately && tokio::time::Instant::now() < deadline {
-                    // Each listing reads every segment manifest: not more often than this.
-                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-                    continue;
+                })
+            };
+            while lately(seen(&listing)) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                let change = changed().await;
+                if change != listed_change {
+                    listing = list().await?;
+                    listed_change = change;
                 }
-                let timeline = belonging::backup_timeline(
-                    &listing.segments,
-                    listing.coverage.as_ref(),
-                    &point,
-                    started,
-                );
-                if timeline.is_none() && !listing.segments.is_empty() {
-                    tracing::info!(archive, last_seen = ?seen, "the binlog archive cannot say which timeline the backup belongs to (its archiver was not seen following the server since the backup began, or no timeline holds the backup's point); none is recorded");
-                }
-                return timeline;
             }
+            let timeline = belonging::backup_timeline(
+                &listing.segments,
+                listing.coverage.as_ref(),
+                &point,
+                started,
+            );
+            if timeline.is_none() && !listing.segments.is_empty() {
+                tracing::info!(archive, last_seen = ?seen(&listing), "the binlog archive cannot say which timeline the backup belongs to (its archiver was not seen following the server since the backup began, or no timeline holds the backup's point); none is recorded");
+            }
+            timeline
         })
     }))
 }

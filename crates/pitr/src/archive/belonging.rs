@@ -41,15 +41,15 @@ pub fn backup_timeline(
         .max_by_key(|s| (s.received_at, s.id.clone()))
         .map(|s| &s.through)?;
     let behind = point.covers(newest_end) && point != newest_end;
-    let holders = segments.iter().filter(|s| holds_point(s));
-    if behind || holders.clone().any(|s| s.timeline == newest) {
-        return Some(newest);
-    }
-    segments
+    let holding: Vec<u32> = segments
         .iter()
         .filter(|s| holds_point(s))
         .map(|s| s.timeline)
-        .max()
+        .collect();
+    if behind || holding.contains(&newest) {
+        return Some(newest);
+    }
+    holding.into_iter().max()
 }
 
 /// When the archive last showed its archiver following the server: the newest segment

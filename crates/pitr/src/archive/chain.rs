@@ -78,7 +78,8 @@ pub fn chain_for(
     let heads: Vec<usize> = (0..segments.len())
         .filter(|i| {
             let s = &segments[*i];
-            !stepped_back_before_start(s) && history::continues(s, &held[*i], start)
+            // The cheap test first: few segments continue the start.
+            history::continues(s, &held[*i], start) && !stepped_back_before_start(s)
         })
         .collect();
     let mut paths = Paths {

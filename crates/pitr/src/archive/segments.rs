@@ -165,6 +165,17 @@ pub async fn list(
 
 /// Per segment id of archive `archive` (one listing, no manifest read): whether it has a
 /// manifest, and when its newest object was written.
+/// When anything of archive `archive` (a segment's object, its coverage) was last written,
+/// by one listing and no read: what tells a waiter the archive changed.
+pub async fn last_changed(store: &Arc<dyn Store>, archive: &str) -> Result<Option<DateTime<Utc>>> {
+    let prefix = format!("{}{archive}/", format::BINLOGS_PREFIX);
+    let objects = store
+        .list(&prefix)
+        .await
+        .map_err(EngineError::ListRepository)?;
+    Ok(objects.iter().map(|o| o.last_modified).max())
+}
+
 async fn objects_by_id(
     store: &Arc<dyn Store>,
     archive: &str,
