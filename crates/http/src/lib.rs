@@ -374,20 +374,14 @@ mod tests {
         // (the server has taken them all up)
         tokio::time::sleep(Duration::from_millis(200)).await;
         // ...so its next one is closed unanswered...
-        let mut more = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let _ = more
-            .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await;
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), more.read_to_end(&mut out))
-            .await
-            .expect("closed at once, not after the 30 s header timeout")
-            .ok();
-        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        closed_unanswered(
+            addr,
+            Duration::from_secs(5),
+            "closed at once, not after the 30 s header timeout",
+        )
+        .await;
         // ...while another address is answered at once.
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let mut other = socket.connect(addr).await.unwrap();
+        let mut other = connect_from("127.0.0.2", addr).await.unwrap();
         other
             .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
             .await
@@ -412,13 +406,30 @@ mod tests {
         }
     }
 
-    /// Connects from `ip` (a loopback address), silent after a partial request line.
+    /// A connection from `ip` (a loopback address) to `addr`.
+    async fn connect_from(ip: &str, addr: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(format!("{ip}:0").parse().unwrap())?;
+        socket.connect(addr).await
+    }
+
+    /// Connects from `ip`, silent after a partial request line.
     async fn silent_from(ip: &str, addr: SocketAddr) -> Option<tokio::net::TcpStream> {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
-        let mut s = socket.connect(addr).await.ok()?;
+        let mut s = connect_from(ip, addr).await.ok()?;
         s.write_all(b"GET /hello HTTP/1.1\r\n").await.ok()?;
         Some(s)
+    }
+
+    /// Asserts that a whole request from 127.0.0.1 is closed unanswered within `within`.
+    async fn closed_unanswered(addr: SocketAddr, within: Duration, why: &str) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = s.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        let mut out = Vec::new();
+        tokio::time::timeout(within, s.read_to_end(&mut out))
+            .await
+            .expect(why)
+            .ok();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     }
 
     #[tokio::test]
@@ -495,16 +506,12 @@ mod tests {
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut newcomer = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let _ = newcomer
-            .write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
-            .await;
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(2), newcomer.read_to_end(&mut out))
-            .await
-            .expect("closed at once, not queued behind the silent ones")
-            .ok();
-        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        closed_unanswered(
+            addr,
+            Duration::from_secs(2),
+            "closed at once, not queued behind the silent ones",
+        )
+        .await;
     }
 
     #[tokio::test]

@@ -61,9 +61,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, ctx: Arc<Context>) -> Result<
     });
     let running = existing_set
         .as_ref()
-        .and_then(|s| s.spec.as_ref()?.template.spec.as_ref())
-        .and_then(|p| p.containers.iter().find(|c| c.name == "mysqld"))
-        .and_then(|c| c.image.clone());
+        .and_then(|s| build::container_image(s, "mysqld"));
     let checked =
         checked.and_then(
             |v| match ctx.config.server_images.check(&cluster, running.as_deref()) {

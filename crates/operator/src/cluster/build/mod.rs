@@ -112,19 +112,22 @@ impl Images {
     /// The images of the existing StatefulSet's template where it has the container, else
     /// the operator's defaults.
     pub fn pinned(existing: Option<&StatefulSet>, defaults: &Images) -> Images {
-        let find = |name: &str| -> Option<String> {
-            let pod = existing?.spec.as_ref()?.template.spec.as_ref()?;
-            pod.containers
-                .iter()
-                .chain(pod.init_containers.iter().flatten())
-                .find(|c| c.name == name)
-                .and_then(|c| c.image.clone())
-        };
+        let find = |name: &str| container_image(existing?, name);
         Images {
             agent: find("agent").unwrap_or_else(|| defaults.agent.clone()),
             exporter: find("exporter").unwrap_or_else(|| defaults.exporter.clone()),
         }
     }
+}
+
+/// The image of `set`'s container (or init container) `name`, as its template has it.
+pub fn container_image(set: &StatefulSet, name: &str) -> Option<String> {
+    let pod = set.spec.as_ref()?.template.spec.as_ref()?;
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .and_then(|c| c.image.clone())
 }
 
 /// Owner reference making `cluster` the controller of a child.
