@@ -18,6 +18,12 @@ use super::sql::WatchdogState;
 /// every second; a smaller drift is the time between the two readings.
 pub const RESTAMP_DRIFT: Duration = Duration::from_millis(250);
 
+/// Whether a stamp with `stamp_left` to run stays for a lease with `lease_left`: never later
+/// than the lease, and at most [`RESTAMP_DRIFT`] short of its end.
+pub fn stamp_current(stamp_left: Duration, lease_left: Duration) -> bool {
+    stamp_left <= lease_left && lease_left - stamp_left <= RESTAMP_DRIFT
+}
+
 /// The change a pass makes to the stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StampChange {
@@ -106,8 +112,7 @@ pub fn plan(i: &WatchdogInput<'_>) -> WatchdogPlan {
         (StampChange::Clear, None) => StampChange::Keep,
         // Never later than the lease: only a stamp at most a little short of its end stays.
         (StampChange::Set(left), Some((us, true)))
-            if us <= left.as_micros() as i64
-                && left.as_micros() as i64 - us <= RESTAMP_DRIFT.as_micros() as i64 =>
+            if u64::try_from(us).is_ok_and(|us| stamp_current(Duration::from_micros(us), left)) =>
         {
             StampChange::Keep
         }

@@ -12,15 +12,15 @@ use super::credentials::Credentials;
 use super::lease::Lease;
 use super::observe::{self, exec};
 use crate::decide::sql;
-use crate::decide::watchdog::RESTAMP_DRIFT;
+use crate::decide::watchdog::stamp_current;
 
 /// How often the keeper looks at the lease.
 const KEEPER_PERIOD: Duration = Duration::from_millis(500);
 /// A stamp is not moved this close to the lease's end (it is running out).
 const KEEPER_LAST: Duration = Duration::from_millis(300);
 
-/// Whether the keeper moves the stamp: set by each pass, for a member that holds its lease and
-/// whose stamp the pass wrote or found current.
+/// Whether the keeper moves the stamp: set by each pass from the lease alone
+/// ([`crate::decide::watchdog::keeps_stamp`]), before it reads the watchdog.
 #[derive(Default)]
 pub(super) struct StampKeeper {
     on: AtomicBool,
@@ -57,7 +57,13 @@ pub(super) async fn keep_stamp(
             continue;
         };
         // Never later than the lease: a stamp past its end (the end moved back) is rewritten.
-        if written.is_some_and(|w| end >= w && end - w <= RESTAMP_DRIFT) {
+        let current = written.is_some_and(|w| {
+            stamp_current(
+                w.saturating_duration_since(now),
+                end.saturating_duration_since(now),
+            )
+        });
+        if current {
             continue;
         }
         match stamp_once(&mut conn, &socket, &credentials_dir, end).await {
@@ -65,8 +71,12 @@ pub(super) async fn keep_stamp(
                 written = Some(end);
                 failure = None;
             }
-            Err(why) => {
-                conn = None;
+            Err(Refused { why, lost }) => {
+                // A server's refusal (a lock wait) keeps the connection; only a lost or
+                // hung one is made again.
+                if lost {
+                    conn = None;
+                }
                 written = None;
                 if failure.as_ref() != Some(&why) {
                     tracing::warn!(error = %why, "cannot move the lease watchdog's stamp");
@@ -77,19 +87,26 @@ pub(super) async fn keep_stamp(
     }
 }
 
+/// Why a stamp was not written, and whether the connection is lost with it.
+struct Refused {
+    why: String,
+    lost: bool,
+}
+
 /// One stamp at `end`, connecting first when needed.
 async fn stamp_once(
     conn: &mut Option<mysql_async::Conn>,
     socket: &Path,
     credentials_dir: &Path,
     end: Instant,
-) -> Result<(), String> {
+) -> Result<(), Refused> {
+    let lost = |why: String| Refused { why, lost: true };
     if conn.is_none() {
-        let creds =
-            Credentials::read(credentials_dir).map_err(|e| bulwark_engine::error::chain(&e))?;
+        let creds = Credentials::read(credentials_dir)
+            .map_err(|e| lost(bulwark_engine::error::chain(&e)))?;
         let server = observe::connect(socket, &creds)
             .await
-            .map_err(|e| bulwark_engine::error::chain(&e))?;
+            .map_err(|e| lost(bulwark_engine::error::chain(&e)))?;
         *conn = Some(server.conn);
     }
     let c = conn.as_mut().expect("connected");
@@ -97,6 +114,9 @@ async fn stamp_once(
     let st = sql::stamp_watchdog(left.as_micros() as u64);
     tokio::time::timeout(KEEPER_PERIOD * 4, exec(c, &st, &[]))
         .await
-        .map_err(|_| "the stamp took over 2s".to_owned())?
-        .map_err(|e| bulwark_engine::error::chain(&e))
+        .map_err(|_| lost("the stamp took over 2s".to_owned()))?
+        .map_err(|e| Refused {
+            why: bulwark_engine::error::chain(&e),
+            lost: e.connection_lost(),
+        })
 }

@@ -97,7 +97,9 @@ impl Agent {
             tracing::info!(on, "event scheduler switched for the lease watchdog");
         }
         self.converged.watchdog_failure = None;
-        self.converged.watchdog_cleared = !lease_required;
+        // Read once per connection only once nothing of a past lease is left to fence it.
+        self.converged.watchdog_cleared =
+            !lease_required && (state.stamp.is_none() || plan.stamp == StampChange::Clear);
         Ok(None)
     }
 
