@@ -287,6 +287,9 @@ fn a_primary_its_replicas_renew_outlasts_the_operators_heartbeat() {
     // stamp, a replay, an unreadable body.
     let replay = renewal("quay-1", 0, key);
     assert_eq!(a.post(FOLLOW_PATH, &replay).0, 200);
+    // The refusals below are stamped now: in the same millisecond as the one taken, a renewal
+    // is "not newer" and refused as a replay before its own fault is looked at.
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let refusals = [
         (
             renewal("quay-1", 2, b"other"),
